@@ -1,0 +1,48 @@
+"""``lit-grpo fit|validate|test --config ...``: LightningCLI over the GRPO and SFT modules."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from lightning.pytorch.cli import LightningCLI
+from lightning import LightningModule
+
+from lit_grpo.data import PromptDataModule
+
+TRAINER_DEFAULTS = {
+    "logger": {
+        "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+        "init_args": {"save_dir": "runs", "name": "lit-grpo"},
+    },
+    "log_every_n_steps": 1,
+    "num_sanity_val_steps": 0,
+}
+
+
+class LitGRPOCLI(LightningCLI):
+    """LightningCLI with lit-grpo's defaults: TensorBoard logging under ``runs/``, the prompt DataModule.
+
+    The model is given by class path in the config (``lit_grpo.GRPOModule`` or ``lit_grpo.SFTModule``);
+    its components take short names on the command line, e.g. ``--model.estimator=Sign``.
+    """
+
+    def __init__(self, args=None, run: bool = True, **kwargs) -> None:
+        kwargs.setdefault("trainer_defaults", TRAINER_DEFAULTS)
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        super().__init__(
+            LightningModule, PromptDataModule, subclass_mode_model=True, args=args, run=run,
+            auto_configure_optimizers=False, **kwargs,
+        )
+
+
+def main(args: list[str] | None = None) -> None:
+    """Console entry point of ``lit-grpo``."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import lit_grpo  # noqa: F401  (registers every component for short names)
+
+    LitGRPOCLI(args=args if args is not None else sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""Advantage estimators: one class per family, the maths in :mod:`lit_grpo.estimators.functional`."""
+
+from lit_grpo.estimators.base import AdvantageEstimator
+from lit_grpo.estimators.drgrpo import DrGRPO
+from lit_grpo.estimators.grpo import GRPO
+from lit_grpo.estimators.maxrl import MaxRL
+from lit_grpo.estimators.rloo import RLOO
+from lit_grpo.estimators.sign import Sign
+from lit_grpo.estimators.sign_balance import SignBalance
+from lit_grpo.estimators.softmax import SoftmaxGRPO
+
+__all__ = ["AdvantageEstimator", "DrGRPO", "GRPO", "MaxRL", "RLOO", "Sign", "SignBalance", "SoftmaxGRPO"]

@@ -1,0 +1,26 @@
+"""The advantage-estimator interface."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from torch import Tensor
+
+
+class AdvantageEstimator(ABC):
+    """Maps the rewards of ``P`` groups to advantages, one group at a time.
+
+    Subclasses bind hyperparameters only; the maths lives in pure functions. Unscorable rewards
+    (NaN) are excluded from group statistics and get advantage 0. The result is detached.
+    """
+
+    #: Smallest group size for which the estimator is defined.
+    min_group_size: int = 1
+
+    @abstractmethod
+    def __call__(self, rewards: Tensor) -> Tensor:
+        """``rewards [P, G]`` (float, NaN = unscorable) -> ``advantages [P, G]`` (float32)."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"

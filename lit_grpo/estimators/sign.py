@@ -1,0 +1,20 @@
+"""Sign: a fixed-reference advantage with no group statistics."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from lit_grpo.estimators.base import AdvantageEstimator
+from lit_grpo.estimators.functional import sign_advantages
+
+
+class Sign(AdvantageEstimator):
+    """Fixed-reference advantage ``A_i = 2 r_i - 1``.
+
+    Nie et al., "Gradient Starvation in Binary-Reward GRPO" (arXiv 2605.07689). Not zero-mean:
+    an all-correct group gives +1 per completion and an all-wrong group -1, so no group is starved.
+    Rewards in [0, 1] use the same linear formula; unscorable (NaN) rewards give 0.
+    """
+
+    def __call__(self, rewards: Tensor) -> Tensor:
+        return sign_advantages(rewards)

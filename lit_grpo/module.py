@@ -1,0 +1,297 @@
+"""GRPOModule: rollout -> reward -> advantage -> clipped policy loss, one optimizer step per pass."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from lit_grpo.diagnostics.degeneracy import degenerate_groups
+from lit_grpo.estimators import GRPO, AdvantageEstimator
+from lit_grpo.loss import Aggregation, KLEstimator, clipped_policy_loss, kl_penalty, masked_mean, token_weights
+from lit_grpo.perf import PhaseTimer
+from lit_grpo.policy import DType, PolicyModule, load_policy, sequence_logprobs
+from lit_grpo.rewards.base import RewardFunction
+from lit_grpo.rollout.base import RolloutEngine
+from lit_grpo.rollout.functional import concat_rollouts, select_groups, slice_rows
+from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats
+
+
+class GRPOModule(PolicyModule):
+    """GRPO-family policy optimisation from verifiable rewards.
+
+    Each training step draws ``P`` prompts from the DataModule, samples ``group_size`` completions per
+    prompt, scores them, turns the rewards ``[P, G]`` into advantages with the estimator and takes
+    ``num_iterations`` optimizer steps on the clipped policy loss (micro-batched, gradients accumulated).
+    ``trainer.max_steps`` counts optimizer steps.
+
+    Logged every step: ``train/loss``, ``train/clip_frac``, ``train/entropy``, ``train/grad_norm``,
+    ``train/lr``, ``train/kl`` (when ``beta > 0``), ``train/nonfinite_steps``; ``rollout/reward_mean``,
+    ``rollout/reward_std``, ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``,
+    ``rollout/prompts_drawn``; ``reward/<term>`` and ``reward/<counter>``; ``perf/<phase>_s``,
+    ``perf/step_s`` and ``perf/tokens_per_s``.
+
+    Args:
+        model: Hugging Face hub id or local directory of the initial policy.
+        reward: Reward function.
+        estimator: Advantage estimator (default ``GRPO()``); short names work: ``--model.estimator=Sign``.
+        engine: Rollout engine (default ``HFGenerateEngine()``).
+        group_size: Completions per prompt (G).
+        aggregation: How token losses become the batch loss (see METHODS: section 2).
+        eps_low: Lower clip range of the ratio.
+        eps_high: Upper clip range of the ratio (0.28 = "clip-higher").
+        dual_clip: Dual-clip bound c for negative advantages (null = off).
+        beta: KL coefficient to the initial policy (0 = no reference model is loaded).
+        kl_estimator: KL estimator used when ``beta > 0``.
+        num_iterations: Optimizer steps per rollout batch (mu). Old log-probs are computed once per batch
+            when ``> 1``; with 1 the update is on-policy and the ratio is exactly 1.
+        micro_batch_size: Completions per forward/backward (null = the whole batch); gradients accumulate.
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        betas: AdamW betas.
+        warmup_steps: Linear learning-rate warm-up in optimizer steps.
+        max_grad_norm: Gradient clipping by global norm (null = off; the norm is logged either way).
+        filter_degenerate: Dynamic sampling: drop groups whose rewards are all equal and draw further
+            prompts (``DataModule.refill``) until ``P`` groups are kept or ``max_refill_batches`` is reached.
+        max_refill_batches: Most refill draws per step when ``filter_degenerate``.
+        on_nonfinite: What a non-finite loss or gradient norm does: ``skip`` the step (counted in
+            ``train/nonfinite_steps``) or ``raise``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        reward: RewardFunction,
+        estimator: AdvantageEstimator | None = None,
+        engine: RolloutEngine | None = None,
+        group_size: int = 8,
+        aggregation: Aggregation = "token-mean",
+        eps_low: float = 0.2,
+        eps_high: float = 0.2,
+        dual_clip: float | None = None,
+        beta: float = 0.0,
+        kl_estimator: KLEstimator = "k3",
+        num_iterations: int = 1,
+        micro_batch_size: int | None = None,
+        lr: float = 1e-5,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        warmup_steps: int = 0,
+        max_grad_norm: float | None = 1.0,
+        filter_degenerate: bool = False,
+        max_refill_batches: int = 4,
+        on_nonfinite: Literal["skip", "raise"] = "skip",
+        dtype: DType = "float32",
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int = 64,
+        val_samples: int = 1,
+    ) -> None:
+        super().__init__(model, reward, engine, dtype, False, temperature, top_p, top_k, max_new_tokens, val_samples)
+        self.estimator = estimator if estimator is not None else GRPO()
+        _check(group_size >= max(1, self.estimator.min_group_size),
+               f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
+               f"{self.estimator.min_group_size}; raise group_size")
+        _check(0 <= eps_low < 1 and eps_high >= 0, f"eps_low={eps_low}, eps_high={eps_high}: need 0 <= eps_low < 1 "
+               "and eps_high >= 0")
+        _check(dual_clip is None or dual_clip > 1, f"dual_clip={dual_clip} must be > 1 (typically 3) or null")
+        _check(beta >= 0, f"beta={beta} must be >= 0")
+        _check(num_iterations >= 1, f"num_iterations={num_iterations} must be >= 1")
+        _check(micro_batch_size is None or micro_batch_size >= 1, f"micro_batch_size={micro_batch_size} must be >= 1")
+        _check(lr > 0, f"lr={lr} must be > 0")
+        _check(max_refill_batches >= 0, f"max_refill_batches={max_refill_batches} must be >= 0")
+        self.group_size, self.aggregation = group_size, aggregation
+        self.eps_low, self.eps_high, self.dual_clip = eps_low, eps_high, dual_clip
+        self.beta, self.kl_estimator = beta, kl_estimator
+        self.num_iterations, self.micro_batch_size = num_iterations, micro_batch_size
+        self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
+        self.max_grad_norm = max_grad_norm
+        self.filter_degenerate, self.max_refill_batches = filter_degenerate, max_refill_batches
+        self.on_nonfinite = on_nonfinite
+        self.ref_policy = None
+        self.nonfinite_steps = 0
+        self.automatic_optimization = False
+
+    def configure_model(self) -> None:
+        super().configure_model()
+        if self.beta > 0 and self.ref_policy is None:
+            self.ref_policy = load_policy(self.model_name, self.dtype_name).eval().requires_grad_(False)
+
+    def configure_optimizers(self):
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
+        warmup = max(self.warmup_steps, 1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ---- the algorithm -----------------------------------------------------------------------------
+    def training_step(self, batch: PromptBatch, batch_idx: int) -> dict:
+        timer = PhaseTimer()
+        batch, rollouts, rewards, reward_out, drawn = self.collect(batch, timer)  # [P], [N, T], [P, G]
+        advantages = self.estimator(rewards)  # [P, G]
+        losses = self.update(rollouts, advantages.reshape(-1), timer)  # num_iterations optimizer steps
+        with timer("weight_sync_s"):
+            self.engine.sync_weights(self.policy)
+        stats = RolloutStats(batch, rollouts.texts, rewards.cpu(), advantages.cpu(), rollouts.lengths.cpu(),
+                             rollouts.truncated.cpu(), {k: v.cpu() for k, v in reward_out.terms.items()},
+                             reward_out.counters, drawn)
+        self.log_step(stats, losses, timer)
+        return {"loss": losses["loss"], "rollout": stats}
+
+    def collect(self, batch: PromptBatch, timer: PhaseTimer):
+        """Generate and score groups; with ``filter_degenerate``, refill until ``P`` groups vary."""
+        want, drawn, parts = len(batch), 0, []
+        while True:
+            with timer("generate_s"):
+                rollouts = self.engine.generate(batch.prompts, self.group_size, self.sampling)
+            with timer("score_s"):
+                rewards, out = self.score(batch, rollouts)
+            drawn += len(batch)
+            if self.filter_degenerate:
+                keep = (~degenerate_groups(rewards)["degenerate"]).nonzero().flatten().tolist()
+                batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, keep)
+            parts.append((batch, rollouts, rewards, out))
+            have = sum(len(p[0]) for p in parts)
+            if not self.filter_degenerate or have >= want or len(parts) > self.max_refill_batches:
+                break
+            batch = self.trainer.datamodule.refill(want - have)
+        batch, rollouts, rewards, out = _merge(parts, self.tokenizer.pad_token_id)
+        if len(batch) > want:
+            batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, list(range(want)))
+        return batch, rollouts.to(self.device), rewards, out, drawn
+
+    def update(self, rollouts: Rollouts, advantages: Tensor, timer: PhaseTimer) -> dict[str, float]:
+        """``num_iterations`` optimizer steps on the clipped loss over micro-batches of ``rollouts``."""
+        n = len(rollouts)
+        if n == 0:
+            return {"loss": 0.0}
+        adv = advantages.to(self.device)  # [N]
+        weights = token_weights(rollouts.completion_mask, self.aggregation, self.sampling.max_new_tokens,
+                                **self._global_counts(rollouts.completion_mask))  # [N, T]
+        old_logp = self._frozen_logprobs(self.policy, rollouts, timer, "old_logprob_s") \
+            if self.num_iterations > 1 else None
+        ref_logp = self._frozen_logprobs(self.ref_policy, rollouts, timer, "ref_logprob_s") if self.beta > 0 else None
+        step = self.micro_batch_size or n
+        totals: dict[str, float] = {}
+        for iteration in range(self.num_iterations):
+            acc = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0}
+            for start in range(0, n, step):
+                mb = slice_rows(rollouts, start, start + step)
+                t = mb.completion_ids.shape[1]
+                with timer("forward_s"):
+                    logp, entropy = sequence_logprobs(self.policy, mb, self.sampling.temperature,
+                                                      with_entropy=iteration == 0)
+                    old = old_logp[start : start + step, :t] if old_logp is not None else logp.detach()
+                    token_loss, clipped = clipped_policy_loss(logp, old, adv[start : start + step],
+                                                              self.eps_low, self.eps_high, self.dual_clip)
+                    if ref_logp is not None:
+                        kl = kl_penalty(logp, ref_logp[start : start + step, :t], self.kl_estimator)
+                        token_loss = token_loss + self.beta * kl
+                        acc["kl"] += (kl.detach() * weights[start : start + step, :t]).sum().item()
+                    loss = (token_loss * weights[start : start + step, :t]).sum()
+                with timer("backward_s"):
+                    self.manual_backward(loss)
+                share = mb.completion_mask.sum().item() / max(rollouts.completion_mask.sum().item(), 1)
+                acc["loss"] += loss.item()
+                acc["clip_frac"] += masked_mean(clipped.float(), mb.completion_mask).item() * share
+                if entropy is not None:
+                    acc["entropy"] += masked_mean(entropy, mb.completion_mask).item() * share
+            with timer("optimizer_s"):
+                acc.update(self._optimizer_step(acc["loss"]))
+            totals = acc if iteration == 0 else {**acc, "entropy": totals["entropy"]}
+        return totals
+
+    # ---- pieces ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _frozen_logprobs(self, policy, rollouts: Rollouts, timer: PhaseTimer, phase: str) -> Tensor:
+        step = self.micro_batch_size or len(rollouts)
+        out = torch.zeros(rollouts.completion_ids.shape, device=self.device)  # [N, T]
+        with timer(phase):
+            for start in range(0, len(rollouts), step):
+                mb = slice_rows(rollouts, start, start + step)
+                out[start : start + step, : mb.completion_ids.shape[1]] = sequence_logprobs(
+                    policy, mb, self.sampling.temperature)[0]
+        return out
+
+    def _global_counts(self, mask: Tensor) -> dict[str, Tensor | float]:
+        """Loss divisors summed over data-parallel ranks, divided by the world size (ranks average grads)."""
+        world = self.trainer.world_size
+        if world == 1:
+            return {}
+        tokens = self.trainer.strategy.reduce(mask.sum().float(), reduce_op="sum")
+        seqs = self.trainer.strategy.reduce(torch.tensor(float(mask.shape[0]), device=mask.device), reduce_op="sum")
+        return {"num_tokens": tokens / world, "num_sequences": seqs / world}
+
+    def _optimizer_step(self, loss: float) -> dict[str, float]:
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        max_norm = self.max_grad_norm if self.max_grad_norm is not None else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            if self.on_nonfinite == "raise":
+                raise FloatingPointError(
+                    f"non-finite loss ({loss}) or gradient norm ({grad_norm}) at step {self.global_step}; "
+                    "lower lr, check rewards, or set on_nonfinite: skip")
+            self.nonfinite_steps += 1
+            opt.zero_grad(set_to_none=True)
+            return {"grad_norm": grad_norm}
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+        return {"grad_norm": grad_norm}
+
+    def log_step(self, stats: RolloutStats, losses: dict[str, float], timer: PhaseTimer) -> None:
+        n = max(stats.rewards.numel(), 1)
+        scorable = stats.rewards[~stats.rewards.isnan()]
+        metrics = {
+            "rollout/reward_mean": scorable.mean().item() if scorable.numel() else math.nan,
+            "rollout/reward_std": scorable.std().item() if scorable.numel() > 1 else 0.0,
+            "rollout/len_mean": stats.lengths.float().mean().item() if stats.lengths.numel() else 0.0,
+            "rollout/truncated_frac": stats.truncated.float().mean().item() if stats.truncated.numel() else 0.0,
+            "rollout/unscorable_frac": 1.0 - scorable.numel() / n,
+            "rollout/prompts_drawn": float(stats.num_drawn),
+            "train/lr": self.optimizers().param_groups[0]["lr"],
+            "train/nonfinite_steps": float(self.nonfinite_steps),
+        }
+        metrics.update({f"train/{k}": v for k, v in losses.items() if k != "kl" or self.beta > 0})
+        metrics.update({f"reward/{k}": v[~v.isnan()].float().mean().item() if (~v.isnan()).any() else math.nan
+                        for k, v in stats.reward_terms.items()})
+        metrics.update({f"reward/{k}": float(v) for k, v in stats.reward_counters.items()})
+        step_s = timer.total()
+        metrics.update({f"perf/{k}": v for k, v in timer.seconds.items()})
+        metrics["perf/step_s"] = step_s
+        metrics["perf/tokens_per_s"] = stats.lengths.sum().item() / max(step_s, 1e-9)
+        self.log("rollout/reward_mean", metrics.pop("rollout/reward_mean"), prog_bar=True, batch_size=len(stats.batch))
+        self.log_dict(metrics, batch_size=max(len(stats.batch), 1))
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["lit_grpo"] = {"nonfinite_steps": self.nonfinite_steps}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.nonfinite_steps = checkpoint.get("lit_grpo", {}).get("nonfinite_steps", 0)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def _take_groups(batch: PromptBatch, rollouts: Rollouts, rewards: Tensor, out: RewardOutput, groups: list[int]):
+    rows = torch.tensor([g * rollouts.group_size + j for g in groups for j in range(rollouts.group_size)],
+                        dtype=torch.long)
+    out = RewardOutput(out.scores[rows], {k: v[rows] for k, v in out.terms.items()}, out.counters)
+    return batch.select(groups), select_groups(rollouts, groups), rewards[groups], out
+
+
+def _merge(parts, pad_token_id: int):
+    batches, rollouts, rewards, outs = zip(*parts, strict=True)
+    counters: dict[str, int] = {}
+    for o in outs:
+        for k, v in o.counters.items():
+            counters[k] = counters.get(k, 0) + v
+    terms = {k: torch.cat([o.terms[k] for o in outs]) for k in outs[0].terms}
+    out = RewardOutput(torch.cat([o.scores for o in outs]), terms, counters)
+    return PromptBatch.concat(list(batches)), concat_rollouts(list(rollouts), pad_token_id), torch.cat(rewards), out

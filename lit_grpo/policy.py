@@ -1,0 +1,187 @@
+"""Loading a policy and its tokenizer, its log-prob forward, and the base LightningModule for held-out scoring."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import torch
+from lightning import LightningModule
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+
+from lit_grpo.loss import token_entropy, token_logprobs
+from lit_grpo.rewards.base import RewardFunction
+from lit_grpo.rollout.base import RolloutEngine
+from lit_grpo.rollout.hf import HFGenerateEngine
+from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
+
+DType = Literal["float32", "bfloat16", "float16"]
+
+
+def _looks_local(name: str) -> bool:
+    """A path rather than a hub id (``org/name``)."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or os.path.exists(name)
+
+
+def load_tokenizer(model: str):
+    """The tokenizer of a hub id or local directory, with a clear error when it cannot be found."""
+    from transformers import AutoTokenizer
+
+    _check_model_path(model)
+    try:
+        return AutoTokenizer.from_pretrained(model)
+    except OSError as err:
+        raise OSError(_not_found_message(model)) from err
+
+
+def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False, seed: int = 0) -> nn.Module:
+    """A causal LM from a hub id or local directory; ``from_scratch`` initialises its config randomly."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    _check_model_path(model)
+    torch_dtype = getattr(torch, dtype)
+    try:
+        if from_scratch:
+            torch.manual_seed(seed)
+            config = AutoConfig.from_pretrained(model)
+            return AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+        return AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
+    except OSError as err:
+        raise OSError(_not_found_message(model)) from err
+
+
+def _check_model_path(model: str) -> None:
+    if _looks_local(model) and not Path(model).expanduser().is_dir():
+        raise FileNotFoundError(
+            f"model={model!r}: no such directory. Give a local directory saved with save_pretrained() "
+            "or a Hugging Face hub id (available offline in the hub cache)."
+        )
+
+
+def _not_found_message(model: str) -> str:
+    return (
+        f"model={model!r} could not be loaded: it is neither a local model directory nor a hub id present in "
+        "the local cache (HF_HUB_OFFLINE may be set). Download it first or point model to a local directory."
+    )
+
+
+def sequence_logprobs(
+    policy: nn.Module, rollouts: Rollouts, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs ``[N, T]`` of the completion tokens under ``policy`` (and their entropy when asked).
+
+    Prompts are left padded and completions right padded, so position ids come from the attention mask.
+    Only the ``T + 1`` last positions' logits are computed.
+    """
+    ids = torch.cat([rollouts.prompt_ids, rollouts.completion_ids], dim=1)  # [N, Tp + T]
+    attn = torch.cat([rollouts.prompt_mask, rollouts.completion_mask], dim=1).long()  # [N, Tp + T]
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    t = rollouts.completion_ids.shape[1]
+    logits = policy(input_ids=ids, attention_mask=attn, position_ids=positions, logits_to_keep=t + 1).logits
+    logits = logits[:, :-1]  # [N, T, V]: position j predicts completion token j
+    logp = token_logprobs(logits, rollouts.completion_ids, temperature)  # [N, T]
+    entropy = token_entropy(logits.detach(), temperature) if with_entropy else None
+    return logp, entropy
+
+
+class PolicyModule(LightningModule):
+    """A causal-LM policy with a rollout engine and a reward, scored on held-out prompts.
+
+    Validation and test log ``val/accuracy`` (``test/accuracy``): the mean reward of greedy
+    completions (the accuracy for binary rewards), and ``val/reward_mean``: the mean reward of
+    ``val_samples`` sampled completions per prompt at the training temperature.
+
+    Args:
+        model: Hugging Face hub id or local directory of a causal LM and its tokenizer.
+        reward: Reward function scoring completions against references.
+        engine: Rollout engine (default: Hugging Face ``generate`` on the policy).
+        dtype: Parameter dtype of the policy.
+        from_scratch: Initialise the weights randomly from the model's config (for pre-training tiny models).
+        temperature: Sampling temperature for rollouts (and the log-prob forward).
+        top_p: Nucleus sampling threshold.
+        top_k: Top-k sampling (0 = off).
+        max_new_tokens: Longest completion.
+        val_samples: Sampled completions per held-out prompt for ``val/reward_mean`` (0 = skip).
+        seed: Seed for ``from_scratch`` initialisation.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        reward: RewardFunction,
+        engine: RolloutEngine | None = None,
+        dtype: DType = "float32",
+        from_scratch: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int = 64,
+        val_samples: int = 1,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"temperature={temperature} must be > 0 for training rollouts")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p={top_p} must be in (0, 1]")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
+        self.model_name = model
+        self.reward = reward
+        self.engine = engine if engine is not None else HFGenerateEngine()
+        self.dtype_name, self.from_scratch, self.seed = dtype, from_scratch, seed
+        self.sampling = SamplingParams(temperature, top_p, top_k, max_new_tokens)
+        self.val_samples = val_samples
+        self.policy: nn.Module | None = None
+        self.tokenizer = None
+        self.eval_metrics = nn.ModuleDict({
+            "accuracy": MeanMetric(nan_strategy="ignore"), "reward_mean": MeanMetric(nan_strategy="ignore"),
+        })
+
+    # ---- setup -----------------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        if self.policy is not None:
+            return
+        self.tokenizer = load_tokenizer(self.model_name)
+        self.policy = load_policy(self.model_name, self.dtype_name, self.from_scratch, self.seed)
+        self.engine.bind(self.policy, self.tokenizer)
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        return batch if isinstance(batch, PromptBatch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    # ---- scoring ---------------------------------------------------------------------------------
+    def score(self, batch: PromptBatch, rollouts: Rollouts):
+        """Rewards ``[P, G]`` of group-major rollouts, with the reward's output for logging."""
+        g = rollouts.group_size
+        expanded = batch.repeat(g)
+        out = self.reward(rollouts.texts, expanded.references, **expanded.columns)
+        return out.scores.float().view(len(batch), g), out
+
+    @torch.no_grad()
+    def evaluate_batch(self, batch: PromptBatch) -> dict[str, Tensor]:
+        """Greedy reward ``[P]`` and, with ``val_samples > 0``, sampled reward ``[P, val_samples]``."""
+        greedy = SamplingParams(0.0, max_new_tokens=self.sampling.max_new_tokens)
+        result = {"accuracy": self.score(batch, self.engine.generate(batch.prompts, 1, greedy))[0][:, 0]}
+        if self.val_samples > 0:
+            sampled = self.engine.generate(batch.prompts, self.val_samples, self.sampling)
+            result["reward_mean"] = self.score(batch, sampled)[0]
+        return result
+
+    def _eval_step(self, batch: PromptBatch, prefix: str) -> None:
+        for name, values in self.evaluate_batch(batch).items():
+            self.eval_metrics[name].update(values.to(self.device))
+            self.log(f"{prefix}/{name}", self.eval_metrics[name], prog_bar=name == "accuracy",
+                     batch_size=len(batch))
+
+    def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch: PromptBatch, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write the policy and tokenizer in Hugging Face format (loadable by ``model: <path>``)."""
+        self.policy.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)

@@ -1,0 +1,32 @@
+"""The rollout-engine interface."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from torch import nn
+
+from lit_grpo.types import Rollouts, SamplingParams
+
+
+class RolloutEngine(ABC):
+    """Generates completions for the policy being trained.
+
+    The module calls :meth:`bind` once the policy and tokenizer are loaded, :meth:`generate` for every
+    rollout batch and :meth:`sync_weights` after every optimizer step.
+    """
+
+    @abstractmethod
+    def bind(self, policy: nn.Module, tokenizer) -> None:
+        """Attach the trained policy and its tokenizer (called in ``configure_model``/``setup``)."""
+
+    @abstractmethod
+    def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> Rollouts:
+        """``P`` prompts -> ``P * n`` completions, group-major, with the sampling log-probs."""
+
+    def sync_weights(self, policy: nn.Module) -> float:
+        """Load the policy's current weights into the engine; returns seconds spent.
+
+        Engines that generate with the policy module itself have nothing to do.
+        """
+        return 0.0

@@ -1,0 +1,85 @@
+"""Free functions shared by rollout engines and the module: masks, padding, selecting groups."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lit_grpo.types import Rollouts
+
+
+def completion_mask(ids: Tensor, eos_token_id: int | list[int] | None) -> tuple[Tensor, Tensor]:
+    """Mask of generated tokens up to and including the first EOS: ``(mask [N, T] bool, truncated [N] bool)``.
+
+    ``truncated`` is True where no EOS was produced within ``T`` tokens.
+    """
+    if eos_token_id is None:
+        is_eos = torch.zeros_like(ids, dtype=torch.bool)
+    else:
+        eos = torch.as_tensor(eos_token_id, device=ids.device).reshape(-1)
+        is_eos = torch.isin(ids, eos)  # [N, T]
+    seen_before = torch.cumsum(is_eos.int(), dim=-1) - is_eos.int()  # EOS tokens strictly before t
+    mask = seen_before == 0
+    return mask, ~is_eos.any(-1)
+
+
+def _pad(x: Tensor, length: int, value: int | float | bool, left: bool) -> Tensor:
+    extra = length - x.shape[1]
+    if extra == 0:
+        return x
+    return F.pad(x, (extra, 0) if left else (0, extra), value=value)
+
+
+def concat_rollouts(parts: list[Rollouts], pad_token_id: int) -> Rollouts:
+    """Concatenate rollouts along ``N``, re-padding prompts on the left and completions on the right."""
+    if len(parts) == 1:
+        return parts[0]
+    tp = max(p.prompt_ids.shape[1] for p in parts)
+    t = max(p.completion_ids.shape[1] for p in parts)
+    return Rollouts(
+        prompt_ids=torch.cat([_pad(p.prompt_ids, tp, pad_token_id, left=True) for p in parts]),
+        prompt_mask=torch.cat([_pad(p.prompt_mask, tp, False, left=True) for p in parts]),
+        completion_ids=torch.cat([_pad(p.completion_ids, t, pad_token_id, left=False) for p in parts]),
+        completion_mask=torch.cat([_pad(p.completion_mask, t, False, left=False) for p in parts]),
+        logprobs=torch.cat([_pad(p.logprobs, t, 0.0, left=False) for p in parts]),
+        texts=[s for p in parts for s in p.texts],
+        truncated=torch.cat([p.truncated for p in parts]),
+        group_size=parts[0].group_size,
+    )
+
+
+def select_groups(rollouts: Rollouts, groups: Tensor | list[int]) -> Rollouts:
+    """The completions of the given prompt groups, in that order (``[P'] -> [P' * G]``)."""
+    g = rollouts.group_size
+    groups = torch.as_tensor(groups, dtype=torch.long).reshape(-1)
+    rows = (groups[:, None] * g + torch.arange(g)[None, :]).reshape(-1)  # [P' * G]
+    return Rollouts(
+        prompt_ids=rollouts.prompt_ids[rows],
+        prompt_mask=rollouts.prompt_mask[rows],
+        completion_ids=rollouts.completion_ids[rows],
+        completion_mask=rollouts.completion_mask[rows],
+        logprobs=rollouts.logprobs[rows],
+        texts=[rollouts.texts[i] for i in rows.tolist()],
+        truncated=rollouts.truncated[rows],
+        group_size=g,
+    )
+
+
+def slice_rows(rollouts: Rollouts, start: int, stop: int) -> Rollouts:
+    """Completions ``start:stop`` (a micro-batch), trimmed to their longest prompt and completion."""
+    pm = rollouts.prompt_mask[start:stop]
+    cm = rollouts.completion_mask[start:stop]
+    tp = max(int(pm.sum(-1).max()), 1) if pm.numel() else pm.shape[1]
+    t = max(int(cm.sum(-1).max()), 1) if cm.numel() else cm.shape[1]
+    p0 = pm.shape[1] - tp
+    return Rollouts(
+        prompt_ids=rollouts.prompt_ids[start:stop, p0:],
+        prompt_mask=pm[:, p0:],
+        completion_ids=rollouts.completion_ids[start:stop, :t],
+        completion_mask=cm[:, :t],
+        logprobs=rollouts.logprobs[start:stop, :t],
+        texts=rollouts.texts[start:stop],
+        truncated=rollouts.truncated[start:stop],
+        group_size=rollouts.group_size,
+    )

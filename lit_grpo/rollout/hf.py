@@ -1,0 +1,100 @@
+"""Rollouts with Hugging Face ``generate`` on the policy module itself."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lit_grpo.loss import token_logprobs
+from lit_grpo.rollout.base import RolloutEngine
+from lit_grpo.rollout.functional import completion_mask
+from lit_grpo.types import Rollouts, SamplingParams
+
+
+class HFGenerateEngine(RolloutEngine):
+    """Batched ``model.generate`` with left padding, ``n`` samples per prompt.
+
+    Generation runs on the trained policy itself, so there are no weights to sync. Sampling
+    log-probabilities are those of the tempered distribution (``logits / temperature``), before
+    top-p/top-k filtering, which is the distribution the training forward reproduces.
+
+    Args:
+        batch_size: Completions generated per ``generate`` call (``None``: all at once). Lower it
+            when generation runs out of memory.
+        use_cache: Use the KV cache while generating.
+    """
+
+    def __init__(self, batch_size: int | None = None, use_cache: bool = True) -> None:
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1 (or null for one call)")
+        self.batch_size = batch_size
+        self.use_cache = use_cache
+        self.policy: nn.Module | None = None
+        self.tokenizer = None
+
+    def bind(self, policy: nn.Module, tokenizer) -> None:
+        if tokenizer.pad_token_id is None:
+            raise ValueError(
+                "the tokenizer has no pad token; set one (e.g. tokenizer.pad_token = tokenizer.eos_token) "
+                "and save it with the model"
+            )
+        self.policy, self.tokenizer = policy, tokenizer
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> Rollouts:
+        if self.policy is None:
+            raise RuntimeError("HFGenerateEngine.generate() called before bind(policy, tokenizer)")
+        device = next(self.policy.parameters()).device
+        enc = self.tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
+        prompt_ids = enc["input_ids"].repeat_interleave(n, dim=0).to(device)  # [N, Tp]
+        prompt_mask = enc["attention_mask"].repeat_interleave(n, dim=0).to(device)  # [N, Tp]
+        step = self.batch_size or prompt_ids.shape[0]
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            chunks = [self._generate(prompt_ids[i : i + step], prompt_mask[i : i + step], sampling)
+                      for i in range(0, prompt_ids.shape[0], step)]
+        finally:
+            self.policy.train(was_training)
+        t = max(c[0].shape[1] for c in chunks)
+        ids = torch.cat([nn.functional.pad(c[0], (0, t - c[0].shape[1]), value=self.tokenizer.pad_token_id)
+                         for c in chunks])  # [N, T]
+        logprobs = torch.cat([nn.functional.pad(c[1], (0, t - c[1].shape[1])) for c in chunks])  # [N, T]
+        mask, truncated = completion_mask(ids, self._eos_ids())
+        return Rollouts(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask.bool(),
+            completion_ids=ids.masked_fill(~mask, self.tokenizer.pad_token_id),
+            completion_mask=mask,
+            logprobs=logprobs * mask,
+            texts=self.tokenizer.batch_decode(ids.masked_fill(~mask, self.tokenizer.pad_token_id),
+                                              skip_special_tokens=True),
+            truncated=truncated,
+            group_size=n,
+        )
+
+    def _eos_ids(self) -> list[int]:
+        eos = getattr(self.policy, "generation_config", None)
+        eos = getattr(eos, "eos_token_id", None) or self.tokenizer.eos_token_id
+        return eos if isinstance(eos, list) else [eos]
+
+    def _generate(self, ids, mask, sampling: SamplingParams):
+        greedy = sampling.temperature == 0
+        out = self.policy.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=not greedy,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None if greedy or sampling.top_k == 0 else sampling.top_k,
+            max_new_tokens=sampling.max_new_tokens,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self._eos_ids(),
+            use_cache=self.use_cache,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        new = out.sequences[:, ids.shape[1] :]  # [n, T]
+        logits = torch.stack(out.logits, dim=1)  # [n, T, V], raw
+        logprobs = token_logprobs(logits, new, temperature=sampling.temperature or 1.0)
+        return new, logprobs

@@ -1,0 +1,92 @@
+"""The contract every estimator exported by lit_grpo.estimators keeps."""
+
+import inspect
+import math
+
+import pytest
+import torch
+from jsonargparse import ArgumentParser
+
+import lit_grpo.estimators as estimators
+from lit_grpo.estimators import AdvantageEstimator
+
+CLASSES = [
+    obj
+    for name in estimators.__all__
+    if inspect.isclass(obj := getattr(estimators, name))
+    and issubclass(obj, AdvantageEstimator)
+    and not inspect.isabstract(obj)
+]
+
+
+def _rewards() -> torch.Tensor:
+    gen = torch.Generator().manual_seed(0)
+    r = (torch.rand(4, 6, generator=gen) < 0.5).float()  # [P, G]
+    r[0, 1] = 0.75  # exact in every floating dtype
+    r[1, 2] = math.nan
+    r[2] = math.nan  # an all-unscorable group
+    r[3] = torch.tensor([1.0, 0, 0, 1, 1, 0])
+    return r
+
+
+def test_every_estimator_is_discovered():
+    names = {cls.__name__ for cls in CLASSES}
+    assert names == {"GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance"}
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_output_contract(cls):
+    estimator = cls()
+    rewards = _rewards().requires_grad_()
+    before = rewards.detach().clone()
+    adv = estimator(rewards)
+    assert adv.shape == rewards.shape
+    assert adv.dtype == torch.float32
+    assert adv.isfinite().all()
+    assert not adv.requires_grad and adv.grad_fn is None
+    torch.testing.assert_close(rewards.detach(), before, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(adv, estimator(rewards))
+    assert torch.equal(adv[2], torch.zeros(6))  # all-unscorable group
+    assert adv[1, 2] == 0  # unscorable completion
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_groups_are_independent_and_p_equal_one_works(cls):
+    estimator, rewards = cls(), _rewards()
+    rows = torch.cat([estimator(row[None]) for row in rewards])
+    assert torch.equal(estimator(rewards), rows)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_completions_within_a_group_are_exchangeable(cls):
+    estimator, rewards = cls(), _rewards()
+    perm = torch.randperm(6, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(estimator(rewards[:, perm]), estimator(rewards)[:, perm])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_any_floating_dtype_gives_float32(cls, dtype):
+    rewards = _rewards()
+    adv = cls()(rewards.to(dtype))
+    assert adv.dtype == torch.float32
+    torch.testing.assert_close(adv, cls()(rewards))
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_constructor_is_a_typed_config_schema(cls):
+    for param in inspect.signature(cls).parameters.values():
+        assert param.annotation is not inspect.Parameter.empty, param.name
+        assert param.default is not inspect.Parameter.empty, param.name
+    estimator = cls()
+    assert isinstance(estimator.min_group_size, int) and estimator.min_group_size >= 1
+    assert repr(estimator).startswith(f"{cls.__name__}(")
+    assert cls.__doc__ and "arXiv" in cls.__doc__
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_buildable_from_a_config_by_short_name(cls):
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--estimator", type=AdvantageEstimator)
+    config = parser.parse_args([f"--estimator={cls.__name__}"])
+    assert type(parser.instantiate(config).estimator) is cls

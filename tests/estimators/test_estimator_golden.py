@@ -1,0 +1,61 @@
+"""Golden values of METHODS.md section 5 (G = 4, rounded to 4 places)."""
+
+import pytest
+import torch
+
+from lit_grpo.estimators import GRPO, RLOO, DrGRPO, MaxRL, Sign, SignBalance, SoftmaxGRPO
+
+ROWS = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])  # [5, 4]
+
+# (advantage of a correct completion, advantage of a wrong one) for each of ROWS
+GOLDEN = {
+    "GRPO sample": (GRPO(), [(1.5, -0.5), (0.8660, -0.8660), (0.5, -1.5), (0, 0), (0, 0)]),
+    "GRPO population": (
+        GRPO(std="population"),
+        [(1.7321, -0.5774), (1.0, -1.0), (0.5774, -1.7321), (0, 0), (0, 0)],
+    ),
+    "DrGRPO": (DrGRPO(), [(0.75, -0.25), (0.5, -0.5), (0.25, -0.75), (0, 0), (0, 0)]),
+    "RLOO": (RLOO(), [(1.0, -0.3333), (0.6667, -0.6667), (0.3333, -1.0), (0, 0), (0, 0)]),
+    "MaxRL": (MaxRL(), [(3.0, -1.0), (1.0, -1.0), (0.3333, -1.0), (0, 0), (0, 0)]),
+    "SoftmaxGRPO tau=0.3": (
+        SoftmaxGRPO(tau=0.3),
+        [(2.6133, -0.8711), (0.9311, -0.9311), (0.3177, -0.9530), (0, 0), (0, 0)],
+    ),
+    "SignBalance": (SignBalance(), [(1.0, -0.3333), (1.0, -1.0), (1.0, -3.0), (0, 0), (0, 0)]),
+    "SignBalance push": (
+        SignBalance(all_correct="push"),
+        [(1.0, -0.3333), (1.0, -1.0), (1.0, -3.0), (1.0, 0), (0, 0)],
+    ),
+    "Sign": (Sign(), [(1, -1)] * 5),
+}
+
+
+def _expected(pairs: list[tuple[float, float]]) -> torch.Tensor:
+    pos, neg = torch.tensor(pairs, dtype=torch.float32).T.unsqueeze(-1)  # [5, 1] each
+    return torch.where(ROWS == 1, pos, neg)  # [5, 4]
+
+
+@pytest.mark.parametrize("name", GOLDEN)
+def test_golden_table(name):
+    estimator, pairs = GOLDEN[name]
+    torch.testing.assert_close(estimator(ROWS), _expected(pairs), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", GOLDEN)
+def test_golden_rows_one_at_a_time(name):
+    estimator, pairs = GOLDEN[name]
+    rows = torch.cat([estimator(row[None]) for row in ROWS])
+    torch.testing.assert_close(rows, _expected(pairs), rtol=0, atol=1e-4)
+
+
+def test_grpo_batch_scale_divides_by_the_std_of_the_whole_batch():
+    rewards = ROWS[:3]  # [3, 4]
+    for std, correction in (("sample", 1), ("population", 0)):
+        batch_sd = torch.std(rewards, correction=correction)
+        expected = DrGRPO()(rewards) / (batch_sd + 1e-6)
+        torch.testing.assert_close(GRPO(std=std, scale="batch")(rewards), expected)
+
+
+def test_grpo_without_scaling_is_drgrpo():
+    rewards = torch.rand(6, 5, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(GRPO(scale="none")(rewards), DrGRPO()(rewards))

@@ -1,0 +1,44 @@
+"""Every reward function honours the RewardFunction contract."""
+
+import pytest
+import torch
+
+from lit_grpo.rewards import STANDARD_COUNTERS, ExactMatch, MathVerify, RewardFunction, WeightedSum
+
+REWARDS = {
+    "ExactMatch": ExactMatch,
+    "MathVerify": MathVerify,
+    "WeightedSum": lambda: WeightedSum([ExactMatch(), MathVerify()], weights=[0.5, 1.0]),
+}
+COMPLETIONS = ["#### 4", "4", "\\boxed{5}", ""]
+REFERENCES = ["4", "4", "#### 4", None]
+
+
+@pytest.fixture(params=list(REWARDS), ids=list(REWARDS))
+def reward(request):
+    return REWARDS[request.param]()
+
+
+def test_contract(reward):
+    assert isinstance(reward, RewardFunction)
+    out = reward(COMPLETIONS, REFERENCES, extra=[1, 2, 3, 4])
+    assert out.scores.shape == (len(COMPLETIONS),)
+    assert out.scores.dtype == torch.float32
+    assert torch.isnan(out.scores[3]), "a missing reference must be NaN, never a silent 0"
+    assert set(STANDARD_COUNTERS) <= out.counters.keys()
+    assert out.counters["unscorable"] >= 1
+    assert all(isinstance(v, int) for v in out.counters.values())
+    assert reward.name in out.terms
+    assert all(t.shape == (len(COMPLETIONS),) for t in out.terms.values())
+
+
+def test_empty_input_gives_empty_output(reward):
+    out = reward([], [])
+    assert out.scores.shape == (0,) and out.scores.dtype == torch.float32
+    assert set(STANDARD_COUNTERS) <= out.counters.keys()
+    assert out.terms[reward.name].shape == (0,)
+
+
+def test_length_mismatch_is_rejected(reward):
+    with pytest.raises(ValueError, match="2 completions but 1 references"):
+        reward(["a", "b"], ["a"])
