@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 from lightning.pytorch.cli import LightningCLI
 from lightning import LightningModule
@@ -41,7 +40,7 @@ def main(args: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import lit_grpo  # noqa: F401  (registers every component for short names)
 
-    LitGRPOCLI(args=args if args is not None else sys.argv[1:])
+    LitGRPOCLI(args=args)
 
 
 if __name__ == "__main__":

@@ -137,9 +137,9 @@ class GRPOModule(PolicyModule):
             self.engine.sync_weights(self.policy)
         stats = RolloutStats(batch, rollouts.texts, rewards.cpu(), advantages.cpu(), rollouts.lengths.cpu(),
                              rollouts.truncated.cpu(), {k: v.cpu() for k, v in reward_out.terms.items()},
-                             reward_out.counters, drawn)
+                             reward_out.counters, drawn, rollouts)
         self.log_step(stats, losses, timer)
-        return {"loss": losses["loss"], "rollout": stats}
+        return {"loss": torch.tensor(losses["loss"]), "rollout": stats}
 
     def collect(self, batch: PromptBatch, timer: PhaseTimer):
         """Generate and score groups; with ``filter_degenerate``, refill until ``P`` groups vary."""
@@ -166,8 +166,10 @@ class GRPOModule(PolicyModule):
     def update(self, rollouts: Rollouts, advantages: Tensor, timer: PhaseTimer) -> dict[str, float]:
         """``num_iterations`` optimizer steps on the clipped loss over micro-batches of ``rollouts``."""
         n = len(rollouts)
-        if n == 0:
-            return {"loss": 0.0}
+        if n == 0:  # every group was filtered out: count the steps, change nothing
+            for _ in range(self.num_iterations):
+                stats = self._optimizer_step(0.0)
+            return {"loss": 0.0, **stats}
         adv = advantages.to(self.device)  # [N]
         weights = token_weights(rollouts.completion_mask, self.aggregation, self.sampling.max_new_tokens,
                                 **self._global_counts(rollouts.completion_mask))  # [N, T]
@@ -226,6 +228,7 @@ class GRPOModule(PolicyModule):
         return {"num_tokens": tokens / world, "num_sequences": seqs / world}
 
     def _optimizer_step(self, loss: float) -> dict[str, float]:
+        """Clip, then step; a non-finite loss or gradient skips the update (parameters without grads)."""
         opt, sched = self.optimizers(), self.lr_schedulers()
         params = [p for p in self.policy.parameters() if p.grad is not None]
         max_norm = self.max_grad_norm if self.max_grad_norm is not None else math.inf
@@ -236,9 +239,8 @@ class GRPOModule(PolicyModule):
                     f"non-finite loss ({loss}) or gradient norm ({grad_norm}) at step {self.global_step}; "
                     "lower lr, check rewards, or set on_nonfinite: skip")
             self.nonfinite_steps += 1
-            opt.zero_grad(set_to_none=True)
-            return {"grad_norm": grad_norm}
-        opt.step()
+            opt.zero_grad(set_to_none=True)  # the step below then leaves parameters and optimizer state alone
+        opt.step()  # always called, so that trainer.global_step counts skipped steps too
         opt.zero_grad(set_to_none=True)
         sched.step()
         return {"grad_norm": grad_norm}

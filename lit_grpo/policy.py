@@ -145,11 +145,8 @@ class PolicyModule(LightningModule):
         if self.policy is not None:
             return
         self.tokenizer = load_tokenizer(self.model_name)
-        self.policy = load_policy(self.model_name, self.dtype_name, self.from_scratch, self.seed)
+        self.policy = load_policy(self.model_name, self.dtype_name, self.from_scratch, self.seed).train()
         self.engine.bind(self.policy, self.tokenizer)
-
-    def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        return batch if isinstance(batch, PromptBatch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     # ---- scoring ---------------------------------------------------------------------------------
     def score(self, batch: PromptBatch, rollouts: Rollouts):

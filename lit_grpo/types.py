@@ -124,6 +124,7 @@ class RolloutStats:
     reward_terms: dict[str, Tensor] = field(default_factory=dict)  # name -> [N]
     reward_counters: dict[str, int] = field(default_factory=dict)
     num_drawn: int = 0  # prompts drawn this step, refills included
+    rollouts: Rollouts | None = None  # the token ids behind ``texts`` (on the training device, detached)
 
     @property
     def group_size(self) -> int:

@@ -128,6 +128,12 @@ class PromptDataModule(L.LightningDataModule):
         records = self._split(split)[: self.max_val_prompts]
         return self._loader(records, self.val_batch_size, shuffle=False)
 
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        """Prompt batches are text: they stay where they are; the module moves what it tokenizes."""
+        if isinstance(batch, PromptBatch):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def _loader(self, records: list[Record], batch_size: int, **kwargs: Any) -> DataLoader:
         return DataLoader(
             records,  # type: ignore[arg-type]

@@ -1,0 +1,95 @@
+import glob
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_grpo.cli import LitGRPOCLI, main
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml"))
+ESTIMATORS = ["GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance"]
+
+
+def _needs(config: str) -> str | None:
+    text = (ROOT / config).read_text()
+    if "VLLMEngine" in text and importlib.util.find_spec("vllm") is None:
+        return "vllm"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _run_from_repo_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_config_parses_and_instantiates(config):
+    missing = _needs(config)
+    if missing:
+        pytest.skip(f"{config} needs {missing}, which is not installed")
+    first = (ROOT / config).read_text().splitlines()[0]
+    assert first.startswith("# "), f"{config} must start with a comment giving the command and hardware"
+    # overlays (configs/estimators/) apply on top of the config their first line names
+    first_command = first.split()
+    configs = [a for prev, a in zip(first_command, first_command[1:], strict=False) if prev == "--config"]
+    args = [x for c in (configs or [config]) for x in ("--config", c)]
+    assert config in configs or not configs, f"{config}: its first line must show the command that uses it"
+    cli = LitGRPOCLI(args=args, run=False)
+    assert cli.model is not None and cli.datamodule is not None and cli.trainer is not None
+
+
+def test_print_config_resolves_components(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "configs/quickstart.yaml", "--model.estimator=Sign", "--print_config"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["init_args"]["estimator"]["class_path"] in ("lit_grpo.Sign", "lit_grpo.estimators.sign.Sign")
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_short_estimator_names_resolve(estimator):
+    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", f"--model.estimator={estimator}"], run=False)
+    assert type(cli.model.estimator).__name__ == estimator
+
+
+def test_estimator_options_on_the_command_line():
+    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.estimator=SoftmaxGRPO",
+                           "--model.estimator.tau=0.3"], run=False)
+    assert cli.model.estimator.tau == 0.3
+
+
+def test_unknown_estimator_fails_at_parse_time(capsys):
+    with pytest.raises(SystemExit):
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.estimator=Bogus"], run=False)
+    err = capsys.readouterr().err
+    assert "Bogus" in err and "estimator" in err
+
+
+def test_unknown_option_fails_at_parse_time(capsys):
+    with pytest.raises(SystemExit):
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.aggregation=mean"], run=False)
+    err = capsys.readouterr().err
+    assert "token-mean" in err  # the valid choices are listed
+
+
+def test_bad_value_is_reported_with_the_option(capsys):
+    with pytest.raises((SystemExit, ValueError), match="tau|") as info:
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.estimator=SoftmaxGRPO",
+                         "--model.estimator.tau=-1"], run=False)
+    message = str(info.value) + capsys.readouterr().err
+    assert "tau" in message
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_quickstart_runs_a_few_steps_with_each_estimator(tmp_path, estimator, capsys):
+    main(["fit", "--config", "configs/quickstart.yaml", f"--model.estimator={estimator}",
+          "--trainer.max_steps=2", "--trainer.val_check_interval=2", "--data.max_val_prompts=8",
+          "--trainer.enable_progress_bar=false", f"--trainer.logger.init_args.save_dir={tmp_path}"])
+    out = capsys.readouterr()
+    assert "Held-out prompts" in out.out + out.err
+    run_dirs = glob.glob(f"{tmp_path}/quickstart/version_*")
+    assert run_dirs and glob.glob(f"{run_dirs[0]}/events*")
+    saved = yaml.safe_load(Path(run_dirs[0], "config.yaml").read_text())  # the resolved config
+    assert saved["model"]["init_args"]["estimator"]["class_path"].endswith(estimator)

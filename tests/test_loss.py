@@ -1,0 +1,132 @@
+import math
+
+import pytest
+import torch
+
+from lit_grpo.loss import (
+    AGGREGATIONS,
+    clipped_policy_loss,
+    kl_penalty,
+    token_entropy,
+    token_logprobs,
+    token_weights,
+)
+
+
+def _batch(seed=0, n=6, t=5):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(n, t, dtype=torch.bool)
+    lengths = torch.tensor([5, 3, 1, 4, 2, 5])[:n]
+    mask = torch.arange(t)[None, :] < lengths[:, None]
+    return torch.randn(n, t, generator=g), mask
+
+
+def test_clipped_loss_is_minus_advantage_on_policy():
+    logp, _ = _batch()
+    adv = torch.tensor([1.0, -2.0, 0.5, 0.0, 3.0, -1.0])
+    loss, clipped = clipped_policy_loss(logp, logp.detach(), adv)
+    torch.testing.assert_close(loss, -adv[:, None].expand_as(loss))
+    assert not clipped.any()
+
+
+def test_clipped_loss_clips_each_side():
+    old = torch.zeros(4, 1)
+    logp = torch.log(torch.tensor([[1.5], [1.5], [0.5], [0.5]]))
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    loss, clipped = clipped_policy_loss(logp, old, adv, eps_low=0.2, eps_high=0.28)
+    # A>0, ratio 1.5 -> clipped at 1.28; A<0, ratio 1.5 -> unclipped -1.5*(-1); A>0 ratio .5 -> unclipped .5;
+    # A<0 ratio .5 -> clipped at 0.8
+    torch.testing.assert_close(loss.squeeze(-1), torch.tensor([-1.28, 1.5, -0.5, 0.8]))
+    assert clipped.squeeze(-1).tolist() == [True, False, False, True]
+
+
+def test_dual_clip_bounds_negative_advantages():
+    old = torch.zeros(1, 1)
+    logp = torch.log(torch.tensor([[10.0]]))
+    loss, _ = clipped_policy_loss(logp, old, torch.tensor([-1.0]), dual_clip=3.0)
+    assert loss.item() == pytest.approx(3.0)
+    loss_no_dual, _ = clipped_policy_loss(logp, old, torch.tensor([-1.0]))
+    assert loss_no_dual.item() == pytest.approx(10.0)
+
+
+def _reference_loss(token_loss, mask, mode, max_new):
+    m = mask.float()
+    if mode == "token-mean":
+        return (token_loss * m).sum() / m.sum()
+    if mode == "seq-mean-token-mean":
+        return ((token_loss * m).sum(-1) / m.sum(-1)).mean()
+    if mode == "seq-mean-token-sum":
+        return (token_loss * m).sum(-1).mean()
+    return (token_loss * m).sum() / (mask.shape[0] * max_new)
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_token_weights_reproduce_each_aggregation(mode):
+    token_loss, mask = _batch()
+    w = token_weights(mask, mode, max_new_tokens=8)
+    torch.testing.assert_close((token_loss * w).sum(), _reference_loss(token_loss, mask, mode, 8))
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_micro_batches_accumulate_to_the_full_batch_gradient(mode):
+    torch.manual_seed(0)
+    x, mask = _batch(seed=1)
+    param = torch.nn.Parameter(torch.randn(5))
+    adv = torch.randn(6)
+
+    def token_loss(rows):
+        logp = torch.log_softmax(x[rows] * param, dim=-1)  # [n, T]
+        return clipped_policy_loss(logp, logp.detach() + 0.1, adv[rows])[0]
+
+    w = token_weights(mask, mode, max_new_tokens=7)
+    full = (token_loss(slice(0, 6)) * w).sum()
+    (g_full,) = torch.autograd.grad(full, param)
+    g_acc = torch.zeros_like(param)
+    for start in range(0, 6, 4):
+        rows = slice(start, start + 4)
+        (g,) = torch.autograd.grad((token_loss(rows) * w[rows]).sum(), param)
+        g_acc += g
+    torch.testing.assert_close(g_acc, g_full)
+
+
+def test_seq_sum_constant_does_not_depend_on_lengths():
+    _, mask = _batch()
+    w = token_weights(mask, "seq-sum-constant", max_new_tokens=10)
+    assert torch.all(w[mask] == 1 / (6 * 10))
+
+
+def test_global_counts_override_local_ones():
+    _, mask = _batch()
+    w = token_weights(mask, "token-mean", 8, num_tokens=torch.tensor(100.0))
+    assert w[mask].unique().tolist() == [pytest.approx(0.01)]
+
+
+def test_unknown_aggregation_names_the_choices():
+    _, mask = _batch()
+    with pytest.raises(ValueError, match="seq-mean-token-mean"):
+        token_weights(mask, "mean", 8)
+
+
+def test_kl_estimators():
+    logp = torch.tensor([[-1.0, -2.0]])
+    ref = torch.tensor([[-1.5, -1.0]])
+    d = logp - ref
+    torch.testing.assert_close(kl_penalty(logp, ref, "k1"), d)
+    torch.testing.assert_close(kl_penalty(logp, ref, "k2"), 0.5 * d**2)
+    torch.testing.assert_close(kl_penalty(logp, ref, "k3"), torch.exp(-d) + d - 1)
+    assert torch.all(kl_penalty(logp, ref, "k3") >= 0)
+    assert torch.equal(kl_penalty(logp, logp, "k3"), torch.zeros_like(logp))
+    with pytest.raises(ValueError, match="k3"):
+        kl_penalty(logp, ref, "k4")
+
+
+def test_token_logprobs_matches_log_softmax_in_chunks():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 11, generator=g)
+    ids = torch.randint(0, 11, (3, 7), generator=g)
+    expected = torch.log_softmax(logits / 0.7, -1).gather(-1, ids[..., None]).squeeze(-1)
+    torch.testing.assert_close(token_logprobs(logits, ids, 0.7, chunk_size=4), expected)
+    ent = token_entropy(logits, 1.0, chunk_size=5)
+    p = torch.softmax(logits, -1)
+    torch.testing.assert_close(ent, -(p * p.log()).sum(-1))
+    assert ent.max() <= math.log(11) + 1e-5

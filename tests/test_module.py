@@ -1,0 +1,200 @@
+import glob
+from unittest import mock
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import lit_grpo.module as module_mod
+from lit_grpo import GRPO, RLOO, MaxRL, RewardFunction, Sign, SoftmaxGRPO
+from lit_grpo.loss import AGGREGATIONS
+from lit_grpo.types import RewardOutput
+from tests.helpers import tiny_data, tiny_module, tiny_trainer
+
+
+def _params(module):
+    return {k: v.detach().clone() for k, v in module.policy.named_parameters()}
+
+
+def test_fit_updates_parameters_and_logs_documented_metrics(tmp_path, sft_model_path):
+    L.seed_everything(0)
+    module = tiny_module(sft_model_path)
+    logger = TensorBoardLogger(tmp_path, name="run")
+    trainer = tiny_trainer(tmp_path, max_steps=3, logger=logger, log_every_n_steps=1,
+                           limit_val_batches=1, val_check_interval=3, check_val_every_n_epoch=None)
+    data = tiny_data()
+    module.configure_model()
+    before = _params(module)
+    trainer.fit(module, datamodule=data)
+    after = _params(module)
+    assert trainer.global_step == 3
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    events = EventAccumulator(glob.glob(f"{logger.log_dir}/events*")[0])
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    expected = {
+        "train/loss", "train/clip_frac", "train/entropy", "train/grad_norm", "train/lr", "train/nonfinite_steps",
+        "rollout/reward_mean", "rollout/reward_std", "rollout/len_mean", "rollout/truncated_frac",
+        "rollout/unscorable_frac", "rollout/prompts_drawn", "reward/ExactMatch", "reward/errors",
+        "perf/generate_s", "perf/score_s", "perf/forward_s", "perf/backward_s", "perf/optimizer_s",
+        "perf/step_s", "perf/tokens_per_s", "val/accuracy", "val/reward_mean",
+    }
+    assert expected <= tags, expected - tags
+    assert len(events.Scalars("train/loss")) == 3
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path, sft_model_path):
+    L.seed_everything(0)
+    ckpt_dir = tmp_path / "ckpt"
+    first = tiny_trainer(tmp_path, max_steps=2, enable_checkpointing=True,
+                         callbacks=[L.pytorch.callbacks.ModelCheckpoint(dirpath=ckpt_dir, save_last=True)])
+    module = tiny_module(sft_model_path)
+    first.fit(module, datamodule=tiny_data())
+    saved = _params(module)
+    resumed_module = tiny_module(sft_model_path)
+    second = tiny_trainer(tmp_path, max_steps=4)
+    with mock.patch.object(module_mod.GRPOModule, "update", wraps=resumed_module.update) as update:
+        second.fit(resumed_module, datamodule=tiny_data(), ckpt_path=str(ckpt_dir / "last.ckpt"))
+    assert second.global_step == 4
+    assert update.call_count == 2  # only the two missing steps ran
+    # the resumed run started from the saved weights, not from the initial ones
+    assert any(not torch.equal(saved[k], v) for k, v in _params(resumed_module).items())
+
+
+class GradCapture(L.Callback):
+    def __init__(self):
+        self.grads = None
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.grads = {k: p.grad.detach().clone() for k, p in pl_module.policy.named_parameters()}
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_micro_batches_give_the_full_batch_gradient(tmp_path, sft_model_path, aggregation):
+    grads = []
+    for micro in (None, 3):
+        L.seed_everything(0)
+        module = tiny_module(sft_model_path, aggregation=aggregation, micro_batch_size=micro)
+        capture = GradCapture()
+        tiny_trainer(tmp_path, max_steps=1, callbacks=[capture]).fit(module, datamodule=tiny_data())
+        grads.append(capture.grads)
+    assert any(g.abs().sum() > 0 for g in grads[0].values())
+    for k in grads[0]:
+        torch.testing.assert_close(grads[0][k], grads[1][k], atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("num_iterations", "expected_calls"), [(1, 1), (2, 3)])
+def test_old_logprobs_only_when_reused(tmp_path, sft_model_path, num_iterations, expected_calls):
+    L.seed_everything(0)
+    module = tiny_module(sft_model_path, num_iterations=num_iterations)
+    with mock.patch.object(module_mod, "sequence_logprobs", wraps=module_mod.sequence_logprobs) as forward:
+        tiny_trainer(tmp_path, max_steps=num_iterations).fit(module, datamodule=tiny_data())
+    assert forward.call_count == expected_calls
+    assert module.global_step == num_iterations  # one optimizer step per pass
+
+
+def test_kl_reference_is_loaded_only_with_beta(tmp_path, sft_model_path):
+    plain = tiny_module(sft_model_path)
+    plain.configure_model()
+    assert plain.ref_policy is None
+    L.seed_everything(0)
+    with_kl = tiny_module(sft_model_path, beta=0.1)
+    tiny_trainer(tmp_path, max_steps=2).fit(with_kl, datamodule=tiny_data())
+    assert with_kl.ref_policy is not None
+    assert all(not p.requires_grad for p in with_kl.ref_policy.parameters())
+
+
+@pytest.mark.parametrize("estimator", [GRPO(), Sign(), RLOO(), MaxRL(), SoftmaxGRPO(tau=0.3)])
+def test_each_estimator_trains(tmp_path, sft_model_path, estimator):
+    L.seed_everything(0)
+    module = tiny_module(sft_model_path, estimator=estimator)
+    module.configure_model()
+    before = _params(module)
+    tiny_trainer(tmp_path, max_steps=1).fit(module, datamodule=tiny_data(prompts_per_step=8))
+    assert any(not torch.equal(before[k], v) for k, v in _params(module).items())
+
+
+class ConstantReward(RewardFunction):
+    def __call__(self, completions, references, **columns):
+        return RewardOutput(torch.ones(len(completions)), {}, {})
+
+
+def test_filter_degenerate_refills_then_skips_an_all_degenerate_batch(tmp_path, sft_model_path):
+    L.seed_everything(0)
+    module = tiny_module(sft_model_path, reward=ConstantReward(), filter_degenerate=True, max_refill_batches=2)
+    module.configure_model()
+    before = _params(module)
+    data = tiny_data()
+    with mock.patch.object(type(data), "refill", autospec=True, side_effect=type(data).refill) as refill:
+        tiny_trainer(tmp_path, max_steps=1).fit(module, datamodule=data)
+    assert refill.call_count == 2
+    assert all(torch.equal(before[k], v) for k, v in _params(module).items())  # nothing to learn from
+
+
+def test_filter_degenerate_keeps_informative_groups(tmp_path, sft_model_path):
+    L.seed_everything(0)
+    module = tiny_module(sft_model_path, filter_degenerate=True, max_refill_batches=3)
+    trainer = tiny_trainer(tmp_path, max_steps=1)
+    outputs = {}
+
+    class Grab(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, out, batch, batch_idx):
+            outputs["rollout"] = out["rollout"]
+
+    trainer.callbacks.append(Grab())
+    trainer.fit(module, datamodule=tiny_data(prompts_per_step=8))
+    stats = outputs["rollout"]
+    rewards = stats.rewards
+    assert rewards.shape[0] <= 8 and stats.num_drawn >= 8
+    spread = rewards.max(1).values - rewards.min(1).values
+    assert torch.all(spread > 0)  # every kept group varies
+
+
+def test_non_finite_rewards_are_a_clear_error(tmp_path, sft_model_path):
+    class InfReward(RewardFunction):
+        def __call__(self, completions, references, **columns):
+            return RewardOutput(torch.full((len(completions),), float("inf")), {}, {})
+
+    module = tiny_module(sft_model_path, reward=InfReward())
+    with pytest.raises(ValueError, match="inf"):
+        tiny_trainer(tmp_path, max_steps=1).fit(module, datamodule=tiny_data())
+
+
+def _nan_loss(logp, *args, **kwargs):
+    return logp * float("nan"), torch.zeros_like(logp, dtype=torch.bool)
+
+
+def test_nonfinite_loss_skips_the_step_and_counts(tmp_path, sft_model_path):
+    L.seed_everything(0)
+    module = tiny_module(sft_model_path)
+    module.configure_model()
+    before = _params(module)
+    with mock.patch.object(module_mod, "clipped_policy_loss",
+                           side_effect=_nan_loss):
+        tiny_trainer(tmp_path, max_steps=2).fit(module, datamodule=tiny_data())
+    assert module.nonfinite_steps == 2
+    assert all(torch.equal(before[k], v) for k, v in _params(module).items())
+    raising = tiny_module(sft_model_path, on_nonfinite="raise")
+    with mock.patch.object(module_mod, "clipped_policy_loss",
+                           side_effect=_nan_loss):
+        with pytest.raises(FloatingPointError, match="on_nonfinite"):
+            tiny_trainer(tmp_path, max_steps=1).fit(raising, datamodule=tiny_data())
+
+
+def test_bad_options_are_rejected_with_the_option_named(sft_model_path):
+    with pytest.raises(ValueError, match="group_size=1 is too small for GRPO"):
+        tiny_module(sft_model_path, group_size=1)
+    with pytest.raises(ValueError, match="num_iterations"):
+        tiny_module(sft_model_path, num_iterations=0)
+    with pytest.raises(ValueError, match="temperature"):
+        tiny_module(sft_model_path, temperature=0)
+    with pytest.raises(ValueError, match="tau"):
+        SoftmaxGRPO(tau=0)
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path):
+    module = tiny_module(str(tmp_path / "no-such-model"))
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        module.configure_model()
