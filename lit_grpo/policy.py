@@ -13,6 +13,7 @@ from torchmetrics import MeanMetric
 
 from lit_grpo.loss import token_entropy, token_logprobs
 from lit_grpo.rewards.base import RewardFunction
+from lit_grpo.rewards.scoring import call_reward
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.hf import HFGenerateEngine
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
@@ -153,7 +154,7 @@ class PolicyModule(LightningModule):
         """Rewards ``[P, G]`` of group-major rollouts, with the reward's output for logging."""
         g = rollouts.group_size
         expanded = batch.repeat(g)
-        out = self.reward(rollouts.texts, expanded.references, **expanded.columns)
+        out = call_reward(self.reward, rollouts.texts, expanded.references, **expanded.columns)
         return out.scores.float().view(len(batch), g), out
 
     @torch.no_grad()

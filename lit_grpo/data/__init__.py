@@ -1,6 +1,16 @@
-"""Prompt sources and the DataModule that serves them."""
+"""Prompt sources, tasks and the DataModule that serves them."""
 
 from lit_grpo.data.datamodule import PromptDataModule
-from lit_grpo.data.sources import FileSource, HubSource, PromptSource, SyntheticArithmetic
+from lit_grpo.data.multiple_choice import MultipleChoice
+from lit_grpo.data.records import BadRowError
+from lit_grpo.data.sources import FileSource, HubSource, PromptSource, RowSource
+from lit_grpo.data.stream import PromptStream
+from lit_grpo.data.synthetic import SyntheticArithmetic, SyntheticChoice
+from lit_grpo.data.tasks import GSM8K, MATH500, ReferenceText
+from lit_grpo.data.templates import THINK_TEMPLATE, PromptStyle
 
-__all__ = ["PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule"]
+__all__ = [
+    "PromptSource", "RowSource", "FileSource", "HubSource",
+    "SyntheticArithmetic", "SyntheticChoice", "GSM8K", "MATH500", "MultipleChoice", "ReferenceText",
+    "PromptDataModule", "PromptStream", "BadRowError", "PromptStyle", "THINK_TEMPLATE",
+]  # fmt: skip

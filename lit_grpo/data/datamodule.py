@@ -2,23 +2,52 @@
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+from functools import partial
+from itertools import islice
 from typing import Any
 
 import lightning as L
-import numpy as np
-from torch.utils.data import DataLoader, DistributedSampler
+import torch
+from torch.utils.data import DataLoader
 
-from lit_grpo.data.records import Record, collate_prompts
+from lit_grpo.data.records import BadRowError, OnBadRow, Record, collate_prompts
 from lit_grpo.data.sources import PromptSource, Split
+from lit_grpo.data.stream import EpochLoader, PromptStream
 from lit_grpo.types import PromptBatch
+
+logger = logging.getLogger(__name__)
+
+
+class SkippedRows:
+    """Counts the bad rows skipped per split; the first of each split is logged with its error."""
+
+    def __init__(self) -> None:
+        self.counts: Counter = Counter()
+
+    def callback(self, split: Split) -> OnBadRow:
+        return partial(self.add, split)
+
+    def add(self, split: Split, error: BadRowError) -> None:
+        if not self.counts[split]:
+            logger.warning("skipping a bad row of the %s split (skip_bad_rows is set): %s", split, error)
+        self.counts[split] += 1
 
 
 class PromptDataModule(L.LightningDataModule):
     """Batches of prompts from a :class:`PromptSource`.
 
-    Training batches hold exactly ``prompts_per_step`` prompts (per process), in an order
-    reshuffled each epoch from ``seed`` and the epoch number. :meth:`refill` draws further training
-    prompts from an independent seeded stream, whose position is saved in checkpoints.
+    Training batches hold exactly ``prompts_per_step`` prompts per process. Each epoch has a new order,
+    fixed by ``seed`` and the epoch number; the prompts are dealt to the ranks so that no prompt (and so
+    no group) is on two ranks. With ``streaming`` the training split is read from the source one record
+    at a time every epoch, through a shuffle buffer, so it need not fit in memory; otherwise it is
+    loaded once and fully shuffled. The position in the epoch (batches consumed) and in the
+    :meth:`refill` stream are saved in checkpoints, and a resumed run continues with exactly the
+    prompts the uninterrupted run would have seen (for the same seed and world size; the position is
+    counted in data epochs of its own, whatever number Lightning gives the epoch).
+
+    Validation and test prompts are held in memory, in file order (the first ``max_val_prompts``).
 
     Args:
         source: Where the prompts come from.
@@ -27,6 +56,11 @@ class PromptDataModule(L.LightningDataModule):
         max_val_prompts: Use only the first this many validation / test prompts; None for all.
         seed: Seed of the training order and of the refill stream.
         num_workers: DataLoader worker processes.
+        streaming: Read the training split anew each epoch instead of holding it in memory.
+        shuffle_buffer: Records in the streaming shuffle buffer (with ``streaming``).
+        skip_bad_rows: Skip rows that cannot become prompts (malformed line, missing field, empty
+            prompt, unparsable reference), counted in :attr:`skipped_rows` and logged; otherwise the
+            first one raises an error naming the file, line and field.
     """
 
     def __init__(
@@ -37,9 +71,15 @@ class PromptDataModule(L.LightningDataModule):
         max_val_prompts: int | None = None,
         seed: int = 0,
         num_workers: int = 0,
+        streaming: bool = False,
+        shuffle_buffer: int = 10_000,
+        skip_bad_rows: bool = False,
     ) -> None:
         super().__init__()
-        for name, value in [("prompts_per_step", prompts_per_step), ("val_batch_size", val_batch_size)]:
+        for name, value in [
+            ("prompts_per_step", prompts_per_step), ("val_batch_size", val_batch_size),
+            ("shuffle_buffer", shuffle_buffer),
+        ]:  # fmt: skip
             if value < 1:
                 raise ValueError(f"PromptDataModule: {name}={value} must be >= 1")
         if max_val_prompts is not None and max_val_prompts < 1:
@@ -54,11 +94,26 @@ class PromptDataModule(L.LightningDataModule):
         self.max_val_prompts = max_val_prompts
         self.seed = seed
         self.num_workers = num_workers
+        self.streaming = streaming
+        self.shuffle_buffer = shuffle_buffer
+        self.skip_bad_rows = skip_bad_rows
         self.splits: dict[str, list[Record]] = {}
+        self._skipped = SkippedRows()
+        self._epoch = 0  # the data epoch of the training position (own count, not Lightning's)
+        self._batches = 0  # training batches consumed in that epoch
+        self._resume = True  # the next training iterator continues at the position above
         self._refill_drawn = 0  # training prompts drawn by refill so far
-        self._refill_order: tuple[int, list[int]] = (-1, [])  # (pass over the set, its order)
+        self._refill_stream = None
+
+    @property
+    def skipped_rows(self) -> dict[str, int]:
+        """Bad rows skipped per split (with ``skip_bad_rows``), in this process."""
+        return dict(self._skipped.counts)
 
     def setup(self, stage: str | None = None) -> None:
+        model = getattr(self.trainer, "lightning_module", None) if self.trainer is not None else None
+        if isinstance(getattr(model, "model_name", None), str):
+            self.source.bind_tokenizer(model.model_name)  # the chat template of the policy's tokenizer
         wanted: list[Split] = {
             "fit": ["train", "val"],
             "validate": ["val"],
@@ -66,25 +121,43 @@ class PromptDataModule(L.LightningDataModule):
         }.get(stage or "", ["train", "val", "test"])
         for split in wanted:
             if split not in self.splits and (split == "train" or self.source.has_split(split)):
-                self.splits[split] = self.source.load(split)
-        train = self.splits.get("train")
-        if train is not None and len(train) < self.prompts_per_step:
+                self._load(split)
+
+    def _load(self, split: Split) -> None:
+        records = self.source.stream(split, self._skipped.callback(split) if self.skip_bad_rows else None)
+        if split != "train":
+            self.splits[split] = list(islice(records, self.max_val_prompts))
+        elif not self.streaming:
+            self.splits[split] = list(records)
+            self._check_size(len(self.splits[split]))
+        elif next(records, None) is None:  # streamed: fail now on a missing or unreadable file
+            self._check_size(0)
+
+    def _check_size(self, size: int) -> None:
+        if size < self.prompts_per_step:
             raise ValueError(
-                f"PromptDataModule: the training split has {len(train)} prompts, fewer than "
+                f"PromptDataModule: the training split has {size} prompts, fewer than "
                 f"prompts_per_step={self.prompts_per_step}; lower prompts_per_step or add prompts"
             )
 
-    def train_dataloader(self) -> DataLoader:
-        train = self._split("train")
+    def train_dataset(
+        self, rank: int | None = None, world_size: int | None = None, salt: int = 0
+    ) -> PromptStream:
+        """The training stream of ``rank`` of ``world_size`` (default: the trainer's, else 0 of 1)."""
         trainer = self.trainer
-        sampler = DistributedSampler(
-            train,  # type: ignore[arg-type]
-            num_replicas=trainer.world_size if trainer else 1,
-            rank=trainer.global_rank if trainer else 0,
-            shuffle=True,
-            seed=self.seed,
-        )  # a seeded order per epoch; Lightning calls set_epoch
-        return self._loader(train, self.prompts_per_step, sampler=sampler, drop_last=True)
+        rank = rank if rank is not None else (trainer.global_rank if trainer else 0)
+        world_size = world_size if world_size is not None else (trainer.world_size if trainer else 1)
+        if self.streaming:
+            on_bad = self._skipped.callback("train") if self.skip_bad_rows else None
+            records: Any = partial(self.source.stream, "train", on_bad)
+        else:
+            records = self._split("train")
+        return PromptStream(
+            records, self.prompts_per_step, self.seed, rank, world_size, self.shuffle_buffer, salt
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return EpochLoader(self.train_dataset(), self._begin_epoch, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader | list:
         return self._eval_loader("val")
@@ -93,29 +166,62 @@ class PromptDataModule(L.LightningDataModule):
         return self._eval_loader("test")
 
     def refill(self, n: int) -> PromptBatch:
-        """``n`` further training prompts from a seeded stream that cycles over the training set."""
+        """``n`` further training prompts of this rank from a seeded stream (independent of the
+        training order) that cycles over the rank's share of the training set."""
         if n < 0:
             raise ValueError(f"PromptDataModule.refill: n={n} must be >= 0")
-        train = self._split("train")
-        index = []
-        for k in range(self._refill_drawn, self._refill_drawn + n):
-            index.append(self._refill_pass(k // len(train))[k % len(train)])
+        if not self.streaming:
+            self._split("train")
+        if self._refill_stream is None:
+            self._refill_stream = self.train_dataset(salt=1).cycle(start=self._refill_drawn)
+        records = list(islice(self._refill_stream, n))
         self._refill_drawn += n
-        return collate_prompts(train[:1]).select([]) if n == 0 else collate_prompts([train[i] for i in index])
+        if n == 0:  # an empty batch that still has the columns
+            return collate_prompts(list(islice(self.train_dataset(salt=1).cycle(), 1))).select([])
+        return collate_prompts(records)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"refill_drawn": self._refill_drawn}
+        """The position: the data epoch, the batches consumed in it (the same on every rank) and the
+        prompts drawn by :meth:`refill` (one count per rank with several ranks: they refill apart)."""
+        refill: int | list[int] = self._refill_drawn
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            counts = [None] * torch.distributed.get_world_size()  # every rank writes the checkpoint state
+            torch.distributed.all_gather_object(counts, self._refill_drawn)
+            refill = [int(c) for c in counts]  # type: ignore[arg-type]
+        return {"epoch": self._epoch, "batches": self._batches, "refill_drawn": refill}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._refill_drawn = int(state_dict["refill_drawn"])
+        self._epoch = int(state_dict.get("epoch", 0))
+        self._batches = int(state_dict.get("batches", 0))
+        self._resume = True
+        refill = state_dict["refill_drawn"]
+        if isinstance(refill, list):
+            rank = self.trainer.global_rank if self.trainer is not None else 0
+            refill = refill[rank] if rank < len(refill) else 0
+        self._refill_drawn = int(refill)
+        self._refill_stream = None
 
-    def _refill_pass(self, epoch: int) -> list[int]:
-        """The order of the refill stream's ``epoch``-th pass over the training set (cached)."""
-        if self._refill_order[0] != epoch:
-            rank = self.trainer.global_rank if self.trainer else 0
-            rng = np.random.default_rng([self.seed, rank, epoch, 1])  # independent of the training order
-            self._refill_order = (epoch, rng.permutation(len(self.splits["train"])).tolist())
-        return self._refill_order[1]
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Counts the training batches consumed (at step time, so prefetched batches do not count)."""
+        if self.trainer is None or self.trainer.training:
+            self._batches += 1
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        """Prompt batches are text: they stay where they are; the module moves what it tokenizes."""
+        if isinstance(batch, PromptBatch):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def _begin_epoch(self) -> tuple[int, int]:
+        """``(epoch, first batch)`` for a training iterator starting now (Lightning starts one per
+        epoch): the saved position for the first one after setup or a restore, which ends at once when
+        that epoch was used up, else the start of the next data epoch."""
+        if self._resume:
+            self._resume = False
+        else:
+            self._epoch, self._batches = self._epoch + 1, 0
+        return self._epoch, self._batches
 
     def _split(self, split: Split) -> list[Record]:
         if split not in self.splits:
@@ -125,20 +231,11 @@ class PromptDataModule(L.LightningDataModule):
     def _eval_loader(self, split: Split) -> DataLoader | list:
         if split not in self.splits and not self.source.has_split(split):
             return []  # not configured: Lightning skips the loop
-        records = self._split(split)[: self.max_val_prompts]
-        return self._loader(records, self.val_batch_size, shuffle=False)
-
-    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
-        """Prompt batches are text: they stay where they are; the module moves what it tokenizes."""
-        if isinstance(batch, PromptBatch):
-            return batch
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
-    def _loader(self, records: list[Record], batch_size: int, **kwargs: Any) -> DataLoader:
+        records = self._split(split)
         return DataLoader(
             records,  # type: ignore[arg-type]
-            batch_size=batch_size,
+            batch_size=self.val_batch_size,
             collate_fn=collate_prompts,
             num_workers=self.num_workers,
-            **kwargs,
+            shuffle=False,
         )

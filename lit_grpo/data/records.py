@@ -1,18 +1,37 @@
 """Prompt records: the plain dicts a :class:`~lit_grpo.data.sources.PromptSource` returns.
 
 A record is ``{"prompt": str, "reference": str, "id": str, "columns": {name: value}}``.
+
+Rows are checked as they are read; a bad row raises :class:`BadRowError`, whose message names the file
+(or dataset), the line (or row) and the field, or, where the caller passes ``on_bad_row``, is handed to
+that callback and skipped.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from lit_grpo.types import PromptBatch
 
 Record = dict[str, Any]
+#: Called with each bad row's error when bad rows are skipped instead of raised.
+OnBadRow = Callable[["BadRowError"], None]
+
+
+class BadRowError(ValueError):
+    """A row of the data that cannot become a prompt; the message names where it is and which field."""
+
+
+class BadRowTypeError(BadRowError, TypeError):
+    """A row field of the wrong type (a :class:`BadRowError` that is also a ``TypeError``)."""
+
+
+def bad_field(where: str, field: str, option: str, problem: str) -> BadRowError:
+    """The error for ``field`` (set by ``option``) of the row at ``where``, e.g. "is an empty prompt"."""
+    return BadRowError(f"{where}: field {field!r} ({option}) {problem}")
 
 
 def collate_prompts(records: Sequence[Record]) -> PromptBatch:
@@ -26,56 +45,68 @@ def collate_prompts(records: Sequence[Record]) -> PromptBatch:
     )
 
 
-def make_record(
-    row: dict[str, Any],
-    *,
-    id: str,
-    where: str,
-    prompt_field: str,
-    answer_field: str,
-    template: str,
-    extra_fields: Sequence[str] = (),
-) -> Record:
-    """Check one raw row and turn it into a record; ``where`` ("file, line 3") prefixes every error."""
+def require_fields(row: Any, where: str, fields: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """Checks that ``row`` is a mapping holding every ``(option, field)`` of ``fields`` (not null)."""
     if not isinstance(row, dict):
-        raise ValueError(f"{where}: expected an object with fields, got {type(row).__name__}")
-    fields = list(row)
-    for option, name in [("prompt_field", prompt_field), ("answer_field", answer_field)] + [
-        ("extra_fields", f) for f in extra_fields
-    ]:
+        raise BadRowError(f"{where}: expected an object with fields, got {type(row).__name__}")
+    for option, name in fields:
         if row.get(name) is None:
-            raise ValueError(
-                f"{where}: field {name!r} ({option}) is missing or null; the row has fields {fields}. "
+            raise BadRowError(
+                f"{where}: field {name!r} ({option}) is missing or null; the row has fields {list(row)}. "
                 f"Set {option} to one of them or fix the data."
             )
-    prompt = row[prompt_field]
-    if not isinstance(prompt, str):
-        raise TypeError(
-            f"{where}: field {prompt_field!r} (prompt_field) must be a string, got {type(prompt).__name__}"
-        )
-    if not prompt.strip():
-        raise ValueError(f"{where}: field {prompt_field!r} (prompt_field) is an empty prompt")
+    return row
+
+
+def format_template(template: str, row: dict[str, Any], where: str) -> str:
+    """``template.format(**row)`` with errors that name the row and the missing field."""
     try:
-        text = template.format(**row)
+        return template.format(**row)
     except KeyError as e:
-        raise ValueError(
+        raise BadRowError(
             f"{where}: template {template!r} references field {e.args[0]!r}, which the row lacks; "
-            f"the row has fields {fields}. Fix the template."
+            f"the row has fields {list(row)}. Fix the template."
         ) from None
     except (IndexError, ValueError) as e:
-        raise ValueError(
+        raise BadRowError(
             f"{where}: template {template!r} is invalid ({e}); use named fields like '{{question}}'"
         ) from None
-    return {
-        "prompt": text,
-        "reference": str(row[answer_field]),
-        "id": id,
-        "columns": {f: row[f] for f in extra_fields},
-    }
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(where, row)`` for each non-blank line, ``where`` naming the file and the 1-based line."""
+def check_text(value: Any, where: str, field: str, option: str, what: str) -> str:
+    """``value`` as a non-blank string, else a :class:`BadRowError` naming ``field`` and ``option``."""
+    if not isinstance(value, str):
+        raise BadRowTypeError(
+            f"{where}: field {field!r} ({option}) must be a string, got {type(value).__name__}"
+        )
+    if not value.strip():
+        raise BadRowError(f"{where}: field {field!r} ({option}) is an empty {what}")
+    return value
+
+
+def build_records(
+    rows: Iterable[tuple[str, str, Any]],
+    build: Callable[[Any, str, str], Record],
+    on_bad_row: OnBadRow | None = None,
+) -> Iterator[Record]:
+    """``build(row, where, id)`` for each ``(where, id, row)``; a row that is a :class:`BadRowError`
+    (a malformed line) or fails to build raises, or goes to ``on_bad_row`` and is skipped."""
+    for where, id, row in rows:
+        try:
+            if isinstance(row, BadRowError):
+                raise row
+            yield build(row, where, id)
+        except BadRowError as err:
+            if on_bad_row is None:
+                raise
+            on_bad_row(err)
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(where, row)`` for each non-blank line, ``where`` naming the file and the 1-based line.
+
+    A line that is not valid JSON comes as ``(where, BadRowError)`` so that a caller may skip it.
+    """
     with path.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
@@ -84,12 +115,15 @@ def read_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             try:
                 yield where, json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+                yield where, BadRowError(f"{where}: malformed JSON ({e.msg} at column {e.colno})")
 
 
-def read_parquet(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(where, row)`` for each row, ``where`` naming the file and the 1-based row."""
+def read_parquet(path: Path, batch_size: int = 1024) -> Iterator[tuple[str, Any]]:
+    """``(where, row)`` for each row, ``where`` naming the file and the 1-based row; read in batches."""
     import pyarrow.parquet as pq
 
-    for row_no, row in enumerate(pq.read_table(path).to_pylist(), start=1):
-        yield f"{path}, row {row_no}", row
+    row_no = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
+        for row in batch.to_pylist():
+            row_no += 1
+            yield f"{path}, row {row_no}", row

@@ -1,22 +1,34 @@
-"""Where prompts come from: a synthetic arithmetic task, local files, Hugging Face datasets.
+"""Where prompts come from: the source interface, local files and Hugging Face datasets.
 
-Every source binds its options in a cheap constructor and reads data in :meth:`PromptSource.load`.
+Every source binds its options in a cheap constructor and reads data in :meth:`PromptSource.load` (a
+list) or :meth:`PromptSource.stream` (one record at a time, for data larger than memory). Tasks with
+their own prompts and reference extractors live in :mod:`lit_grpo.data.tasks` and
+:mod:`lit_grpo.data.synthetic`.
 """
 
 from __future__ import annotations
 
-import operator
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import torch
 
-from lit_grpo.data.records import Record, make_record, read_jsonl, read_parquet
+from lit_grpo.data.records import (
+    OnBadRow,
+    Record,
+    bad_field,
+    build_records,
+    check_text,
+    format_template,
+    read_jsonl,
+    read_parquet,
+    require_fields,
+)
+from lit_grpo.data.templates import PromptRenderer, PromptStyle, check_style
 
 Split = Literal["train", "val", "test"]
-_OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
 class PromptSource(ABC):
@@ -26,100 +38,131 @@ class PromptSource(ABC):
     def load(self, split: Split) -> list[Record]:
         """The records of ``split``: dicts with "prompt", "reference", "id" ("<split>-<row>") and "columns"."""
 
+    def stream(self, split: Split, on_bad_row: OnBadRow | None = None) -> Iterator[Record]:
+        """The records of ``split`` one at a time, in a fixed order; a bad row raises
+        :class:`~lit_grpo.data.records.BadRowError`, or goes to ``on_bad_row`` and is skipped."""
+        yield from self.load(split)
+
     def has_split(self, split: Split) -> bool:
         """Whether ``split`` is configured; :meth:`load` raises for a split that is not."""
         return True
 
+    def bind_tokenizer(self, name: str) -> None:
+        """Offers the policy's tokenizer (hub id or directory); sources that render chat prompts use it
+        when their own ``tokenizer`` option is unset. Other sources ignore it."""
+        return None
+
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({args})"
 
 
-class SyntheticArithmetic(PromptSource):
-    """Prompts ``"{a}{op}{b}="`` with ``a, b`` in ``0..max_operand``; the reference is the result.
+class StyledSource(PromptSource):
+    """Shared behaviour of sources that render their questions in a prompt style (see
+    :mod:`lit_grpo.data.templates`); subclasses set ``style``, ``tokenizer`` and ``instruction``."""
 
-    All distinct ``(a, op, b)`` problems are put in one seeded order; val takes the first
-    ``num_val``, test the next ``num_test`` and train the next ``num_train``, so the splits are
-    disjoint and the hold-out sets do not move when ``num_train`` changes.
+    style: PromptStyle
+    tokenizer: str | None
+    instruction: str
 
-    Args:
-        num_train: Training problems (the defaults use all 10000 problems of two-digit addition).
-        num_val: Validation problems.
-        num_test: Test problems.
-        max_operand: Largest operand (the difficulty knob).
-        operators: Operators to draw from, any of "+", "-", "*" (e.g. "+-").
-        seed: Seed of the order of problems.
+    def bind_tokenizer(self, name: str) -> None:
+        self._bound_tokenizer = name
+        self._renderer = None
+
+    def render(self, question: str) -> str:
+        """The prompt for ``question`` in this source's style."""
+        if getattr(self, "_renderer", None) is None:
+            tokenizer = self.tokenizer or getattr(self, "_bound_tokenizer", None)
+            self._renderer = PromptRenderer(self.style, tokenizer)
+        return self._renderer(question, self.instruction)
+
+
+class RowSource(StyledSource):
+    """Shared behaviour of sources whose records come from rows with named fields.
+
+    A row becomes a record in three steps, each a method a task may override: :meth:`question`
+    (the ``template`` over the row's fields), :meth:`reference` (the answer field as text) and
+    :meth:`columns` (the ``extra_fields``); the question is then rendered in the prompt ``style``.
     """
 
     def __init__(
         self,
-        num_train: int = 9600,
-        num_val: int = 200,
-        num_test: int = 200,
-        max_operand: int = 99,
-        operators: str = "+",
-        seed: int = 0,
+        prompt_field: str,
+        answer_field: str,
+        template: str,
+        extra_fields: list[str] | None,
+        style: PromptStyle,
+        tokenizer: str | None,
+        instruction: str,
     ) -> None:
-        for name, value in [("num_train", num_train), ("num_val", num_val), ("num_test", num_test)]:
-            if value < 0:
-                raise ValueError(f"SyntheticArithmetic: {name}={value} must be >= 0")
-        if max_operand < 0:
-            raise ValueError(f"SyntheticArithmetic: max_operand={max_operand} must be >= 0")
-        if not operators or set(operators) - set(_OPERATORS) or len(set(operators)) != len(operators):
-            raise ValueError(
-                f"SyntheticArithmetic: operators={operators!r} must be distinct characters from "
-                f"{''.join(_OPERATORS)!r}, e.g. '+' or '+-*'"
-            )
-        space = len(operators) * (max_operand + 1) ** 2
-        wanted = num_train + num_val + num_test
-        if wanted > space:
-            raise ValueError(
-                f"SyntheticArithmetic: num_train + num_val + num_test = {num_train} + {num_val} + {num_test} "
-                f"= {wanted} exceeds the {space} distinct problems with max_operand={max_operand} and "
-                f"operators={operators!r}; raise max_operand, add operators or lower the split sizes"
-            )
-        self.num_train = num_train
-        self.num_val = num_val
-        self.num_test = num_test
-        self.max_operand = max_operand
-        self.operators = operators
-        self.seed = seed
+        check_style(type(self).__name__, style)
+        self.prompt_field = prompt_field
+        self.answer_field = answer_field
+        self.template = template
+        self.extra_fields = list(extra_fields or [])
+        self.style = style
+        self.tokenizer = tokenizer
+        self.instruction = instruction
 
     def load(self, split: Split) -> list[Record]:
-        start, size = {
-            "val": (0, self.num_val),
-            "test": (self.num_val, self.num_test),
-            "train": (self.num_val + self.num_test, self.num_train),
-        }[split]
-        m = self.max_operand + 1
-        gen = torch.Generator().manual_seed(self.seed)
-        order = torch.randperm(len(self.operators) * m * m, generator=gen)[start : start + size]
-        records = []
-        for row, code in enumerate(order.tolist()):
-            op, a, b = self.operators[code // (m * m)], code // m % m, code % m
-            records.append(
-                {
-                    "prompt": f"{a}{op}{b}=",
-                    "reference": str(_OPERATORS[op](a, b)),
-                    "id": f"{split}-{row}",
-                    "columns": {},
-                }
-            )
-        return records
+        return list(self.stream(split))
+
+    @abstractmethod
+    def stream(self, split: Split, on_bad_row: OnBadRow | None = None) -> Iterator[Record]:
+        """The records of ``split`` read row by row (see :meth:`PromptSource.stream`)."""
+
+    def question(self, row: dict[str, Any], where: str) -> str:
+        """The question text of a row (before the prompt style is applied)."""
+        check_text(row[self.prompt_field], where, self.prompt_field, "prompt_field", "prompt")
+        return format_template(self.template, row, where)
+
+    def reference(self, row: dict[str, Any], where: str) -> str:
+        """The reference answer of a row; a blank one is a bad row."""
+        reference = str(row[self.answer_field])
+        if not reference.strip():
+            raise bad_field(where, self.answer_field, "answer_field", "is an empty reference")
+        return reference
+
+    def columns(self, row: dict[str, Any], where: str) -> dict[str, Any]:
+        """Per-prompt values passed to the reward as keyword arguments."""
+        return {f: row[f] for f in self.extra_fields}
+
+    def required_fields(self) -> list[tuple[str, str]]:
+        """``(option, field)`` pairs every row must hold (not null)."""
+        fields = [("prompt_field", self.prompt_field), ("answer_field", self.answer_field)]
+        return fields + [("extra_fields", f) for f in self.extra_fields]
+
+    def record(self, row: Any, where: str, id: str) -> Record:
+        """One checked record of a raw row; errors name ``where`` and the field."""
+        require_fields(row, where, self.required_fields())
+        question = self.question(row, where)
+        reference = self.reference(row, where)
+        return {
+            "prompt": self.render(question),
+            "reference": reference,
+            "id": id,
+            "columns": self.columns(row, where),
+        }
 
 
-class FileSource(PromptSource):
+class FileSource(RowSource):
     """Prompts from local JSON-lines (``.jsonl``/``.json``) or Parquet (``.parquet``) files.
+
+    Files are read row by row (Parquet in batches), so :meth:`stream` works on files larger than memory.
 
     Args:
         train: File of the training split.
         val: File of the validation split.
         test: File of the test split.
         prompt_field: Field that holds the prompt (checked to be a non-empty string).
-        answer_field: Field that holds the reference answer.
-        template: ``str.format`` template over the row's fields that makes the prompt text,
+        answer_field: Field that holds the reference answer (checked to be non-blank).
+        template: ``str.format`` template over the row's fields that makes the question text,
             e.g. ``"Question: {question}\\nAnswer:"``.
         extra_fields: Further fields passed along as ``PromptBatch.columns``.
+        style: Prompt style: ``plain``, ``chat`` (the tokenizer's chat template) or ``think``.
+        tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
+        instruction: How to give the answer, appended to the question in the ``plain`` and ``chat``
+            styles (e.g. ``"Put the final answer in \\\\boxed{}."``); empty for none.
     """
 
     def __init__(
@@ -131,19 +174,25 @@ class FileSource(PromptSource):
         answer_field: str = "answer",
         template: str = "{prompt}",
         extra_fields: list[str] | None = None,
+        style: PromptStyle = "plain",
+        tokenizer: str | None = None,
+        instruction: str = "",
     ) -> None:
+        super().__init__(prompt_field, answer_field, template, extra_fields, style, tokenizer, instruction)
         self.train = train
         self.val = val
         self.test = test
-        self.prompt_field = prompt_field
-        self.answer_field = answer_field
-        self.template = template
-        self.extra_fields = list(extra_fields or [])
 
     def has_split(self, split: Split) -> bool:
         return getattr(self, split) is not None
 
-    def load(self, split: Split) -> list[Record]:
+    def stream(self, split: Split, on_bad_row: OnBadRow | None = None) -> Iterator[Record]:
+        path = self._path(split)
+        rows = read_parquet(path) if path.suffix == ".parquet" else read_jsonl(path)
+        numbered = ((where, f"{split}-{i}", row) for i, (where, row) in enumerate(rows))
+        yield from build_records(numbered, self.record, on_bad_row)
+
+    def _path(self, split: Split) -> Path:
         file = getattr(self, split)
         if file is None:
             raise ValueError(
@@ -152,32 +201,20 @@ class FileSource(PromptSource):
         path = Path(file)
         if not path.is_file():
             raise FileNotFoundError(f"FileSource: {split}={file!r}: no such file")
-        if path.suffix in (".jsonl", ".json"):
-            rows = read_jsonl(path)
-        elif path.suffix == ".parquet":
-            rows = read_parquet(path)
-        else:
+        if path.suffix not in (".jsonl", ".json", ".parquet"):
             raise ValueError(
                 f"FileSource: {split}={file!r} has suffix {path.suffix!r}; use .jsonl, .json (JSON lines) or .parquet"
             )
-        return [self._record(row, where, f"{split}-{i}") for i, (where, row) in enumerate(rows)]
-
-    def _record(self, row: dict[str, Any], where: str, id: str) -> Record:
-        return make_record(
-            row,
-            id=id,
-            where=where,
-            prompt_field=self.prompt_field,
-            answer_field=self.answer_field,
-            template=self.template,
-            extra_fields=self.extra_fields,
-        )
+        return path
 
 
-class HubSource(PromptSource):
+class HubSource(RowSource):
     """Prompts from a dataset loaded by ``datasets.load_dataset`` (a hub id, a local dataset
-    directory, or a builder such as ``"json"`` with ``data_files``), or from a directory written by
-    ``DatasetDict.save_to_disk``.
+    directory, or a builder such as ``"json"``/``"parquet"`` with ``data_files``), or from a directory
+    written by ``DatasetDict.save_to_disk``.
+
+    Rows are read from the memory-mapped Arrow files one at a time, so :meth:`stream` does not hold
+    the dataset in memory.
 
     Args:
         path: Dataset id or path, e.g. ``"openai/gsm8k"`` or ``"json"``.
@@ -187,12 +224,15 @@ class HubSource(PromptSource):
         test_split: Dataset split used for testing; None for none.
         prompt_field: Field that holds the question (checked to be a non-empty string).
         answer_field: Field that holds the reference answer.
-        template: ``str.format`` template over the row's fields that makes the prompt text.
+        template: ``str.format`` template over the row's fields that makes the question text.
         val_size: Hold out this many training rows (a fixed, seeded choice) as the validation
             set; needs ``val_split=None``.
         data_files: Files per split for builders like ``"json"``, e.g. ``{"train": "train.jsonl"}``.
         extra_fields: Further fields passed along as ``PromptBatch.columns``.
         seed: Seed of the ``val_size`` hold-out.
+        style: Prompt style: ``plain``, ``chat`` (the tokenizer's chat template) or ``think``.
+        tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
+        instruction: How to give the answer, appended in the ``plain`` and ``chat`` styles.
     """
 
     def __init__(
@@ -209,68 +249,63 @@ class HubSource(PromptSource):
         data_files: dict[str, str] | None = None,
         extra_fields: list[str] | None = None,
         seed: int = 0,
+        style: PromptStyle = "plain",
+        tokenizer: str | None = None,
+        instruction: str = "",
     ) -> None:
         if val_size is not None and (val_size < 1 or val_split is not None):
             raise ValueError(
-                f"HubSource: val_size={val_size} holds out training rows and needs val_size >= 1 and "
+                f"{type(self).__name__}: val_size={val_size} holds out training rows and needs val_size >= 1 and "
                 f"val_split=None (got val_split={val_split!r}); set val_split: null or drop val_size"
             )
+        super().__init__(prompt_field, answer_field, template, extra_fields, style, tokenizer, instruction)
         self.path = path
         self.name = name
         self.train_split = train_split
         self.val_split = val_split
         self.test_split = test_split
-        self.prompt_field = prompt_field
-        self.answer_field = answer_field
-        self.template = template
         self.val_size = val_size
         self.data_files = data_files
-        self.extra_fields = list(extra_fields or [])
         self.seed = seed
 
     def has_split(self, split: Split) -> bool:
         return getattr(self, f"{split}_split") is not None or (split == "val" and self.val_size is not None)
 
-    def load(self, split: Split) -> list[Record]:
+    def stream(self, split: Split, on_bad_row: OnBadRow | None = None) -> Iterator[Record]:
         if not self.has_split(split):
-            raise ValueError(f"HubSource: no dataset split for {split}; set the option `{split}_split`")
-        name = getattr(self, f"{split}_split") or self.train_split
-        rows = self._rows(name)
-        index: list[int] = list(range(len(rows)))
-        if self.val_size is not None and split != "test":  # val: a seeded sample of the training rows
-            if self.val_size >= len(rows):
-                raise ValueError(
-                    f"HubSource: val_size={self.val_size} leaves none of the {len(rows)} training rows; lower val_size"
-                )
-            held = np.random.default_rng(self.seed).permutation(len(rows))[: self.val_size].tolist()
-            index = held if split == "val" else sorted(set(index) - set(held))
-        # ids number the dataset's rows (training ids stay stable whatever is held out)
-        ids = [f"val-{i}" for i in range(len(index))] if split == "val" else [f"{split}-{r}" for r in index]
-        return [
-            make_record(
-                rows[r],
-                id=id,
-                where=f"{self.path} [{name}], row {r + 1}",
-                prompt_field=self.prompt_field,
-                answer_field=self.answer_field,
-                template=self.template,
-                extra_fields=self.extra_fields,
+            raise ValueError(
+                f"{type(self).__name__}: no dataset split for {split}; set the option `{split}_split`"
             )
-            for r, id in zip(index, ids, strict=True)
-        ]
+        name = getattr(self, f"{split}_split") or self.train_split
+        ds = self._dataset(name)
+        at = f"{self.path} [{name}], row "  # + the 1-based row number
+        if self.val_size is None or split == "test":
+            rows = ((f"{at}{r + 1}", f"{split}-{r}", row) for r, row in enumerate(ds))
+        else:  # val: a seeded sample of the training rows; ids of training rows keep the dataset row
+            if self.val_size >= len(ds):
+                raise ValueError(
+                    f"{type(self).__name__}: val_size={self.val_size} leaves none of the {len(ds)} training "
+                    "rows; lower val_size"
+                )
+            held = np.random.default_rng(self.seed).permutation(len(ds))[: self.val_size].tolist()
+            if split == "val":
+                picked = zip(held, ds.select(held), strict=True)
+                rows = ((f"{at}{r + 1}", f"val-{k}", row) for k, (r, row) in enumerate(picked))
+            else:
+                skip = set(held)
+                rows = ((f"{at}{r + 1}", f"train-{r}", row) for r, row in enumerate(ds) if r not in skip)
+        yield from build_records(rows, self.record, on_bad_row)
 
-    def _rows(self, split: str) -> list[dict[str, Any]]:
+    def _dataset(self, split: str):
         import datasets
 
         try:
             if (Path(self.path) / "dataset_dict.json").is_file():
-                return datasets.load_from_disk(self.path)[split].to_list()
-            return datasets.load_dataset(
-                self.path, self.name, split=split, data_files=self.data_files
-            ).to_list()
+                return datasets.load_from_disk(self.path)[split]
+            return datasets.load_dataset(self.path, self.name, split=split, data_files=self.data_files)
         except Exception as e:
             raise RuntimeError(
-                f"HubSource: could not load split {split!r} of dataset {self.path!r} (name={self.name!r}): "
-                f"{type(e).__name__}: {e}. The dataset must be available locally (a directory, data files "
-                "or the Hugging Face cache) or downloadable from the Hub."
+                f"{type(self).__name__}: could not load split {split!r} of dataset {self.path!r} "
+                f"(name={self.name!r}): {type(e).__name__}: {e}. The dataset must be available locally "
+                "(a directory, data files or the Hugging Face cache) or downloadable from the Hub."
             ) from e

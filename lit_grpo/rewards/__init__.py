@@ -1,17 +1,27 @@
-"""Reward functions: the interface, exact match, math-verify and weighted sums."""
+"""Reward functions: the interface, exact match, math-verify, choice letters, text similarity, format,
+weighted sums, and the scoring helpers (item-by-item scoring, worker pools)."""
 
 from lit_grpo.rewards.base import RewardFunction
+from lit_grpo.rewards.choice import ChoiceLetter
 from lit_grpo.rewards.exact_match import ExactMatch
+from lit_grpo.rewards.format import Format
 from lit_grpo.rewards.mathverify import MathVerify
-from lit_grpo.rewards.scoring import STANDARD_COUNTERS, Counted, Unscorable, score_items
+from lit_grpo.rewards.pool import ScoringPool
+from lit_grpo.rewards.scoring import STANDARD_COUNTERS, Counted, Unscorable, call_reward, score_items
+from lit_grpo.rewards.similarity import TextSimilarity
 from lit_grpo.rewards.weighted_sum import WeightedSum
 
 __all__ = [
     "RewardFunction",
     "ExactMatch",
     "MathVerify",
+    "ChoiceLetter",
+    "TextSimilarity",
+    "Format",
     "WeightedSum",
+    "ScoringPool",
     "score_items",
+    "call_reward",
     "Counted",
     "Unscorable",
     "STANDARD_COUNTERS",

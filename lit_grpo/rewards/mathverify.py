@@ -5,23 +5,27 @@ from __future__ import annotations
 import math
 import re
 import threading
+from functools import lru_cache
 from typing import Any, Literal
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from math_verify.errors import TimeoutException
 
 from lit_grpo.rewards.base import RewardFunction
+from lit_grpo.rewards.pool import ScoringPool, StartMethod
 from lit_grpo.rewards.scoring import Counted, Unscorable, score_items
 from lit_grpo.types import RewardOutput
 
-AnswerFormat = Literal["auto", "gsm8k", "boxed"]
-_FORMATS = ("auto", "gsm8k", "boxed")
+AnswerFormat = Literal["auto", "gsm8k", "boxed", "tag"]
+_FORMATS = ("auto", "gsm8k", "boxed", "tag")
 _GSM8K_MARK = "####"
 _BOXED_MARK = "\\boxed"
+_TAG_OPEN, _TAG_CLOSE = "<answer>", "</answer>"
 _MARKS: dict[str, tuple[str, ...]] = {
-    "auto": (_GSM8K_MARK, _BOXED_MARK),
+    "auto": (_GSM8K_MARK, _BOXED_MARK, _TAG_OPEN),
     "gsm8k": (_GSM8K_MARK,),
     "boxed": (_BOXED_MARK,),
+    "tag": (_TAG_OPEN,),
 }
 # A GSM8K final answer that is a number, possibly with a currency sign, commas and trailing words.
 _NUMBER = re.compile(r"\s*\$?\s*(-?(?:\d[\d,]*)?\.?\d+)(?![\w^/])")
@@ -56,8 +60,9 @@ def extract_answer(text: str, answer_format: AnswerFormat, timeout: int | None, 
     """The parsed final answer of ``text`` ([] when none is found).
 
     The last answer marker the format recognises decides: after ``####`` the rest of that line, from
-    ``\\boxed`` the boxed expression. Without a marker, ``text`` is read as a bare answer when
-    ``bare`` (references), and as no answer otherwise (completions).
+    ``\\boxed`` the boxed expression, in ``<answer>...</answer>`` the tag's content read as a bare
+    answer. Without a marker, ``text`` is read as a bare answer when ``bare`` (references), and as no
+    answer otherwise (completions).
     """
     found = _last_mark(text, _MARKS[answer_format])
     if found is None:
@@ -66,39 +71,93 @@ def extract_answer(text: str, answer_format: AnswerFormat, timeout: int | None, 
     if mark == _GSM8K_MARK:
         line = text[start + len(mark) :].strip().split("\n", 1)[0].strip()
         return _parse_text(line, timeout) if line else []
+    if mark == _TAG_OPEN:
+        content = text[start + len(mark) :].split(_TAG_CLOSE, 1)[0].strip()
+        return _parse_text(content, timeout) if content else []
     return parse(text[start:], list(_BOXED), parsing_timeout=timeout, raise_on_error=True)
+
+
+@lru_cache(maxsize=4096)
+def _parsed_reference(
+    reference: str, answer_format: AnswerFormat, timeout: int | None
+) -> list | BaseException:
+    """A reference's parsed answer, or the exception parsing it raised (cached: a group shares it)."""
+    try:
+        return extract_answer(reference, answer_format, timeout, bare=True)
+    except (Exception, TimeoutException) as exc:
+        return exc
 
 
 class MathVerify(RewardFunction):
     """1.0 when the completion's final answer is mathematically equivalent to the reference's.
 
-    Completions give their final answer GSM8K-style (``#### 42``) or as LaTeX ``\\boxed{...}``;
-    references are a bare answer (``42``, ``\\frac{1}{2}``), a GSM8K solution ending in ``#### 42``,
-    or a solution containing ``\\boxed{...}``. Scores and counters:
+    Completions give their final answer GSM8K-style (``#### 42``), as LaTeX ``\\boxed{...}`` or inside
+    ``<answer>...</answer>``; references are a bare answer (``42``, ``\\frac{1}{2}``), a GSM8K solution
+    ending in ``#### 42``, or a solution containing ``\\boxed{...}``. Scores and counters:
 
     - 1.0 equivalent; 0.0 wrong, or no answer found in the completion (counted in ``no_answer``);
     - NaN when the reference has no parsable answer (``unscorable``), when parsing or verification
-      raised (``errors``), or ran past ``timeout_s`` (``timeouts``).
+      raised (``errors``), or ran past its time limit (``timeouts``).
 
-    Timeouts use math-verify's own SIGALRM mechanism, which only works in the main thread; there
-    ``timeout_s`` bounds each parse and each comparison. In any other thread the timeouts are
-    disabled (a comparison may then take as long as sympy needs): to bound time there, run the reward
-    in a worker-process pool, which can be stopped from the outside.
+    Time limits. math-verify's own timeout is SIGALRM-based and only works in a main thread; there
+    ``timeout_s`` bounds each parse and each comparison. In any other thread it is disabled. With
+    ``workers > 0`` the items are scored in a pool of worker processes (started on the first call,
+    never pickled with the reward), where math-verify runs in each worker's main thread with
+    ``timeout_s``, and every item also has a wall-clock limit of ``wall_timeout_s``: a worker that hangs
+    past it (in C code that SIGALRM cannot interrupt, say) is killed, the item counted in ``timeouts``
+    and the pool recreated; a worker that dies counts its item in ``errors``.
 
     Args:
         answer_format: Which final-answer markers count: ``"gsm8k"`` (``####``), ``"boxed"``
-            (``\\boxed{}``) or ``"auto"`` (either; the last one in the text wins).
-        timeout_s: Time limit of each parse and comparison in the main thread, in seconds (> 0;
+            (``\\boxed{}``), ``"tag"`` (``<answer>``) or ``"auto"`` (any; the last one in the text wins).
+        timeout_s: Time limit of each parse and comparison in a main thread, in seconds (> 0;
             rounded up to whole seconds, as SIGALRM counts whole seconds).
+        workers: Worker processes scoring the items (0: score in the calling process).
+        wall_timeout_s: Wall-clock limit of one item in a worker, in seconds; None: ``3 × timeout_s + 1``
+            (a reference parse, an answer parse and a comparison).
+        start_method: How workers start: ``forkserver`` or ``spawn``.
     """
 
-    def __init__(self, answer_format: AnswerFormat = "auto", timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        answer_format: AnswerFormat = "auto",
+        timeout_s: float = 5.0,
+        workers: int = 0,
+        wall_timeout_s: float | None = None,
+        start_method: StartMethod = "forkserver",
+    ) -> None:
         if answer_format not in _FORMATS:
             raise ValueError(f"answer_format={answer_format!r} is not supported; use one of {_FORMATS}")
         if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
             raise ValueError(f"timeout_s={timeout_s!r} must be a finite number of seconds > 0, e.g. 5.0")
+        if not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"workers={workers!r} must be an integer >= 0 (0: score in the calling process)")
+        if wall_timeout_s is not None and not (math.isfinite(wall_timeout_s) and wall_timeout_s > 0):
+            raise ValueError(f"wall_timeout_s={wall_timeout_s!r} must be a number of seconds > 0, or null")
+        if start_method not in ("forkserver", "spawn"):
+            raise ValueError(f"start_method={start_method!r} is not supported; use 'forkserver' or 'spawn'")
         self.answer_format = answer_format
         self.timeout_s = timeout_s
+        self.workers = workers
+        self.wall_timeout_s = wall_timeout_s
+        self.start_method = start_method
+        self._pool: ScoringPool | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pool": None}  # workers get the settings, never the pool
+
+    @property
+    def pool(self) -> ScoringPool | None:
+        """The worker pool (None with ``workers=0``), created on first use."""
+        if self.workers > 0 and self._pool is None:
+            wall = self.wall_timeout_s if self.wall_timeout_s is not None else 3 * self.timeout_s + 1
+            self._pool = ScoringPool(self.workers, wall, self.start_method)
+        return self._pool
+
+    def close(self) -> None:
+        """Stops the worker processes, if any."""
+        if self._pool is not None:
+            self._pool.close()
 
     def _timeout(self) -> int | None:
         """math-verify's timeout argument: whole seconds in the main thread, None (off) elsewhere."""
@@ -106,32 +165,28 @@ class MathVerify(RewardFunction):
             return math.ceil(self.timeout_s)
         return None
 
-    def _reference(self, reference: str | None, cache: dict, timeout: int | None) -> list:
-        """The parsed reference answer, parsed once per distinct reference and call."""
+    def score_item(self, completion: str, reference: str | None, **row: Any) -> float | Counted:
+        """One item: 1.0 / 0.0, ``Counted(0.0, "no_answer")``, or raises (unscorable, timeout, error)."""
         if reference is None or not str(reference).strip():
             raise Unscorable("unscorable", "empty reference")
-        if reference not in cache:
-            try:
-                cache[reference] = extract_answer(reference, self.answer_format, timeout, bare=True)
-            except (Exception, TimeoutException) as exc:
-                cache[reference] = exc
-        gold = cache[reference]
+        timeout = self._timeout()
+        gold = _parsed_reference(str(reference), self.answer_format, timeout)
         if isinstance(gold, BaseException):
             raise gold
         if not _is_parsed(gold):
             raise Unscorable("unscorable", f"no parsable answer in reference {reference!r}")
-        return gold
+        answer = extract_answer(completion, self.answer_format, timeout, bare=False)
+        if not _is_parsed(answer):
+            return Counted(0.0, "no_answer")
+        return float(verify(gold, answer, timeout_seconds=timeout, raise_on_error=True))
 
     def __call__(self, completions: list[str], references: list[str], **columns: Any) -> RewardOutput:
         """``completions [N]``, ``references [N]`` -> scores ``[N]`` in {0, 1}, NaN where unscorable."""
-        timeout = self._timeout()
-        cache: dict[str, list | BaseException] = {}
-
-        def score(completion: str, reference: str | None) -> float | Counted:
-            gold = self._reference(reference, cache, timeout)
-            answer = extract_answer(completion, self.answer_format, timeout, bare=False)
-            if not _is_parsed(answer):
-                return Counted(0.0, "no_answer")
-            return float(verify(gold, answer, timeout_seconds=timeout, raise_on_error=True))
-
-        return score_items(score, completions, references, name=self.name, counter_keys=("no_answer",))
+        return score_items(
+            self.score_item,
+            completions,
+            references,
+            name=self.name,
+            counter_keys=("no_answer",),
+            pool=self.pool,
+        )

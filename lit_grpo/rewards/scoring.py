@@ -2,8 +2,9 @@
 
 Every reward that scores item by item goes through :func:`score_items`. An item whose scorer raises
 gets NaN and is counted, never a silent 0, and the run goes on. Hangs are a different matter: a
-Python function cannot be interrupted from the outside in a thread, so bounding the time of arbitrary
-user code is the job of a worker-process pool around the reward, not of this module.
+Python function cannot be interrupted from the outside in a thread, so :func:`score_items` takes a
+:class:`~lit_grpo.rewards.pool.ScoringPool` that runs the items in worker processes with a
+wall-clock limit each. :func:`call_reward` guards a whole reward call the same way.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import torch
 from math_verify.errors import TimeoutException
 
 from lit_grpo.types import RewardOutput
+
+if TYPE_CHECKING:
+    from lit_grpo.rewards.base import RewardFunction
+    from lit_grpo.rewards.pool import ScoringPool
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +45,10 @@ class Unscorable(Exception):
     def __init__(self, counter: str = "unscorable", reason: str = "") -> None:
         super().__init__(reason or counter)
         self.counter = counter
+        self.reason = reason
+
+    def __reduce__(self):  # pickles through worker processes with its counter
+        return (type(self), (self.counter, self.reason))
 
 
 @dataclass(frozen=True)
@@ -74,10 +84,10 @@ def _check_lengths(completions: Sequence[str], references: Sequence[Any], column
     return n
 
 
-def _score_one(fn: ItemScorer, name: str, counters: Counter, args: tuple, row: dict) -> float:
-    """One item's score; failures become NaN and are counted."""
+def _score_one(call: Callable[[], Any], name: str, counters: Counter) -> float:
+    """One item's score from ``call()``; failures become NaN and are counted."""
     try:
-        value = fn(*args, **row)
+        value = call()
         if isinstance(value, Counted):
             counters[value.counter] += 1
             value = value.score
@@ -110,8 +120,9 @@ def score_items(
     name: str,
     columns: Mapping[str, Sequence[Any]] | None = None,
     counter_keys: Iterable[str] = (),
+    pool: ScoringPool | None = None,
 ) -> RewardOutput:
-    """Scores ``N`` items with ``fn(completion, reference, **row)``, one at a time.
+    """Scores ``N`` items with ``fn(completion, reference, **row)``, one at a time (or in ``pool``).
 
     Per item, ``fn`` returns a float or a :class:`Counted`, or raises :class:`Unscorable`. Any other
     ``Exception`` gives NaN and ``counters["errors"] += 1``; ``TimeoutError`` and math-verify's
@@ -120,8 +131,10 @@ def score_items(
     ``inf`` is a bug of the scorer: NaN, counted in ``errors`` and logged. ``KeyboardInterrupt`` and
     other non-``Exception`` signals propagate.
 
-    This bounds failures, not time: an ``fn`` that hangs hangs here. Run untrusted or slow scorers in
-    a worker-process pool, which can be timed out from the outside.
+    Without ``pool`` this bounds failures, not time: an ``fn`` that hangs hangs here. With a
+    :class:`~lit_grpo.rewards.pool.ScoringPool` the items run in its worker processes (``fn`` must be
+    picklable) and an item past the pool's wall-clock limit is a timeout; one whose worker died is an
+    error.
 
     Returns ``scores [N]`` (float32), ``terms {name: scores}`` and counters holding
     :data:`STANDARD_COUNTERS` and ``counter_keys`` (0 when unused) plus anything ``fn`` counted.
@@ -129,9 +142,33 @@ def score_items(
     columns = dict(columns or {})
     n = _check_lengths(completions, references, columns)
     counters: Counter = Counter(dict.fromkeys((*STANDARD_COUNTERS, *counter_keys), 0))
-    values = [
-        _score_one(fn, name, counters, (completions[i], references[i]), {k: v[i] for k, v in columns.items()})
-        for i in range(n)
-    ]
+    items = [((completions[i], references[i]), {k: v[i] for k, v in columns.items()}) for i in range(n)]
+    if pool is None:
+        calls = [partial(fn, *args, **row) for args, row in items]
+    else:
+        calls = [partial(_unwrap, outcome) for outcome in pool.map(fn, items)]
+    values = [_score_one(call, name, counters) for call in calls]
     scores = torch.tensor(values, dtype=torch.float32)  # [N]
     return RewardOutput(scores=scores, terms={name: scores}, counters=dict(counters))
+
+
+def _unwrap(outcome: tuple[bool, Any]) -> Any:
+    ok, value = outcome
+    if not ok:
+        raise value
+    return value
+
+
+def call_reward(
+    reward: RewardFunction, completions: list[str], references: list[str], **columns: Any
+) -> RewardOutput:
+    """``reward(completions, references, **columns)``, where a reward that raises as a whole gives NaN
+    for every item, counted in ``errors`` (and logged once), instead of stopping the run."""
+    try:
+        return reward(completions, references, **columns)
+    except Exception as exc:
+        name = reward.name
+        _log_once(name, "call", f"reward {name!r} raised: {type(exc).__name__}: {exc}")
+        scores = torch.full((len(completions),), math.nan)  # [N]
+        counters = dict.fromkeys(STANDARD_COUNTERS, 0) | {"errors": len(completions)}
+        return RewardOutput(scores=scores, terms={name: scores}, counters=counters)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from lit_grpo.rewards.base import RewardFunction
-from lit_grpo.rewards.scoring import STANDARD_COUNTERS
+from lit_grpo.rewards.scoring import STANDARD_COUNTERS, call_reward
 from lit_grpo.types import RewardOutput
 
 
@@ -42,7 +42,8 @@ class WeightedSum(RewardFunction):
 
     Terms: the sum under this reward's name, each component's score under its name (duplicates get
     ``_1``, ``_2``, ... suffixes), and each component's own extra terms as ``<component>/<term>``.
-    Counters are summed by key over the components.
+    Counters are summed by key over the components. A component that raises as a whole gives NaN for
+    every item, counted in ``errors``, and the others still run.
 
     Args:
         rewards: The component rewards (at least one).
@@ -74,7 +75,7 @@ class WeightedSum(RewardFunction):
         return unique_names([r.name for r in self.rewards], reserved=(self.name,))
 
     def _run(self, reward: RewardFunction, n: int, completions, references, columns) -> RewardOutput:
-        out = reward(completions, references, **columns)
+        out = call_reward(reward, completions, references, **columns)
         if tuple(out.scores.shape) != (n,):
             raise ValueError(
                 f"reward {reward.name!r} returned scores of shape {tuple(out.scores.shape)} "

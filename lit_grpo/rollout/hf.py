@@ -45,7 +45,10 @@ class HFGenerateEngine(RolloutEngine):
         if self.policy is None:
             raise RuntimeError("HFGenerateEngine.generate() called before bind(policy, tokenizer)")
         device = next(self.policy.parameters()).device
-        enc = self.tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
+        bos = self.tokenizer.bos_token
+        templated = bool(bos) and all(p.startswith(bos) for p in prompts)  # chat-rendered: BOS already there
+        enc = self.tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt",
+                             add_special_tokens=not templated)
         prompt_ids = enc["input_ids"].repeat_interleave(n, dim=0).to(device)  # [N, Tp]
         prompt_mask = enc["attention_mask"].repeat_interleave(n, dim=0).to(device)  # [N, Tp]
         step = self.batch_size or prompt_ids.shape[0]

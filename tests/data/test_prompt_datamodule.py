@@ -41,16 +41,27 @@ def test_training_order_depends_on_the_seed_only():
     assert train_ids(make_dm(seed=1)) != train_ids(make_dm(seed=2))
 
 
+def epoch_ids(dm, epoch):
+    stream = dm.train_dataset()
+    stream.epoch = epoch
+    return [i for b in stream for i in b.ids]
+
+
 def test_each_epoch_is_a_new_deterministic_order():
     dm = make_dm(num_train=48, prompts_per_step=8)
-    loader = dm.train_dataloader()
-    epoch0 = [i for b in loader for i in b.ids]
-    loader.sampler.set_epoch(1)  # what Lightning does at each epoch start
-    epoch1 = [i for b in loader for i in b.ids]
+    epoch0, epoch1 = epoch_ids(dm, 0), epoch_ids(dm, 1)
     assert epoch0 != epoch1 and sorted(epoch0) == sorted(epoch1)
-    again = make_dm(num_train=48, prompts_per_step=8).train_dataloader()
-    again.sampler.set_epoch(1)
-    assert [i for b in again for i in b.ids] == epoch1
+    assert epoch_ids(make_dm(num_train=48, prompts_per_step=8), 1) == epoch1
+
+
+def test_in_memory_order_is_that_of_distributed_sampler():
+    # one process: the order of torch's DistributedSampler (seed + epoch), so runs keep their order
+    dm = make_dm(num_train=48, prompts_per_step=8, seed=3)
+    records = dm.splits["train"]
+    for epoch in (0, 1):
+        sampler = torch.utils.data.DistributedSampler(records, num_replicas=1, rank=0, seed=3)
+        sampler.set_epoch(epoch)
+        assert epoch_ids(dm, epoch) == [records[i]["id"] for i in sampler]
 
 
 def test_val_order_is_fixed():
@@ -136,4 +147,4 @@ def test_trainer_reshuffles_epochs_and_checkpoints_the_refill_position(tmp_path)
     assert len(model.seen) == 6 and sorted(epochs[0]) == sorted(epochs[1]) and epochs[0] != epochs[1]
     trainer.save_checkpoint(tmp_path / "last.ckpt")
     ckpt = torch.load(tmp_path / "last.ckpt", weights_only=False)
-    assert ckpt["PromptDataModule"] == {"refill_drawn": 18}
+    assert ckpt["PromptDataModule"] == {"epoch": 1, "batches": 3, "refill_drawn": 18}

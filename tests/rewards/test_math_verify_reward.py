@@ -125,3 +125,46 @@ def test_timeouts_passed_in_main_thread_and_disabled_elsewhere(monkeypatch):
 def test_bad_options_are_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MathVerify(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("completion", "reference", "expected"),
+    [
+        # units, currency, percent and degrees are dropped around the number
+        ("\\boxed{5\\text{ cm}}", "5", 1.0),
+        ("#### 5 cm", "5", 1.0),
+        ("#### $5.00", "5", 1.0),
+        ("\\boxed{\\$5}", "5", 1.0),
+        ("\\boxed{10\\%}", "10", 1.0),
+        ("\\boxed{90^\\circ}", "90", 1.0),
+        # LaTeX spellings of the same value
+        ("\\boxed{\\frac12}", "0.5", 1.0),
+        ("\\boxed{\\tfrac{1}{2}}", "\\frac{1}{2}", 1.0),
+        ("\\boxed{\\dfrac{\\sqrt{3}}{2}}", "\\frac{\\sqrt3}{2}", 1.0),
+        ("\\boxed{\\left(1, 2\\right)}", "(1,2)", 1.0),
+        ("\\boxed{\\{1,2\\}}", "\\{2,1\\}", 1.0),
+        ("\\boxed{1{,}000}", "1000", 1.0),
+        ("\\boxed{x=3}", "3", 1.0),
+        # close is not equal
+        ("\\boxed{[1,2]}", "[1,2)", 0.0),
+        ("#### 0.333", "\\frac{1}{3}", 0.0),
+    ],
+)
+def test_units_and_latex_forms(completion, reference, expected):
+    values, counters = scores(MathVerify(), [completion], [reference])
+    assert values == [expected] and counters["errors"] == counters["no_answer"] == 0
+
+
+def test_answer_tag_of_the_think_style():
+    completions = ["<think>3/4 of it</think> <answer>3/4</answer>", "<answer>\\boxed{0.75}</answer>",
+                   "<answer>#### 0.75</answer>", "<think>...</think><answer></answer>"]  # fmt: skip
+    values, counters = scores(MathVerify(), completions, ["\\frac{3}{4}"] * 4)
+    assert values == [1.0, 1.0, 1.0, 0.0] and counters["no_answer"] == 1
+    only_tags = MathVerify(answer_format="tag")
+    assert scores(only_tags, ["#### 7", "<answer>7</answer>"], ["7", "7"])[0] == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("completion", ["\\boxed{", "so \\boxed{5", "#### ", "<answer>"])
+def test_unparsable_completion_is_no_answer(completion):
+    values, counters = scores(MathVerify(), [completion], ["5"])
+    assert values == [0.0] and counters["no_answer"] == 1 and counters["errors"] == 0

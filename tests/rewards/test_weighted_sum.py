@@ -84,3 +84,16 @@ def test_component_with_wrong_shape_is_reported():
     reward = WeightedSum([Constant([1.0, 1.0], "short")])
     with pytest.raises(ValueError, match="'short' returned scores of shape \\(2,\\) for 3 completions"):
         reward(["x"] * 3, ["r"] * 3)
+
+
+class Raising(RewardFunction):
+    def __call__(self, completions, references, **columns):
+        raise RuntimeError("the reward service is down")
+
+
+def test_a_component_that_raises_is_nan_and_counted_not_fatal(caplog):
+    out = WeightedSum([ExactMatch(), Raising()])(["1", "2"], ["1", "1"])
+    assert torch.isnan(out.scores).all()
+    assert out.terms["ExactMatch"].tolist() == [1.0, 0.0]
+    assert out.counters["errors"] == 2
+    assert "the reward service is down" in caplog.text

@@ -1,0 +1,219 @@
+"""Synthetic tasks with difficulty controls: open-answer arithmetic and multiple-choice arithmetic.
+
+Both enumerate every distinct problem ``(a, op, b)`` with ``a, b`` in ``0..max_operand`` and put them
+in one seeded order; val takes the first ``num_val``, test the next ``num_test`` and train the next
+``num_train``, so the splits are disjoint and the hold-out sets do not move when ``num_train`` changes.
+"""
+
+from __future__ import annotations
+
+import operator
+import string
+
+import numpy as np
+import torch
+
+from lit_grpo.data.records import Record
+from lit_grpo.data.sources import Split, StyledSource
+from lit_grpo.data.templates import PromptStyle, check_style, format_options
+
+_OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+def _check_problem_space(owner: str, sizes: dict[str, int], max_operand: int, operators: str) -> None:
+    for name, value in sizes.items():
+        if value < 0:
+            raise ValueError(f"{owner}: {name}={value} must be >= 0")
+    if max_operand < 0:
+        raise ValueError(f"{owner}: max_operand={max_operand} must be >= 0")
+    if not operators or set(operators) - set(_OPERATORS) or len(set(operators)) != len(operators):
+        raise ValueError(
+            f"{owner}: operators={operators!r} must be distinct characters from "
+            f"{''.join(_OPERATORS)!r}, e.g. '+' or '+-*'"
+        )
+    space = len(operators) * (max_operand + 1) ** 2
+    wanted = sum(sizes.values())
+    if wanted > space:
+        terms = " + ".join(str(v) for v in sizes.values())
+        raise ValueError(
+            f"{owner}: num_train + num_val + num_test = {terms} "
+            f"= {wanted} exceeds the {space} distinct problems with max_operand={max_operand} and "
+            f"operators={operators!r}; raise max_operand, add operators or lower the split sizes"
+        )
+
+
+def problems(split: Split, sizes: dict[str, int], max_operand: int, operators: str, seed: int):
+    """``(row, code, a, op, b)`` of the problems of ``split`` (``code`` identifies the problem)."""
+    start, size = {
+        "val": (0, sizes["num_val"]),
+        "test": (sizes["num_val"], sizes["num_test"]),
+        "train": (sizes["num_val"] + sizes["num_test"], sizes["num_train"]),
+    }[split]
+    m = max_operand + 1
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(operators) * m * m, generator=gen)[start : start + size]
+    for row, code in enumerate(order.tolist()):
+        yield row, code, code // m % m, operators[code // (m * m)], code % m
+
+
+class SyntheticArithmetic(StyledSource):
+    """Prompts ``"{a}{op}{b}="`` with ``a, b`` in ``0..max_operand``; the reference is the result.
+
+    Default reward: :class:`~lit_grpo.rewards.ExactMatch` (plain/chat); with ``style: think`` the answer
+    sits in an ``<answer>`` tag, which :class:`~lit_grpo.rewards.MathVerify` reads.
+
+    Args:
+        num_train: Training problems (the defaults use all 10000 problems of two-digit addition).
+        num_val: Validation problems.
+        num_test: Test problems.
+        max_operand: Largest operand (the difficulty knob).
+        operators: Operators to draw from, any of "+", "-", "*" (e.g. "+-").
+        seed: Seed of the order of problems.
+        style: Prompt style (``plain`` keeps the bare ``"12+30="``).
+        tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
+        instruction: Text appended to the problem in the ``plain`` and ``chat`` styles.
+    """
+
+    def __init__(
+        self,
+        num_train: int = 9600,
+        num_val: int = 200,
+        num_test: int = 200,
+        max_operand: int = 99,
+        operators: str = "+",
+        seed: int = 0,
+        style: PromptStyle = "plain",
+        tokenizer: str | None = None,
+        instruction: str = "",
+    ) -> None:
+        sizes = {"num_train": num_train, "num_val": num_val, "num_test": num_test}
+        _check_problem_space("SyntheticArithmetic", sizes, max_operand, operators)
+        check_style("SyntheticArithmetic", style)
+        self.num_train = num_train
+        self.num_val = num_val
+        self.num_test = num_test
+        self.max_operand = max_operand
+        self.operators = operators
+        self.seed = seed
+        self.style = style
+        self.tokenizer = tokenizer
+        self.instruction = instruction
+
+    def load(self, split: Split) -> list[Record]:
+        sizes = {"num_train": self.num_train, "num_val": self.num_val, "num_test": self.num_test}
+        return [
+            {
+                "prompt": self.render(f"{a}{op}{b}="),
+                "reference": str(_OPERATORS[op](a, b)),
+                "id": f"{split}-{row}",
+                "columns": {},
+            }
+            for row, _, a, op, b in problems(split, sizes, self.max_operand, self.operators, self.seed)
+        ]
+
+    def default_reward(self):
+        """``ExactMatch()``; with ``style: think``, ``MathVerify()`` (which reads the ``<answer>`` tag)
+        plus 0.1 × ``Format()``."""
+        from lit_grpo.data.tasks import with_format_bonus
+        from lit_grpo.rewards import ExactMatch, MathVerify
+
+        return with_format_bonus(MathVerify(), "think") if self.style == "think" else ExactMatch()
+
+
+class SyntheticChoice(StyledSource):
+    """Multiple-choice arithmetic: ``"12+30=?"`` with ``num_choices`` options, one correct; the
+    reference is the correct option's letter.
+
+    The bounded-answer case for studying SignBalance: the correct letter is uniform over the options,
+    so a policy that guesses is right with probability :attr:`guess_rate` ``= 1 / num_choices``.
+    Distractors are distinct integers within ``spread`` of the result (smaller spread: closer, harder
+    distractors). Records carry the column ``num_choices``. Default reward:
+    :class:`~lit_grpo.rewards.ChoiceLetter`.
+
+    Args:
+        num_train: Training problems.
+        num_val: Validation problems.
+        num_test: Test problems.
+        num_choices: Options per problem, k (2..26).
+        max_operand: Largest operand.
+        operators: Operators to draw from, any of "+", "-", "*".
+        spread: Distractors are drawn from ``result - spread .. result + spread``; needs
+            ``2 * spread >= num_choices - 1``.
+        seed: Seed of the order of problems, of the distractors and of the answer positions.
+        style: Prompt style.
+        tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
+        instruction: How to answer, appended in the ``plain`` and ``chat`` styles.
+    """
+
+    def __init__(
+        self,
+        num_train: int = 9600,
+        num_val: int = 200,
+        num_test: int = 200,
+        num_choices: int = 4,
+        max_operand: int = 99,
+        operators: str = "+",
+        spread: int = 10,
+        seed: int = 0,
+        style: PromptStyle = "plain",
+        tokenizer: str | None = None,
+        instruction: str = "Answer with the letter of the correct option.",
+    ) -> None:
+        sizes = {"num_train": num_train, "num_val": num_val, "num_test": num_test}
+        _check_problem_space("SyntheticChoice", sizes, max_operand, operators)
+        check_style("SyntheticChoice", style)
+        if not 2 <= num_choices <= 26:
+            raise ValueError(f"SyntheticChoice: num_choices={num_choices} must be in 2..26")
+        if 2 * spread < num_choices - 1:
+            raise ValueError(
+                f"SyntheticChoice: spread={spread} leaves fewer than num_choices - 1 = {num_choices - 1} "
+                f"distinct distractors; raise spread to at least {(num_choices) // 2}"
+            )
+        self.num_train = num_train
+        self.num_val = num_val
+        self.num_test = num_test
+        self.num_choices = num_choices
+        self.max_operand = max_operand
+        self.operators = operators
+        self.spread = spread
+        self.seed = seed
+        self.style = style
+        self.tokenizer = tokenizer
+        self.instruction = instruction
+
+    @property
+    def guess_rate(self) -> float:
+        """Probability that a uniformly random letter is correct: ``1 / num_choices``."""
+        return 1.0 / self.num_choices
+
+    def options(self, code: int, result: int) -> tuple[list[int], int]:
+        """The option values of problem ``code`` and the index of the correct one (seeded per problem)."""
+        rng = np.random.default_rng([self.seed, code])
+        offsets = [d for d in range(-self.spread, self.spread + 1) if d != 0]
+        values = [result + int(d) for d in rng.choice(offsets, self.num_choices - 1, replace=False)]
+        answer = int(rng.integers(self.num_choices))
+        values.insert(answer, result)
+        return values, answer
+
+    def load(self, split: Split) -> list[Record]:
+        sizes = {"num_train": self.num_train, "num_val": self.num_val, "num_test": self.num_test}
+        records = []
+        for row, code, a, op, b in problems(split, sizes, self.max_operand, self.operators, self.seed):
+            values, answer = self.options(code, _OPERATORS[op](a, b))
+            question = f"{a}{op}{b}=?\n" + format_options([str(v) for v in values])
+            records.append(
+                {
+                    "prompt": self.render(question),
+                    "reference": string.ascii_uppercase[answer],
+                    "id": f"{split}-{row}",
+                    "columns": {"num_choices": self.num_choices},
+                }
+            )
+        return records
+
+    def default_reward(self):
+        """``ChoiceLetter()`` (plus 0.1 × ``Format()`` with ``style: think``)."""
+        from lit_grpo.data.tasks import with_format_bonus
+        from lit_grpo.rewards import ChoiceLetter
+
+        return with_format_bonus(ChoiceLetter(), self.style)

@@ -1,0 +1,99 @@
+"""Prompt styles: how a task's question text becomes the prompt the policy sees.
+
+- ``plain``: the question text followed by the task's answer instruction, as is (base models, the tiny
+  character-level models of the tests);
+- ``chat``: the same text as one user message rendered by the tokenizer's chat template with the
+  generation prompt appended (instruction-tuned models). A tokenizer without a chat template falls
+  back to ``plain``, with a warning;
+- ``think``: the question inside :data:`THINK_TEMPLATE`, which asks for the reasoning inside
+  ``<think> </think>`` and the final answer inside ``<answer> </answer>``; the
+  :class:`~lit_grpo.rewards.Format` reward checks that shape and the task rewards read the answer
+  from the ``<answer>`` tag.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+logger = logging.getLogger(__name__)
+
+PromptStyle = Literal["plain", "chat", "think"]
+STYLES = ("plain", "chat", "think")
+
+THINK_TEMPLATE = (
+    "A conversation between a user and an assistant. The user asks a question and the assistant "
+    "solves it. The assistant first reasons step by step inside <think> </think> tags, then gives "
+    "only the final answer inside <answer> </answer> tags, for example "
+    "<think> reasoning here </think> <answer> answer here </answer>.\n"
+    "User: {question}\n"
+    "Assistant:"
+)
+
+
+def check_style(owner: str, style: str) -> None:
+    """Validates a source's ``style`` option."""
+    if style not in STYLES:
+        raise ValueError(f"{owner}: style={style!r} is not a prompt style; use one of {STYLES}")
+
+
+class PromptRenderer:
+    """Turns question text into prompt text in one style; loads the chat tokenizer lazily, once.
+
+    Args:
+        style: The prompt style.
+        tokenizer: Hub id or local directory of the tokenizer whose chat template renders ``chat``
+            prompts (usually the policy's).
+    """
+
+    def __init__(self, style: PromptStyle, tokenizer: str | None = None) -> None:
+        self.style = style
+        self.tokenizer = tokenizer
+        self._tok: Any = None
+
+    def __call__(self, question: str, instruction: str = "") -> str:
+        """The prompt for ``question``; ``instruction`` (how to give the answer) is appended for
+        ``plain`` and ``chat``; ``think`` asks for the answer in its own way."""
+        if self.style == "think":
+            return THINK_TEMPLATE.format(question=question)
+        text = f"{question}\n{instruction}" if instruction else question
+        if self.style == "chat":
+            return self._chat(text)
+        return text
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tok": None}  # the tokenizer is reloaded where needed
+
+    def _chat(self, text: str) -> str:
+        tok = self._load()
+        if tok is False:
+            return text
+        messages = [{"role": "user", "content": text}]
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def _load(self) -> Any:
+        if self._tok is None:
+            if self.tokenizer is None:
+                raise ValueError(
+                    "style='chat' needs a tokenizer to render the chat template: set the source's option "
+                    "`tokenizer` to the model's hub id or directory (under a Trainer the DataModule uses "
+                    "the policy's model when it is unset)"
+                )
+            from lit_grpo.policy import load_tokenizer
+
+            tok = load_tokenizer(self.tokenizer)
+            if getattr(tok, "chat_template", None):
+                self._tok = tok
+            else:
+                logger.warning(
+                    "the tokenizer of %r has no chat template: style='chat' falls back to plain prompts "
+                    "(use style: plain to silence this, or a tokenizer with a chat template)",
+                    self.tokenizer,
+                )
+                self._tok = False
+        return self._tok
+
+
+def format_options(options: list[str]) -> str:
+    """``["21", "22"]`` -> ``"A) 21\\nB) 22"``: options labelled with letters, one per line."""
+    return "\n".join(f"{chr(ord('A') + i)}) {text}" for i, text in enumerate(options))
