@@ -1,0 +1,165 @@
+"""AdvantageStats: advantage mass by number of correct completions, sign shares, histogram."""
+
+from __future__ import annotations
+
+import torch
+from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_warn
+
+from callbacks._common import (
+    every,
+    gather,
+    log_scalars,
+    log_this_step,
+    logging_step,
+    require_logger,
+    require_module,
+    reward_is_binary,
+    rollout_stats,
+    tensorboard,
+)
+from lit_grpo.diagnostics.budget import advantage_mass, positive_negative_shares
+from lit_grpo.diagnostics.plots import bar_figure
+from lit_grpo.diagnostics.weight_curve import advantage_mass_by_k
+
+NAME = "AdvantageStats"
+
+
+class AdvantageStats(Callback):
+    """Where the advantage mass sits (METHODS.md section 3, "Advantage mass").
+
+    A group's mass is ``m = sum_i |A_i| / 2``. With binary rewards it is reported per ``K``, the
+    number of correct completions of the group (groups with an unscorable completion are left out);
+    other rewards skip the per-``K`` metrics with one warning.
+
+    Writes every step ``adv/mass_mean`` (mean group mass), ``adv/mass_k<K>`` for each ``K = 0..G``
+    present in the step, ``adv/pos_share`` and ``adv/neg_share`` (shares of ``sum |A_i|`` (times
+    ``T_i`` with ``weight_by_length``) carried by positive and negative advantages) and
+    ``adv/abs_mean``; every ``histogram_every_n_steps`` the TensorBoard histogram
+    ``adv/advantages``; every ``figure_every_n_steps`` the figure ``adv/mass_by_k``: the mean mass
+    per ``K`` observed since the start against the estimator's exact value.
+
+    Args:
+        weight_by_length: Weigh each completion's mass by its length in the sign shares.
+        histogram_every_n_steps: Histogram cadence (0: never).
+        figure_every_n_steps: Figure cadence (0: never).
+    """
+
+    def __init__(
+        self,
+        weight_by_length: bool = False,
+        histogram_every_n_steps: int = 10,
+        figure_every_n_steps: int = 100,
+    ) -> None:
+        for name, value in [
+            ("histogram_every_n_steps", histogram_every_n_steps),
+            ("figure_every_n_steps", figure_every_n_steps),
+        ]:
+            if value < 0:
+                raise ValueError(f"AdvantageStats: {name}={value} must be >= 0 (0: never)")
+        self.weight_by_length = weight_by_length
+        self.histogram_every_n_steps, self.figure_every_n_steps = (
+            histogram_every_n_steps,
+            figure_every_n_steps,
+        )
+        self.mass_sum: torch.Tensor | None = None  # [G + 1] summed mass per K, all steps
+        self.mass_count: torch.Tensor | None = None  # [G + 1]
+        self._warned = False
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        require_module(NAME, pl_module, "estimator", "group_size")
+        require_logger(
+            NAME,
+            trainer,
+            writer=self.histogram_every_n_steps > 0 or self.figure_every_n_steps > 0,
+            figure_option="histogram_every_n_steps: 0 and figure_every_n_steps: 0",
+        )
+        if reward_is_binary(getattr(pl_module, "reward", None)) is False:
+            self._warn()
+
+    def _warn(self) -> None:
+        if not self._warned:
+            rank_zero_warn(
+                "AdvantageStats: the rewards are not binary, so adv/mass_k<K> and the adv/mass_by_k "
+                "figure are skipped; the other metrics are written"
+            )
+            self._warned = True
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        stats = rollout_stats(outputs)
+        if stats is None or stats.rewards.shape[0] == 0:
+            return
+        G = stats.group_size
+        lengths = stats.lengths.reshape(stats.advantages.shape).double()  # [P, G]
+        local = torch.cat([stats.rewards.double(), stats.advantages.double(), lengths], dim=1)
+        rewards, adv, lengths = gather(pl_module, local).split(G, dim=1)  # [P_all, G] each
+        mass = advantage_mass(adv)  # [P_all]
+        pos, neg = positive_negative_shares(adv, lengths if self.weight_by_length else None)
+        metrics = {
+            "adv/mass_mean": mass.mean().item(),
+            "adv/pos_share": pos,
+            "adv/neg_share": neg,
+            "adv/abs_mean": adv.abs().mean().item(),
+        }
+        metrics.update(self.mass_by_k(rewards, mass))
+        step = logging_step(trainer)
+        if log_this_step(trainer, step):
+            log_scalars(trainer, metrics, step)
+        writer = tensorboard(trainer)
+        if writer is not None and every(step, self.histogram_every_n_steps):
+            writer.add_histogram("adv/advantages", adv.flatten().float(), global_step=step)
+        if writer is not None and every(step, self.figure_every_n_steps):
+            self.draw(writer, pl_module, G, step)
+
+    def mass_by_k(self, rewards: torch.Tensor, mass: torch.Tensor) -> dict[str, float]:
+        """``{adv/mass_k<K>: mean mass}`` of the fully scorable groups; accumulates for the figure."""
+        values = rewards[~rewards.isnan()]
+        if bool((((values - 0).abs() > 1e-6) & ((values - 1).abs() > 1e-6)).any()):
+            self._warn()
+            return {}
+        G = rewards.shape[1]
+        keep = ~rewards.isnan().any(-1)  # [P]
+        k = rewards[keep].round().long().sum(-1)  # [P']
+        sums = torch.zeros(G + 1, dtype=torch.float64).index_add_(0, k, mass[keep])
+        counts = torch.bincount(k, minlength=G + 1).double()
+        if self.mass_sum is None or self.mass_sum.numel() != G + 1:
+            self.mass_sum = torch.zeros(G + 1, dtype=torch.float64)
+            self.mass_count = torch.zeros(G + 1, dtype=torch.float64)
+        self.mass_sum += sums
+        self.mass_count += counts
+        return {f"adv/mass_k{j}": (sums[j] / counts[j]).item() for j in range(G + 1) if counts[j] > 0}
+
+    def draw(self, writer, pl_module: LightningModule, G: int, step: int) -> None:
+        if self.mass_sum is None or not bool((self.mass_count > 0).any()):
+            return
+        observed = (self.mass_sum / self.mass_count.clamp(min=1)).tolist()
+        series = {"observed (mean)": observed}
+        try:
+            series[f"{type(pl_module.estimator).__name__} (exact)"] = advantage_mass_by_k(
+                pl_module.estimator, G
+            ).tolist()
+        except ValueError:
+            pass  # the estimator is not defined at this group size alone
+        fig = bar_figure(
+            [str(j) for j in range(G + 1)],
+            series,
+            xlabel="K correct of G",
+            ylabel="advantage mass sum|A|/2",
+            title=f"advantage mass by K, G = {G}",
+        )
+        if fig is not None:
+            writer.add_figure("adv/mass_by_k", fig, global_step=step)
+
+    def state_dict(self) -> dict:
+        if self.mass_sum is None:
+            return {}
+        return {"mass_sum": self.mass_sum.tolist(), "mass_count": self.mass_count.tolist()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if "mass_sum" in state_dict:
+            self.mass_sum = torch.tensor(state_dict["mass_sum"], dtype=torch.float64)
+            self.mass_count = torch.tensor(state_dict["mass_count"], dtype=torch.float64)

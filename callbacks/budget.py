@@ -1,0 +1,154 @@
+"""GradientBudget: where the step's gradient budget goes, by prompt difficulty."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from lightning import Callback, LightningModule, Trainer
+
+from callbacks._common import (
+    check_binary_rewards,
+    every,
+    fork_rng,
+    gather,
+    log_scalars,
+    log_this_step,
+    logging_step,
+    require_binary_reward,
+    require_logger,
+    require_module,
+    rollout_stats,
+    tensorboard,
+)
+from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS, advantage_budget, bin_index, budget_shares
+from lit_grpo.diagnostics.degeneracy import EMASuccessTracker
+from lit_grpo.diagnostics.plots import bar_figure
+from lit_grpo.types import RolloutStats
+
+NAME = "GradientBudget"
+
+
+class GradientBudget(Callback):
+    """Share of each step's gradient budget per difficulty bin (METHODS.md section 3).
+
+    A prompt's budget is ``sum_i |A_i| * T_i`` (advantage magnitude times completion tokens). Prompts
+    are binned by a pass-rate estimate independent of this step's rewards into ``[0, .2)``,
+    ``[.2, .5)``, ``[.5, .7)``, ``[.7, .9)`` and ``[.9, 1]``:
+
+    - ``estimate="ema"``: the moving average of the prompt's earlier visits (free; prompts seen
+      for the first time are left out and counted in ``budget/unbinned_frac``);
+    - ``estimate="resample"``: ``num_samples`` fresh completions per prompt after the step (costs
+      that much generation; every prompt is binned).
+
+    Needs binary rewards. Writes every step ``budget/share_<bin>`` (share of the binned budget) and
+    ``budget/prompt_share_<bin>`` (share of the binned prompts) for the bins ``0.0-0.2``,
+    ``0.2-0.5``, ``0.5-0.7``, ``0.7-0.9``, ``0.9-1.0``, and ``budget/unbinned_frac``; every
+    ``figure_every_n_steps`` the TensorBoard bar figure ``budget/shares`` of both shares accumulated
+    since the start of training.
+
+    Args:
+        estimate: Where the independent pass rate comes from.
+        ema_decay: Weight of the previous estimate in the moving average (``estimate="ema"``).
+        num_samples: Completions per prompt for ``estimate="resample"``.
+        figure_every_n_steps: Draw the figure every this many steps (0: never).
+    """
+
+    def __init__(
+        self,
+        estimate: Literal["ema", "resample"] = "ema",
+        ema_decay: float = 0.5,
+        num_samples: int = 8,
+        figure_every_n_steps: int = 100,
+    ) -> None:
+        if estimate not in ("ema", "resample"):
+            raise ValueError(f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'")
+        if num_samples < 1:
+            raise ValueError(f"GradientBudget: num_samples={num_samples} must be >= 1")
+        if figure_every_n_steps < 0:
+            raise ValueError(
+                f"GradientBudget: figure_every_n_steps={figure_every_n_steps} must be >= 0 (0: never)"
+            )
+        self.estimate, self.num_samples = estimate, num_samples
+        self.figure_every_n_steps = figure_every_n_steps
+        self.tracker = EMASuccessTracker(ema_decay)
+        self.totals = torch.zeros(2, NUM_BINS, dtype=torch.float64)  # [prompts, budget] per bin, all steps
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        require_module(NAME, pl_module, "engine", "score", "sampling")
+        require_binary_reward(NAME, pl_module)
+        require_logger(
+            NAME, trainer, writer=self.figure_every_n_steps > 0, figure_option="figure_every_n_steps: 0"
+        )
+
+    def pass_rates(self, pl_module: LightningModule, stats: RolloutStats) -> torch.Tensor:
+        """``[P]`` independent pass-rate estimates (NaN where there is none); updates the moving average."""
+        if self.estimate == "resample":
+            with torch.no_grad(), fork_rng(pl_module):
+                rollouts = pl_module.engine.generate(
+                    stats.batch.prompts, self.num_samples, pl_module.sampling
+                )
+            rewards = pl_module.score(stats.batch, rollouts)[0]  # [P, S]
+            check_binary_rewards(NAME, rewards, 1e-6)
+            return rewards.double().nanmean(-1)
+        rewards = stats.rewards.double()
+        prior = self.tracker.get(stats.batch.ids)  # [P]
+        self.tracker.update(stats.batch.ids, rewards.nanmean(-1))
+        return prior
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        stats = rollout_stats(outputs)
+        if stats is None or stats.rewards.shape[0] == 0:
+            return
+        check_binary_rewards(NAME, stats.rewards, 1e-6)
+        local = torch.stack(
+            [self.pass_rates(pl_module, stats), advantage_budget(stats.advantages, stats.lengths)], dim=1
+        )  # [P, 2]
+        rate, budget = gather(pl_module, local).T.contiguous()  # [P_all] each
+        index = bin_index(rate)  # [P_all], -1 = no estimate
+        binned = index >= 0
+        prompts = torch.bincount(index[binned], minlength=NUM_BINS).double()  # [5]
+        shares = budget_shares(budget, rate)  # [5]
+        self.totals[0] += prompts
+        self.totals[1].index_add_(0, index[binned], budget[binned])
+        metrics = {"budget/unbinned_frac": 1.0 - binned.double().mean().item()}
+        if bool(binned.any()):
+            metrics.update({f"budget/share_{b}": v for b, v in zip(BIN_LABELS, shares.tolist(), strict=True)})
+            metrics.update(
+                {
+                    f"budget/prompt_share_{b}": v / binned.sum().item()
+                    for b, v in zip(BIN_LABELS, prompts.tolist(), strict=True)
+                }
+            )
+        step = logging_step(trainer)
+        if log_this_step(trainer, step):
+            log_scalars(trainer, metrics, step)
+        if every(step, self.figure_every_n_steps):
+            self.draw(trainer, step)
+
+    def draw(self, trainer: Trainer, step: int) -> None:
+        writer = tensorboard(trainer)
+        sums = self.totals.sum(-1, keepdim=True)
+        if writer is None or not bool((sums > 0).all()):
+            return
+        shares = (self.totals / sums).tolist()
+        fig = bar_figure(
+            BIN_LABELS,
+            {"prompts": shares[0], "gradient budget": shares[1]},
+            xlabel="pass-rate bin",
+            ylabel="share",
+            title=f"budget by difficulty, steps 0-{step}",
+        )
+        if fig is not None:
+            writer.add_figure("budget/shares", fig, global_step=step)
+
+    def state_dict(self) -> dict:
+        return {"tracker": self.tracker.state_dict(), "totals": self.totals.tolist()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.tracker.load_state_dict(state_dict["tracker"])
+        self.totals = torch.tensor(state_dict["totals"], dtype=torch.float64)

@@ -1,0 +1,212 @@
+"""GradientRank: spectra of the per-completion gradient matrix and of chosen weight gradients."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_warn
+
+from callbacks._common import (
+    every,
+    fork_rng,
+    log_scalars,
+    logging_step,
+    require_logger,
+    require_module,
+    rollout_stats,
+)
+from lit_grpo.diagnostics.gradients import (
+    LinearTarget,
+    per_completion_gradients,
+    project_rows,
+    rows_spectrum_summary,
+    select_linear_targets,
+    take_rows,
+)
+from lit_grpo.diagnostics.rank import spectrum_summary
+
+NAME = "GradientRank"
+
+
+class GradientRank(Callback):
+    """Effective rank of the per-completion gradient matrix (METHODS.md section 3).
+
+    Every ``every_n_steps`` training steps, builds the matrix whose rows are
+    ``A_i * grad sum_t log pi(y_i,t)`` over the chosen ``nn.Linear`` parameters for the step's
+    completions with non-zero advantage (rows of zero advantage are zero and are not computed), and
+    logs its spectrum. The rows come from one extra batched forward and backward after the step's
+    update (so at the updated parameters), with ``torch.autograd.grad``: ``.grad``, the parameters
+    and the RNG state are left as they were, so training is unchanged. A matrix that is all zero (a
+    fully degenerate batch) is skipped and counted, never logged as a rank.
+
+    Writes ``grad/erank``, ``grad/stable_rank``, ``grad/energy_rank_0.9``, ``grad/energy_rank_0.99``,
+    ``grad/sigma_1`` .. ``grad/sigma_5`` (largest singular values over their sum), ``grad/rows``
+    (completions with non-zero advantage) and ``grad/skipped_zero`` (running count of skipped
+    matrices). With ``weight_params``: ``grad/weight_erank/<parameter name>`` of each chosen 2-D weight
+    gradient just before the optimizer step, and ``grad/weight_skipped_zero``.
+
+    Memory: the matrix is ``N x D`` float32 (``D`` = chosen parameters, or ``projection_dim``), plus
+    one layer's per-completion gradients at a time. Choose a few layers, ``lora``, or a projection for
+    large models.
+
+    Args:
+        every_n_steps: Measure at training steps ``0, n, 2n, ...``.
+        params: Regular expressions searched in parameter names (e.g. ``["layers\\\\.1\\\\.mlp"]``);
+            only ``nn.Linear`` weights and biases count. Null: every Linear weight (not one tied to an
+            embedding).
+        lora: Use the LoRA parameters (``lora_`` in the name) instead of ``params``.
+        projection_dim: Project each row to this many dimensions with a fixed Gaussian matrix drawn
+            chunk-wise from ``seed`` (null: keep rows whole). Drawing costs ``D x projection_dim``
+            normal numbers per measurement.
+        seed: Seed of the projection.
+        micro_batch_size: Completions per forward of the measurement (null: all at once).
+        weight_params: Regular expressions choosing 2-D weights whose accumulated gradient's effective
+            rank is logged before the optimizer step (null: none).
+    """
+
+    def __init__(
+        self,
+        every_n_steps: int = 10,
+        params: list[str] | None = None,
+        lora: bool = False,
+        projection_dim: int | None = None,
+        seed: int = 0,
+        micro_batch_size: int | None = None,
+        weight_params: list[str] | None = None,
+    ) -> None:
+        if every_n_steps < 1:
+            raise ValueError(f"GradientRank: every_n_steps={every_n_steps} must be >= 1")
+        if lora and params:
+            raise ValueError(f"GradientRank: give either lora=True or params={params}, not both")
+        if projection_dim is not None and projection_dim < 1:
+            raise ValueError(
+                f"GradientRank: projection_dim={projection_dim} must be >= 1 or null (no projection)"
+            )
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise ValueError(f"GradientRank: micro_batch_size={micro_batch_size} must be >= 1 or null")
+        for pattern in [*(params or []), *(weight_params or [])]:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"GradientRank: {pattern!r} is not a regular expression ({err})") from err
+        self.every_n_steps = every_n_steps
+        self.params, self.lora = params, lora
+        self.projection_dim, self.seed = projection_dim, seed
+        self.micro_batch_size = micro_batch_size
+        self.weight_params = weight_params
+        self.targets: list[LinearTarget] = []
+        self.weights: list[tuple[str, torch.nn.Parameter]] = []
+        self.skipped = 0
+        self.weight_skipped = 0
+        self._measure = self._weights_pending = False
+        self._step = 0
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        require_module(NAME, pl_module, "policy", "sampling")
+        require_logger(NAME, trainer)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        policy = pl_module.policy
+        self.targets, left_out = select_linear_targets(policy, self.params, self.lora)
+        if not self.targets:
+            names = [n for n, _ in policy.named_parameters()][:6]
+            what = "lora=True" if self.lora else f"params={self.params}"
+            raise ValueError(
+                f"GradientRank: {what} chooses no trainable nn.Linear parameter of the policy; parameter "
+                f"names look like {names}; fix the patterns (regular expressions searched in these names)"
+            )
+        if left_out:
+            rank_zero_warn(
+                f"GradientRank: leaving out {len(left_out)} matched parameters that are not the weight or bias "
+                f"of a trainable nn.Linear (e.g. {left_out[:3]})"
+            )
+        if self.weight_params:
+            regexes = [re.compile(p) for p in self.weight_params]
+            self.weights = [
+                (n, p)
+                for n, p in policy.named_parameters()
+                if p.dim() == 2 and p.requires_grad and any(r.search(n) for r in regexes)
+            ]
+            if not self.weights:
+                raise ValueError(
+                    f"GradientRank: weight_params={self.weight_params} matches no trainable 2-D "
+                    "parameter of the policy; fix the regular expressions"
+                )
+
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int
+    ) -> None:
+        self._step = logging_step(trainer)
+        self._measure = every(self._step, self.every_n_steps)
+        self._weights_pending = self._measure
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        stats = rollout_stats(outputs)
+        if not self._measure or stats is None or stats.rollouts is None:
+            return
+        coef = stats.advantages.reshape(-1).float()  # [N]
+        rows = coef.nonzero().flatten()  # completions with a non-zero contribution
+        summary = None
+        if rows.numel():
+            matrix = self.matrix(pl_module, take_rows(stats.rollouts, rows), coef[rows])  # [n, D]
+            summary = rows_spectrum_summary(matrix)
+        if summary is None:
+            self.skipped += 1
+        metrics = {f"grad/{k}": v for k, v in (summary or {}).items()}
+        metrics.update({"grad/rows": float(rows.numel()), "grad/skipped_zero": float(self.skipped)})
+        log_scalars(trainer, metrics, self._step)
+
+    def matrix(self, pl_module: LightningModule, rollouts, coef: torch.Tensor) -> torch.Tensor:
+        """The rows ``coef_i * grad log pi(y_i)`` of ``rollouts``, projected if asked: ``[n, D]``."""
+        step = self.micro_batch_size or len(rollouts)
+        parts = []
+        with fork_rng(pl_module):
+            for start in range(0, len(rollouts), step):
+                mb = take_rows(rollouts, list(range(start, min(start + step, len(rollouts)))))
+                blocks = per_completion_gradients(
+                    pl_module.policy,
+                    mb,
+                    coef[start : start + step],
+                    self.targets,
+                    pl_module.sampling.temperature,
+                )
+                if self.projection_dim is not None:
+                    blocks = [
+                        sum(
+                            project_rows(b, self.projection_dim, self.seed, stream=j)
+                            for j, b in enumerate(blocks)
+                        )
+                    ]
+                parts.append(torch.cat(blocks, dim=1).detach())
+        return torch.cat(parts)
+
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer) -> None:
+        if not self.weights or not self._weights_pending:
+            return
+        self._weights_pending = False  # the first optimizer step of a measured batch
+        metrics = {}
+        with torch.no_grad():
+            for name, param in self.weights:
+                grad = param.grad
+                if grad is not None and hasattr(grad, "full_tensor"):
+                    grad = grad.full_tensor()  # a sharded (DTensor) gradient
+                summary = spectrum_summary(grad) if grad is not None else None
+                if summary is None:
+                    self.weight_skipped += 1
+                else:
+                    metrics[f"grad/weight_erank/{name}"] = summary["erank"]
+        metrics["grad/weight_skipped_zero"] = float(self.weight_skipped)
+        log_scalars(trainer, metrics, self._step)
+
+    def state_dict(self) -> dict:
+        return {"skipped": self.skipped, "weight_skipped": self.weight_skipped}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.skipped = int(state_dict.get("skipped", 0))
+        self.weight_skipped = int(state_dict.get("weight_skipped", 0))

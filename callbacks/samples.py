@@ -1,0 +1,88 @@
+"""CompletionSamples: a few prompts, their completions and rewards as TensorBoard text."""
+
+from __future__ import annotations
+
+import math
+
+from lightning import Callback, LightningModule, Trainer
+
+from callbacks._common import every, logging_step, require_logger, rollout_stats, tensorboard
+from lit_grpo.types import RolloutStats
+
+NAME = "CompletionSamples"
+
+
+def _cell(text: str, max_chars: int) -> str:
+    """Text fit for one markdown table cell."""
+    text = text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "⏎").replace("`", "'") or " "
+
+
+def _num(x: float) -> str:
+    return "NaN" if math.isnan(x) else f"{x:.3g}"
+
+
+def format_samples(stats: RolloutStats, num_prompts: int, num_completions: int, max_chars: int) -> str:
+    """Markdown: per prompt its id, text and reference, then a table of completions with reward,
+    advantage, length and whether it was truncated."""
+    G = stats.group_size
+    parts = []
+    for p in range(min(num_prompts, len(stats.batch))):
+        rows = ["| # | completion | reward | advantage | tokens | truncated |", "|---|---|---|---|---|---|"]
+        for j in range(min(num_completions, G)):
+            i = p * G + j
+            rows.append(
+                f"| {j} | {_cell(stats.texts[i], max_chars)} | {_num(stats.rewards[p, j].item())} | "
+                f"{_num(stats.advantages[p, j].item())} | {int(stats.lengths[i])} | "
+                f"{'yes' if bool(stats.truncated[i]) else 'no'} |"
+            )
+        parts.append(
+            f"**{_cell(stats.batch.ids[p], 80)}**: `{_cell(stats.batch.prompts[p], max_chars)}` "
+            f"(reference `{_cell(stats.batch.references[p], max_chars)}`)\n\n" + "\n".join(rows)
+        )
+    return "\n\n".join(parts)
+
+
+class CompletionSamples(Callback):
+    """Writes a few of the step's prompts with their completions as TensorBoard text.
+
+    Every ``every_n_steps`` (starting at step 0) the text ``samples/completions``: the first
+    ``num_prompts`` prompts of the step (id, prompt, reference) each with a table of up to
+    ``num_completions`` completions, their reward, advantage, token count and truncation. Writes no
+    scalars.
+
+    Args:
+        every_n_steps: Cadence in training steps.
+        num_prompts: Prompts shown.
+        num_completions: Completions shown per prompt (at most the group size).
+        max_chars: Longer texts are cut to this many characters.
+    """
+
+    def __init__(
+        self, every_n_steps: int = 50, num_prompts: int = 2, num_completions: int = 4, max_chars: int = 500
+    ) -> None:
+        for name, value in [
+            ("every_n_steps", every_n_steps),
+            ("num_prompts", num_prompts),
+            ("num_completions", num_completions),
+            ("max_chars", max_chars),
+        ]:
+            if value < 1:
+                raise ValueError(f"CompletionSamples: {name}={value} must be >= 1")
+        self.every_n_steps, self.num_prompts = every_n_steps, num_prompts
+        self.num_completions, self.max_chars = num_completions, max_chars
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage == "fit":
+            require_logger(NAME, trainer, writer=True)
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        stats = rollout_stats(outputs)
+        writer = tensorboard(trainer)
+        step = logging_step(trainer)
+        if stats is None or writer is None or not every(step, self.every_n_steps):
+            return
+        text = format_samples(stats, self.num_prompts, self.num_completions, self.max_chars)
+        writer.add_text("samples/completions", text, global_step=step)

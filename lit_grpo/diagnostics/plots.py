@@ -1,0 +1,99 @@
+"""Figures of the diagnostics (matplotlib, Agg backend), for TensorBoard and PNG files.
+
+matplotlib is optional: without it :func:`new_figure` warns once and every figure function returns
+``None``, so callers skip the figure.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_WARNED = False
+
+
+def new_figure(figsize: tuple[float, float]) -> Any | None:
+    """A matplotlib ``Figure`` drawn by the Agg canvas, or ``None`` (with one warning) without matplotlib.
+
+    The figure is made without pyplot, so no global backend or figure registry is touched and
+    nothing needs closing.
+    """
+    global _WARNED
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        if not _WARNED:
+            warnings.warn(
+                "matplotlib is not installed, so lit-grpo diagnostics draw no figures (scalars are still "
+                "logged); install it with `pip install matplotlib`",
+                stacklevel=3,
+            )
+            _WARNED = True
+        return None
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def pass_at_k_figure(curves: Mapping[str, Mapping[int, float]], title: str = "pass@k") -> Any | None:
+    """pass@k against k (log2 axis), one line per named curve, e.g. ``{"start": ..., "step 500": ...}``."""
+    fig = new_figure((5, 3.5))
+    if fig is None:
+        return None
+    ax = fig.subplots()
+    for name, curve in curves.items():
+        ks = sorted(curve)
+        ax.plot(ks, [curve[k] for k in ks], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ticks = sorted({k for curve in curves.values() for k in curve})
+    ax.set_xticks(ticks, [str(k) for k in ticks])
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def bar_figure(
+    labels: Sequence[str], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str
+) -> Any | None:
+    """Grouped bars: one group per label, one bar per named series (each ``[len(labels)]``)."""
+    fig = new_figure((5.5, 3.5))
+    if fig is None:
+        return None
+    ax = fig.subplots()
+    width = 0.8 / max(len(series), 1)
+    for j, (name, values) in enumerate(series.items()):
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(labels))]
+        ax.bar(xs, list(values), width=width, label=name)
+    ax.set_xticks(range(len(labels)), list(labels))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def weight_curve_figure(ps: Sequence[float], curves: Mapping[str, Sequence[float]], G: int) -> Any | None:
+    """Expected update weight omega(p) on grad p against the pass rate p, one line per estimator."""
+    fig = new_figure((7.5, 3.8))
+    if fig is None:
+        return None
+    ax = fig.subplots()
+    for j, (name, omega) in enumerate(curves.items()):
+        ax.plot(list(ps), list(omega), label=name, linestyle=("-", "--", ":", "-.")[j // 10 % 4])
+    ax.set_xlabel("pass rate p")
+    ax.set_ylabel("omega(p): expected update / grad p")
+    ax.set_xlim(0, 1)
+    ax.set_title(f"estimator weight curves, G = {G}")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize="small")
+    fig.tight_layout()
+    return fig
