@@ -36,7 +36,14 @@ class LitGRPOCLI(LightningCLI):
 
 
 def main(args: list[str] | None = None) -> None:
-    """Console entry point of ``lit-grpo``."""
+    """Console entry point of ``lit-grpo``; ``lit-grpo compare`` runs estimator comparisons."""
+    import sys
+
+    argv = sys.argv[1:] if args is None else args
+    if argv and argv[0] == "compare":
+        from lit_grpo.experiments.cli import compare_main
+
+        raise SystemExit(compare_main(argv[1:]))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import lit_grpo  # noqa: F401  (registers every component for short names)
 

@@ -1,0 +1,39 @@
+"""Multi-seed comparisons of estimators: ``lit-grpo compare --config experiments/<name>.yaml``.
+
+An experiment config names arms (estimators), seeds, optional sweep axes and the metrics to report;
+:func:`load_experiment` reads and checks it, :func:`expand` makes one ``lit-grpo fit`` command per arm x
+setting x seed, :func:`run_grid` runs them in separate processes (resumable), :func:`collect` reads
+their TensorBoard events and :func:`write_report` writes the markdown report with its figures.
+"""
+
+from lit_grpo.experiments.check import check_runs
+from lit_grpo.experiments.cli import compare_main
+from lit_grpo.experiments.collect import collect, read_scalars, reduce_series
+from lit_grpo.experiments.grid import Run, expand
+from lit_grpo.experiments.inference import one_sample_t_test, sign_flip_test
+from lit_grpo.experiments.loader import load_experiment
+from lit_grpo.experiments.report import write_report
+from lit_grpo.experiments.runner import run_grid, run_prepare
+from lit_grpo.experiments.spec import Arm, Curve, Experiment, Metric, Prepare, Profile
+
+__all__ = [
+    "Arm",
+    "Curve",
+    "Experiment",
+    "Metric",
+    "Prepare",
+    "Profile",
+    "Run",
+    "load_experiment",
+    "expand",
+    "check_runs",
+    "run_prepare",
+    "run_grid",
+    "collect",
+    "read_scalars",
+    "reduce_series",
+    "write_report",
+    "compare_main",
+    "one_sample_t_test",
+    "sign_flip_test",
+]

@@ -1,0 +1,123 @@
+"""Checks of the runs before any starts: each distinct run config parses and builds as LightningCLI would
+build it, logs to TensorBoard, has the callbacks its reported metrics need, and names existing models."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from lit_grpo.experiments.grid import Run
+from lit_grpo.experiments.registry import metric_sources
+from lit_grpo.experiments.spec import Experiment
+
+
+@dataclass(frozen=True)
+class CellInfo:
+    """What one arm x setting resolves to, for the report."""
+
+    estimator: str
+    aggregation: str
+    group_size: int
+    lr: float
+    model: str
+
+
+@contextlib.contextmanager
+def _quiet_lightning():
+    """Lightning's info lines (seed, accelerators) are for runs, not for checking their configs."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _instantiate(run: Run):
+    from lit_grpo.cli import LitGRPOCLI
+
+    err = io.StringIO()
+    try:
+        with (
+            _quiet_lightning(),
+            contextlib.redirect_stderr(err),
+            contextlib.redirect_stdout(io.StringIO()),
+            warnings.catch_warnings(),
+        ):
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+            return LitGRPOCLI(args=list(run.args[1:]), run=False)
+    except (Exception, SystemExit) as exc:  # jsonargparse reports bad configs by SystemExit
+        detail = err.getvalue().strip().splitlines()
+        message = "\n".join(detail[-8:]) or f"{type(exc).__name__}: {exc}"
+        raise ValueError(
+            f"run {run.run_id}: its config does not build:\n{message}\ncommand: lit-grpo {' '.join(run.args)}"
+        ) from None
+
+
+def _class(path: str) -> type:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def _check_metrics(exp: Experiment, cli, run: Run) -> None:
+    present = [cli.model, *cli.trainer.callbacks]
+    names = {m.name for m in exp.all_metrics()} | {m for c in exp.curves for m in c.metrics}
+    for name in sorted(names):
+        sources = metric_sources(name)
+        if not any(isinstance(obj, _class(s)) for s in sources for obj in present):
+            raise ValueError(
+                f"run {run.run_id}: metric {name!r} is written by {' or '.join(sources)}, which this "
+                "run does not have; add the callback to the experiment's args, e.g. "
+                f"--trainer.callbacks+={sources[0]}"
+            )
+
+
+def _check_model(cli, run: Run, prepared: dict[str, Path]) -> None:
+    from lit_grpo.policy import _looks_local
+
+    name = str(cli.model.model_name)
+    if name in {str(p) for p in prepared.values()} or not _looks_local(name):
+        return
+    if not Path(name).expanduser().is_dir():
+        raise ValueError(
+            f"run {run.run_id}: model={name!r} is not a directory; fix the path or produce it with a "
+            "`prepare` step and refer to it as {prepared.<name>}"
+        )
+
+
+def check_runs(
+    exp: Experiment, runs: list[Run], prepared: dict[str, Path]
+) -> dict[tuple[str, str], CellInfo]:
+    """Build each distinct arm x setting once (first seed); a ValueError names the first problem."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    cells: dict[tuple[str, str], CellInfo] = {}
+    for run in runs:
+        key = (run.arm, run.setting_label)
+        if key in cells:
+            continue
+        cli = _instantiate(run)
+        if not isinstance(cli.trainer.logger, TensorBoardLogger):
+            raise ValueError(
+                f"run {run.run_id}: the trainer logger must be a TensorBoardLogger (the report reads its "
+                f"events), got {type(cli.trainer.logger).__name__}"
+            )
+        _check_metrics(exp, cli, run)
+        _check_model(cli, run, prepared)
+        model = cli.model
+        cells[key] = CellInfo(
+            repr(getattr(model, "estimator", None)),
+            str(getattr(model, "aggregation", "")),
+            int(getattr(model, "group_size", 0)),
+            float(getattr(model, "lr", float("nan"))),
+            str(model.model_name),
+        )
+    return cells

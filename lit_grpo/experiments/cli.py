@@ -1,0 +1,123 @@
+"""``lit-grpo compare --config experiments/<name>.yaml [--quick]``: run an experiment grid and report it.
+
+Every config is read and every distinct run config is built (as LightningCLI would) before any run
+starts, so an unknown estimator, metric, option or file fails at once. Then, per experiment: the
+prepare steps (cached), the runs (finished ones skipped), and the report under
+``<root>/<name>[-quick]/report.md``. The exit code is 1 when a run failed (the report still lists it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+from lit_grpo.experiments.check import check_runs
+from lit_grpo.experiments.collect import collect
+from lit_grpo.experiments.grid import expand, out_dir, shell_command
+from lit_grpo.experiments.loader import load_experiment
+from lit_grpo.experiments.report import INVOCATIONS_FILE, compare_command, write_report
+from lit_grpo.experiments.runner import default_jobs, prepared_outputs, run_grid, run_prepare
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lit-grpo compare", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--config",
+        nargs="+",
+        action="extend",
+        required=True,
+        metavar="YAML",
+        help="experiment config(s), e.g. experiments/degeneracy.yaml (several run one after another)",
+    )
+    p.add_argument("--quick", action="store_true", help="smoke size: each config's `quick` section (for CI)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs at a time (default: CPU cores // the experiment's threads_per_run)",
+    )
+    p.add_argument("--root", default="runs/experiments", help="where runs, prepared models and reports go")
+    p.add_argument("--report-only", action="store_true", help="collect and report without running anything")
+    p.add_argument(
+        "--dry-run", action="store_true", help="check the configs and print the commands, run nothing"
+    )
+    p.add_argument("--skip-failed", action="store_true", help="do not retry runs that failed before")
+    p.add_argument(
+        "--run-timeout", type=float, default=None, help="seconds after which a run is stopped (failed)"
+    )
+    return p
+
+
+def _record_invocation(out: Path, exp, ran: int, wall: float, jobs: int) -> None:
+    path = out / INVOCATIONS_FILE
+    history = json.loads(path.read_text()) if path.is_file() else []
+    history.append(
+        {
+            "command": compare_command(exp),
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "ran": ran,
+            "wall_s": round(wall, 1),
+            "jobs": jobs,
+            "cpus": os.cpu_count(),
+        }
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(history, indent=1))
+
+
+def _plan(paths: list[str], quick: bool, root: str):
+    """Load and check every experiment; ``(exp, prepared, runs, cells)`` each, or a ValueError."""
+    plans = []
+    for path in paths:
+        exp = load_experiment(path, quick=quick)
+        prepared = prepared_outputs(exp, root)
+        runs = expand(exp, prepared, root)
+        plans.append((exp, prepared, runs, check_runs(exp, runs, prepared)))
+        print(
+            f"{path}: {len(exp.arms)} arms x {len(runs) // max(1, len(exp.arms) * len(exp.seeds))} settings x "
+            f"{len(exp.seeds)} seeds = {len(runs)} runs; configs check out",
+            flush=True,
+        )
+    return plans
+
+
+def compare_main(argv: list[str] | None = None) -> int:
+    """Entry point of ``lit-grpo compare``; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        plans = _plan(args.config, args.quick, args.root)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"lit-grpo compare: error: {err}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for exp, _, runs, _ in plans:
+            print("\n".join(shell_command(r.args, exp.threads_per_run) for r in runs))
+        return 0
+    failed = False
+    for exp, _, runs, cells in plans:
+        out = out_dir(exp, args.root)
+        print(f"== {exp.name}{' (quick)' if exp.quick else ''}: {out}", flush=True)
+        if not args.report_only:
+            jobs = args.jobs or default_jobs(exp.threads_per_run)
+            try:
+                run_prepare(exp, args.root, exp.threads_per_run, echo=_echo)
+            except RuntimeError as err:
+                print(f"lit-grpo compare: {exp.name}: {err}; its runs are skipped", file=sys.stderr)
+                failed = True
+                continue
+            ran, wall = run_grid(
+                runs, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, echo=_echo
+            )
+            _record_invocation(out, exp, ran, wall, jobs)
+        records = collect(exp, runs)
+        failed |= any(r.status != "done" for r in records)
+        print(f"report: {write_report(exp, records, cells, out, args.root)}", flush=True)
+    return 1 if failed else 0
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)

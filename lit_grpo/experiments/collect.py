@@ -1,0 +1,102 @@
+"""Reading each run's TensorBoard scalars back and reducing them to one number per run and metric."""
+
+from __future__ import annotations
+
+import glob
+import math
+from dataclasses import dataclass, field
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from lit_grpo.experiments.grid import Run
+from lit_grpo.experiments.runner import read_status
+from lit_grpo.experiments.spec import Experiment, Metric
+
+Series = list[tuple[int, float]]  # (step, value), steps increasing, one value per step
+
+
+@dataclass
+class RunRecord:
+    """A run's status and what the report needs from its events."""
+
+    run: Run
+    status: str  # "done", "failed" or "missing" (never ran)
+    returncode: int | str | None = None
+    seconds: float | None = None
+    values: dict[str, float] = field(default_factory=dict)  # Metric.key -> value (NaN when not logged)
+    series: dict[str, Series] = field(default_factory=dict)  # curve metric -> series
+
+
+def read_scalars(log_dir) -> dict[str, Series]:
+    """Every scalar of the TensorBoard events under ``log_dir``; the last value wins at a repeated step."""
+    scalars: dict[str, dict[int, float]] = {}
+    for path in sorted(glob.glob(f"{log_dir}/events.out.tfevents.*")):
+        events = EventAccumulator(path, size_guidance={"scalars": 0})
+        events.Reload()
+        for tag in events.Tags()["scalars"]:
+            for e in events.Scalars(tag):
+                scalars.setdefault(tag, {})[e.step] = float(e.value)
+    return {tag: sorted(values.items()) for tag, values in scalars.items()}
+
+
+def reduce_series(series: Series, how: str, tail: float = 0.2) -> float:
+    """One number from a series: its last, first, mean, min or max value, ``delta`` = last - first, or
+    the mean of its last ``ceil(tail * n)`` values (``tail``). NaN for an empty series."""
+    values = [v for _, v in series]
+    if not values:
+        return math.nan
+    if how == "last":
+        return values[-1]
+    if how == "first":
+        return values[0]
+    if how == "delta":
+        return values[-1] - values[0]
+    if how == "mean":
+        return sum(values) / len(values)
+    if how == "min":
+        return min(values)
+    if how == "max":
+        return max(values)
+    if how == "tail":
+        kept = values[-max(1, math.ceil(tail * len(values))) :]
+        return sum(kept) / len(kept)
+    raise ValueError(f"reduce={how!r} is not one of last, first, delta, mean, min, max, tail")
+
+
+def chance_corrected(accuracy: float, chance: float) -> float:
+    """Skill above guessing, ``s = (acc - c) / (1 - c)`` with ``c = 1/k`` (METHODS.md section 3)."""
+    return (accuracy - chance) / (1 - chance)
+
+
+def guess_share(accuracy: float, chance: float) -> float:
+    """Share of correct answers that random guesses account for: ``c (1 - s) / acc``."""
+    if accuracy <= 0:
+        return math.nan
+    return chance * (1 - chance_corrected(accuracy, chance)) / accuracy
+
+
+def metric_value(scalars: dict[str, Series], metric: Metric) -> float:
+    value = reduce_series(scalars.get(metric.name, []), metric.reduce, metric.tail)
+    if metric.transform == "chance_corrected":
+        return chance_corrected(value, metric.chance)
+    if metric.transform == "guess_share":
+        return guess_share(value, metric.chance)
+    return value
+
+
+def collect(exp: Experiment, runs: list[Run]) -> list[RunRecord]:
+    """Status, reduced metric values and curve series of every run (failed runs: no values)."""
+    curve_names = sorted({m for c in exp.curves for m in c.metrics})
+    records = []
+    for run in runs:
+        status = read_status(run.run_dir)
+        if status is None or status.get("args") != list(run.args):
+            records.append(RunRecord(run, "missing"))
+            continue
+        record = RunRecord(run, status["status"], status.get("returncode"), status.get("seconds"))
+        if record.status == "done":
+            scalars = read_scalars(run.events_dir)
+            record.values = {m.key: metric_value(scalars, m) for m in exp.all_metrics()}
+            record.series = {name: scalars.get(name, []) for name in curve_names}
+        records.append(record)
+    return records

@@ -1,0 +1,130 @@
+"""Figures of a comparison: learning curves with 95% bands over seeds, and profiles (e.g. pass@k over k).
+
+Drawn with :func:`lit_grpo.diagnostics.plots.new_figure`; without matplotlib every function returns
+``None`` (one warning) and the report says that the figure was not drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from lit_grpo.diagnostics.plots import new_figure
+from lit_grpo.diagnostics.stats import t_quantile
+from lit_grpo.experiments.collect import RunRecord, Series
+from lit_grpo.experiments.spec import Curve, Experiment, Metric, Profile
+
+
+def smooth(series: Series, window: int) -> Series:
+    """Trailing moving average over ``window`` logged points (``window = 1`` leaves it as it is)."""
+    values = [v for _, v in series]
+    out = []
+    for i, (step, _) in enumerate(series):
+        part = values[max(0, i - window + 1) : i + 1]
+        out.append((step, sum(part) / len(part)))
+    return out
+
+
+def mean_band(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float, int]:
+    """``(mean, low, high, n)`` of finite values: the Student t interval (``low = high = mean`` for n = 1)."""
+    xs = [v for v in values if math.isfinite(v)]
+    n = len(xs)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    mean = sum(xs) / n
+    if n == 1:
+        return mean, mean, mean, 1
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = t_quantile((1 + confidence) / 2, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half, n
+
+
+def curve_band(runs: Sequence[Series], window: int = 1) -> list[tuple[int, float, float, float, int]]:
+    """Per step of any run: ``(step, mean, low, high, n)`` over the runs that logged that step."""
+    by_step: dict[int, list[float]] = {}
+    for series in runs:
+        for step, value in smooth(series, window):
+            by_step.setdefault(step, []).append(value)
+    return [(step, *mean_band(by_step[step])) for step in sorted(by_step)]
+
+
+def _grid(n: int, width: float = 4.8, height: float = 3.4):
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig = new_figure((max(width * cols, 6.4), height * rows + 0.6))
+    if fig is None:
+        return None, []
+    axes = fig.subplots(rows, cols, squeeze=False).flatten().tolist()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n]
+
+
+def _settings(records: list[RunRecord]) -> list[str]:
+    return list(dict.fromkeys(r.run.setting_label for r in records))
+
+
+def _done(records: list[RunRecord], setting: str, arm: str) -> list[RunRecord]:
+    return [r for r in records if r.status == "done" and r.run.setting_label == setting and r.run.arm == arm]
+
+
+def curve_figure(exp: Experiment, curve: Curve, records: list[RunRecord], path: Path) -> Path | None:
+    """One panel per setting; a line (mean) and band (95% t interval) per arm and metric."""
+    settings = _settings(records)
+    fig, axes = _grid(len(settings))
+    if fig is None:
+        return None
+    for ax, setting in zip(axes, settings, strict=True):
+        for arm in exp.arms:
+            runs = _done(records, setting, arm.label)
+            for name in curve.metrics:
+                band = curve_band([r.series.get(name, []) for r in runs], curve.smooth)
+                if not band:
+                    continue
+                steps, mean, lo, hi, _ = zip(*band, strict=True)
+                label = arm.label if len(curve.metrics) == 1 else f"{arm.label}: {name}"
+                (line,) = ax.plot(steps, mean, label=f"{label} (n={len(runs)})", linewidth=1.3)
+                ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_title(setting, fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel(curve.metrics[0] if len(curve.metrics) == 1 else "value")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    smoothing = f", moving average over {curve.smooth} points" if curve.smooth > 1 else ""
+    fig.suptitle(
+        f"{curve.title or ', '.join(curve.metrics)}\nmean and 95% t band over seeds{smoothing}", fontsize=10
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def profile_figure(exp: Experiment, profile: Profile, records: list[RunRecord], path: Path) -> Path | None:
+    """One panel per setting; per arm and reduce the metrics' means over ``x`` with 95% t bands."""
+    settings = _settings(records)
+    fig, axes = _grid(len(settings))
+    if fig is None:
+        return None
+    for ax, setting in zip(axes, settings, strict=True):
+        for arm in exp.arms:
+            runs = _done(records, setting, arm.label)
+            for how in profile.reduces:
+                stats = [
+                    mean_band([r.values.get(Metric(m, how).key, math.nan) for r in runs])
+                    for m in profile.metrics
+                ]
+                mean, lo, hi, n = zip(*stats, strict=True)
+                (line,) = ax.plot(profile.x, mean, marker="o", label=f"{arm.label} ({how}, n={max(n)})")
+                ax.fill_between(profile.x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        if profile.log2:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(profile.x, [f"{v:g}" for v in profile.x])
+        ax.set_title(setting, fontsize=9)
+        ax.set_xlabel(profile.xlabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{profile.title or 'profile'}\nmean and 95% t band over seeds", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path

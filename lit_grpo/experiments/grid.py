@@ -1,0 +1,132 @@
+"""The grid of an experiment: one ``lit-grpo fit`` command per arm x setting x seed, and where it writes."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from lit_grpo.experiments.spec import Arm, Experiment, Prepare
+
+#: Arguments every run gets before the experiment's own (which may override them).
+DEFAULT_ARGS = ("--trainer.enable_checkpointing=false",)
+#: The TensorBoard directory of a run, relative to its run directory.
+EVENTS_SUBDIR = "tb/version_0"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One grid cell: the arm, the sweep setting (``((axis, label), ...)``), the seed and its command."""
+
+    arm: str
+    setting: tuple[tuple[str, str], ...]
+    seed: int
+    args: tuple[str, ...]  # lit-grpo arguments, starting with "fit"
+    run_dir: Path
+
+    @property
+    def setting_label(self) -> str:
+        return setting_label(self.setting)
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.arm}/{self.setting_label}/seed{self.seed}"
+
+    @property
+    def events_dir(self) -> Path:
+        return self.run_dir / EVENTS_SUBDIR
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "run.log"
+
+
+def setting_label(setting: tuple[tuple[str, str], ...]) -> str:
+    """``lr=1e-4,policy=weak`` (``default`` without a sweep)."""
+    return ",".join(f"{axis}={label}" for axis, label in setting) or "default"
+
+
+def shell_command(args: tuple[str, ...] | list[str], threads: int) -> str:
+    """The command line a person types to repeat a run."""
+    return f"OMP_NUM_THREADS={threads} lit-grpo {shlex.join(args)}"
+
+
+def out_dir(exp: Experiment, root: str | Path = "runs/experiments") -> Path:
+    """Where an experiment's runs and report go (quick mode apart)."""
+    return Path(root) / (f"{exp.name}-quick" if exp.quick else exp.name)
+
+
+def prepare_args(step: Prepare, quick: bool) -> tuple[str, ...]:
+    return step.command + (step.quick_args if quick else ())
+
+
+def prepare_output(step: Prepare, quick: bool, root: str | Path = "runs/experiments") -> Path:
+    """The cached output directory of a prepare step; a different command gets a different directory."""
+    digest = hashlib.sha256(json.dumps(prepare_args(step, quick)).encode()).hexdigest()[:10]
+    return Path(root) / ("prepared-quick" if quick else "prepared") / f"{step.name}-{digest}"
+
+
+def substitute(
+    text: str, prepared: dict[str, Path], seed: int | None = None, output: Path | None = None
+) -> str:
+    """Fill ``{prepared.<name>}``, ``{seed}`` and ``{output}`` (other braces, e.g. JSON, are left alone)."""
+    text = re.sub(r"\{prepared\.([^}]*)\}", lambda m: str(prepared[m.group(1)]), text)
+    if seed is not None:
+        text = text.replace("{seed}", str(seed))
+    if output is not None:
+        text = text.replace("{output}", str(output))
+    return text
+
+
+def _configs(paths: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(x for c in paths for x in ("--config", c))
+
+
+def _arm_overrides(arm: Arm) -> tuple[str, ...]:
+    args: tuple[str, ...] = ()
+    if arm.estimator is not None:
+        value = arm.estimator
+        if arm.init_args:
+            value = json.dumps({"class_path": _class_path(arm.estimator), "init_args": arm.init_args})
+        args += (f"--model.estimator={value}",)
+    return args + arm.args
+
+
+def _class_path(name: str) -> str:
+    return name if "." in name else f"lit_grpo.{name}"
+
+
+def expand(exp: Experiment, prepared: dict[str, Path], root: str | Path = "runs/experiments") -> list[Run]:
+    """Every run of the experiment, arms outermost, seeds innermost."""
+    settings = list(itertools.product(*[[(axis, lbl, a) for lbl, a in items] for axis, items in exp.sweep]))
+    runs = []
+    for arm in exp.arms:
+        for setting in settings:
+            for seed in exp.seeds:
+                args = (
+                    "fit",
+                    *_configs(exp.base + arm.configs),
+                    *DEFAULT_ARGS,
+                    *exp.args,
+                    *(a for _, _, xs in setting for a in xs),
+                    *_arm_overrides(arm),
+                    *exp.seed_args,
+                )
+                key = tuple((axis, lbl) for axis, lbl, _ in setting)
+                run_dir = out_dir(exp, root) / "runs" / arm.label / setting_label(key) / f"seed{seed}"
+                args = tuple(substitute(a, prepared, seed) for a in args) + _logger_args(run_dir)
+                runs.append(Run(arm.label, key, seed, args, run_dir))
+    return runs
+
+
+def _logger_args(run_dir: Path) -> tuple[str, ...]:
+    return (
+        f"--trainer.logger.init_args.save_dir={run_dir}",
+        "--trainer.logger.init_args.name=tb",
+        "--trainer.logger.init_args.version=0",
+        "--trainer.enable_progress_bar=false",
+    )

@@ -1,0 +1,264 @@
+"""Reading an experiment YAML (``experiments/*.yaml``) into :class:`~lit_grpo.experiments.spec.Experiment`.
+
+Everything is checked before any run starts: unknown keys, labels, files, estimator names and metric
+names each fail with a message naming the key and the fix. ``quick=True`` applies the config's ``quick``
+section (seeds, extra arguments, a subset of the sweep).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, get_args
+
+import yaml
+
+from lit_grpo.experiments.registry import check_metric, resolve_estimator
+from lit_grpo.experiments.spec import (
+    DEFAULT_SEED_ARGS,
+    Arm,
+    Curve,
+    Experiment,
+    Metric,
+    Prepare,
+    Profile,
+    Reduce,
+    Tests,
+    Transform,
+)
+
+_LABEL = re.compile(r"[A-Za-z0-9_.+-]+")
+_KEYS = {
+    "name",
+    "claim",
+    "runtime",
+    "base",
+    "args",
+    "arms",
+    "seeds",
+    "sweep",
+    "prepare",
+    "metrics",
+    "curves",
+    "profiles",
+    "threads_per_run",
+    "seed_args",
+    "tests",
+    "quick",
+}
+
+
+def _fail(where: str, message: str) -> ValueError:
+    return ValueError(f"{where}: {message}")
+
+
+def _strs(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+        raise _fail(where, f"expected a list of strings, got {value!r}")
+    return tuple(str(v) for v in value)
+
+
+def _keys(data: Any, allowed: set[str], where: str) -> dict:
+    if not isinstance(data, dict):
+        raise _fail(where, f"expected a mapping, got {data!r}")
+    unknown = set(data) - allowed
+    if unknown:
+        raise _fail(where, f"unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+    return data
+
+
+def _label(label: Any, where: str) -> str:
+    if not isinstance(label, str) or not _LABEL.fullmatch(label):
+        raise _fail(where, f"label {label!r} must be letters, digits and _ . + - only (it names directories)")
+    return label
+
+
+def _files(paths: tuple[str, ...], where: str) -> tuple[str, ...]:
+    for p in paths:
+        if not Path(p).is_file():
+            raise _fail(
+                where, f"config file {p!r} does not exist (paths are relative to the working directory)"
+            )
+    return paths
+
+
+def _choice(value: Any, literal: Any, where: str) -> Any:
+    if value not in get_args(literal):
+        raise _fail(where, f"{value!r} is not one of {list(get_args(literal))}")
+    return value
+
+
+def _overlay_estimators(paths: tuple[str, ...], where: str) -> None:
+    """Check the estimator class paths named by LightningCLI overlay files."""
+    for p in paths:
+        est = (
+            ((yaml.safe_load(Path(p).read_text()) or {}).get("model") or {})
+            .get("init_args", {})
+            .get("estimator")
+        )
+        name = est.get("class_path") if isinstance(est, dict) else est
+        if name:
+            resolve_estimator(str(name), f"{where} ({p})")
+
+
+def _arm(label: str, data: Any, where: str) -> Arm:
+    data = _keys(data or {}, {"config", "estimator", "init_args", "args"}, where)
+    configs = _files(_strs(data.get("config"), f"{where}.config"), f"{where}.config")
+    _overlay_estimators(configs, where)
+    estimator = data.get("estimator")
+    if estimator is not None:
+        resolve_estimator(str(estimator), f"{where}.estimator")
+    init_args = data.get("init_args") or {}
+    if init_args and estimator is None:
+        raise _fail(f"{where}.init_args", "needs `estimator` (the class they are passed to)")
+    return Arm(
+        _label(label, where), configs, estimator, dict(init_args), _strs(data.get("args"), f"{where}.args")
+    )
+
+
+def _metric(data: Any, where: str) -> Metric:
+    data = {"name": data} if isinstance(data, str) else data
+    data = _keys(data, {"name", "reduce", "tail", "transform", "chance", "test_against", "label"}, where)
+    if "name" not in data:
+        raise _fail(where, "needs `name`, a logged metric such as val/accuracy")
+    check_metric(str(data["name"]), where)
+    m = Metric(
+        str(data["name"]),
+        _choice(data.get("reduce", "last"), Reduce, f"{where}.reduce"),
+        float(data.get("tail", 0.2)),
+        _choice(data.get("transform", "none"), Transform, f"{where}.transform"),
+        data.get("chance"),
+        data.get("test_against"),
+        data.get("label"),
+    )
+    if not 0 < m.tail <= 1:
+        raise _fail(f"{where}.tail", f"{m.tail} must lie in (0, 1]")
+    if m.transform != "none" and not (isinstance(m.chance, (int, float)) and 0 < m.chance < 1):
+        raise _fail(f"{where}.chance", f"transform {m.transform} needs chance in (0, 1) (1/k for k options)")
+    return m
+
+
+def _curve(data: Any, where: str) -> Curve:
+    data = _keys(data, {"metrics", "smooth", "title"}, where)
+    metrics = _strs(data.get("metrics"), f"{where}.metrics")
+    for m in metrics:
+        check_metric(m, f"{where}.metrics")
+    smooth = int(data.get("smooth", 1))
+    if not metrics or smooth < 1:
+        raise _fail(where, "needs at least one metric and smooth >= 1")
+    return Curve(metrics, smooth, str(data.get("title", "")))
+
+
+def _profile(data: Any, where: str) -> Profile:
+    data = _keys(data, {"metrics", "x", "reduce", "xlabel", "log2", "title"}, where)
+    metrics = _strs(data.get("metrics"), f"{where}.metrics")
+    for m in metrics:
+        check_metric(m, f"{where}.metrics")
+    x = tuple(float(v) for v in data.get("x") or [])
+    if not metrics or len(x) != len(metrics):
+        raise _fail(where, f"x ({len(x)} values) must give one position per metric ({len(metrics)})")
+    reduces = tuple(_choice(r, Reduce, f"{where}.reduce") for r in _strs(data.get("reduce", "last"), where))
+    return Profile(
+        metrics,
+        x,
+        reduces,
+        str(data.get("xlabel", "")),
+        bool(data.get("log2", False)),
+        str(data.get("title", "")),
+    )
+
+
+def _sweep(data: Any, keep: dict, where: str):
+    axes = []
+    for axis, values in _keys(data or {}, set(data or {}), where).items():
+        _label(axis, f"{where}.{axis}")
+        values = _keys(values, set(values or {}), f"{where}.{axis}")
+        chosen = keep.get(axis)
+        if chosen is not None and set(map(str, chosen)) - set(map(str, values)):
+            raise _fail(f"quick.sweep.{axis}", f"{chosen} names labels not in {list(values)}")
+        items = tuple(
+            (_label(str(lbl), f"{where}.{axis}"), _strs(a, f"{where}.{axis}.{lbl}"))
+            for lbl, a in values.items()
+            if chosen is None or str(lbl) in map(str, chosen)
+        )
+        if not items:
+            raise _fail(f"{where}.{axis}", "needs at least one value")
+        axes.append((axis, items))
+    return tuple(axes)
+
+
+def _prepare(data: Any, where: str) -> tuple[Prepare, ...]:
+    steps = []
+    for name, step in _keys(data or {}, set(data or {}), where).items():
+        step = _keys(step, {"command", "quick_args"}, f"{where}.{name}")
+        command = _strs(step.get("command"), f"{where}.{name}.command")
+        if (
+            not command
+            or command[0] not in ("fit", "validate", "test")
+            or not any("{output}" in c for c in command)
+        ):
+            raise _fail(
+                f"{where}.{name}.command",
+                "must be lit-grpo arguments starting with fit/validate/test and "
+                "containing {output} (the directory it writes, e.g. SavePretrained's dirpath)",
+            )
+        steps.append(Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where)))
+    return tuple(steps)
+
+
+def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
+    """Read and check an experiment YAML; with ``quick``, apply its ``quick`` section (smoke size)."""
+    where = str(path)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"experiment config {where!r} does not exist")
+    data = _keys(yaml.safe_load(Path(path).read_text()) or {}, _KEYS, where)
+    q = _keys(data.get("quick") or {}, {"seeds", "args", "sweep"}, f"{where}: quick")
+    for key in ("name", "arms", "seeds", "metrics"):
+        if not data.get(key):
+            raise _fail(where, f"`{key}` is required")
+    seeds = q.get("seeds") if quick and q.get("seeds") else data["seeds"]
+    if not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
+        raise _fail(f"{where}: seeds", f"{seeds} must be distinct integers")
+    prepared = _prepare(data.get("prepare"), f"{where}: prepare")
+    names = {p.name for p in prepared}
+    args = _strs(data.get("args"), f"{where}: args") + (
+        _strs(q.get("args"), f"{where}: quick.args") if quick else ()
+    )
+    sweep = _sweep(data.get("sweep"), (q.get("sweep") or {}) if quick else {}, f"{where}: sweep")
+    texts = list(args) + [a for _, items in sweep for _, xs in items for a in xs]
+    arms = tuple(
+        _arm(str(k), v, f"{where}: arms.{k}")
+        for k, v in _keys(data["arms"], set(data["arms"]), where).items()
+    )
+    texts += [a for arm in arms for a in arm.args]
+    for used in {u for t in texts for u in re.findall(r"\{prepared\.([^}]*)\}", t)}:
+        if used not in names:
+            raise _fail(where, f"{{prepared.{used}}} is used but `prepare` defines only {sorted(names)}")
+    threads = int(data.get("threads_per_run", 1))
+    if threads < 1:
+        raise _fail(f"{where}: threads_per_run", f"{threads} must be >= 1")
+    return Experiment(
+        name=_label(str(data["name"]), f"{where}: name"),
+        path=where,
+        claim=str(data.get("claim", "")).strip(),
+        base=_files(_strs(data.get("base"), f"{where}: base"), f"{where}: base"),
+        arms=arms,
+        seeds=tuple(seeds),
+        metrics=tuple(_metric(m, f"{where}: metrics[{i}]") for i, m in enumerate(data["metrics"])),
+        args=args,
+        sweep=sweep,
+        prepare=prepared,
+        curves=tuple(_curve(c, f"{where}: curves[{i}]") for i, c in enumerate(data.get("curves") or [])),
+        profiles=tuple(
+            _profile(p, f"{where}: profiles[{i}]") for i, p in enumerate(data.get("profiles") or [])
+        ),
+        threads_per_run=threads,
+        seed_args=_strs(data.get("seed_args"), where) or DEFAULT_SEED_ARGS,
+        tests=_choice(data.get("tests", "arms"), Tests, f"{where}: tests"),
+        runtime=str(data.get("runtime", "")).strip(),
+        quick=quick,
+    )

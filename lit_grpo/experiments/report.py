@@ -1,0 +1,178 @@
+"""The report of a comparison: ``report.md`` (tables, tests, figures, runs, commands), ``results.json``
+(every run's reduced values) and ``figures/*.png`` in the experiment's output directory."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from lit_grpo.experiments.check import CellInfo
+from lit_grpo.experiments.collect import RunRecord
+from lit_grpo.experiments.figures import curve_figure, profile_figure
+from lit_grpo.experiments.grid import prepare_args, prepare_output, shell_command, substitute
+from lit_grpo.experiments.spec import Experiment
+from lit_grpo.experiments.tables import fmt, metric_section
+
+REPORT_FILE = "report.md"
+RESULTS_FILE = "results.json"
+INVOCATIONS_FILE = "invocations.json"
+
+
+def compare_command(exp: Experiment) -> str:
+    return f"lit-grpo compare --config {exp.path}" + (" --quick" if exp.quick else "")
+
+
+def _runtime(exp: Experiment, records: list[RunRecord], out: Path) -> list[str]:
+    seconds = [r.seconds for r in records if r.seconds is not None]
+    done = sum(r.status == "done" for r in records)
+    failed = sum(r.status == "failed" for r in records)
+    lines = [
+        f"- runs: {len(records)} ({done} finished, {failed} failed, {len(records) - done - failed} not run)"
+    ]
+    if seconds:
+        lines.append(
+            f"- run time: {sum(seconds) / 60:.1f} min in all, {sum(seconds) / len(seconds):.0f} s per run "
+            f"(min {min(seconds):.0f} s, max {max(seconds):.0f} s), each with {exp.threads_per_run} thread(s)"
+        )
+    path = out / INVOCATIONS_FILE
+    for inv in json.loads(path.read_text()) if path.is_file() else []:
+        lines.append(
+            f"- `{inv['command']}` on {inv['date']}: {inv['ran']} runs in {inv['wall_s'] / 60:.1f} min wall "
+            f"time, {inv['jobs']} at a time, {inv['cpus']} CPU cores"
+        )
+    return lines
+
+
+def _arms(exp: Experiment, cells: dict[tuple[str, str], CellInfo]) -> list[str]:
+    lines = ["| arm | setting | estimator | aggregation | G | lr | starting model |", "|---" * 7 + "|"]
+    for (arm, setting), info in cells.items():
+        lines.append(
+            f"| {arm} | {setting} | `{info.estimator}` | {info.aggregation} | {info.group_size} | "
+            f"{info.lr:g} | {info.model} |"
+        )
+    return lines
+
+
+def _figures(exp: Experiment, records: list[RunRecord], out: Path) -> list[str]:
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    lines = []
+    drawn = [
+        (c.title or ", ".join(c.metrics), curve_figure(exp, c, records, fig_dir / f"curve_{i}.png"))
+        for i, c in enumerate(exp.curves)
+    ]
+    drawn += [
+        (p.title or "profile", profile_figure(exp, p, records, fig_dir / f"profile_{i}.png"))
+        for i, p in enumerate(exp.profiles)
+    ]
+    for title, path in drawn:
+        if path is None:
+            lines.append(f"- {title}: not drawn (matplotlib is not installed: `pip install matplotlib`)")
+        else:
+            lines += [f"**{title}**", "", f"![{title}]({path.relative_to(out)})", ""]
+    return lines
+
+
+def _runs(records: list[RunRecord]) -> list[str]:
+    lines = ["| run | status | seconds | log |", "|---|---|---|---|"]
+    for r in records:
+        status = r.status if r.status != "failed" else f"**failed** (exit {r.returncode})"
+        secs = "" if r.seconds is None else f"{r.seconds:.0f}"
+        lines.append(f"| {r.run.run_id} | {status} | {secs} | {r.run.log_path} |")
+    return lines
+
+
+def _commands(exp: Experiment, records: list[RunRecord], root: str | Path) -> list[str]:
+    lines = ["```bash", compare_command(exp), "```", ""]
+    if exp.prepare:
+        lines += ["Prepare steps (run once by the command above, cached):", "", "```bash"]
+        for step in exp.prepare:
+            output = prepare_output(step, exp.quick, root)
+            args = [substitute(a, {}, output=output) for a in prepare_args(step, exp.quick)]
+            lines.append(shell_command(args, exp.threads_per_run))
+        lines += ["```", ""]
+    lines += ["<details><summary>Every run's command</summary>", "", "```bash"]
+    lines += [shell_command(r.run.args, exp.threads_per_run) for r in records]
+    return lines + ["```", "", "</details>"]
+
+
+def _results(exp: Experiment, records: list[RunRecord]) -> dict:
+    def num(x):
+        return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+    return {
+        "experiment": exp.name,
+        "config": exp.path,
+        "quick": exp.quick,
+        "claim": exp.claim,
+        "metrics": [m.key for m in exp.metrics],
+        "runs": [
+            {
+                "id": r.run.run_id,
+                "arm": r.run.arm,
+                "setting": r.run.setting_label,
+                "seed": r.run.seed,
+                "status": r.status,
+                "returncode": r.returncode,
+                "seconds": r.seconds,
+                "run_dir": str(r.run.run_dir),
+                "events_dir": str(r.run.events_dir),
+                "log": str(r.run.log_path),
+                "values": {k: num(v) for k, v in r.values.items()},
+            }
+            for r in records
+        ],
+    }
+
+
+def write_report(
+    exp: Experiment,
+    records: list[RunRecord],
+    cells: dict[tuple[str, str], CellInfo],
+    out: Path,
+    root: str | Path = "runs/experiments",
+) -> Path:
+    """Write ``report.md``, ``results.json`` and the figures under ``out``; returns the report's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    mode = "quick (smoke size: checks the pipeline; the numbers answer nothing)" if exp.quick else "full"
+    lines = [
+        f"# Experiment `{exp.name}`",
+        "",
+        f"Claim: {exp.claim}" if exp.claim else "",
+        "",
+        f"Config: `{exp.path}`; mode: {mode}; seeds: {list(exp.seeds)}.",
+        "",
+    ]
+    if exp.runtime:
+        lines += [f"Expected runtime: {exp.runtime}", ""]
+    lines += [
+        "## Runtime",
+        "",
+        *_runtime(exp, records, out),
+        "",
+        "## Arms as resolved",
+        "",
+        *_arms(exp, cells),
+        "",
+    ]
+    lines += [
+        "## Metrics",
+        "",
+        "One value per run (the metric reduced over its logged steps as named), summarised "
+        "over seeds; n counts finished runs; failed runs are listed under Runs with their logs.",
+        "",
+    ]
+    for metric in exp.metrics:
+        lines += metric_section(exp, records, metric)
+    figures = _figures(exp, records, out)
+    if figures:
+        lines += ["## Figures", "", *figures, ""]
+    lines += ["## Runs", "", *_runs(records), "", "## Reproduce", "", *_commands(exp, records, root), ""]
+    (out / RESULTS_FILE).write_text(json.dumps(_results(exp, records), indent=1))
+    path = out / REPORT_FILE
+    path.write_text("\n".join(lines))
+    return path
+
+
+__all__ = ["write_report", "compare_command", "fmt", "REPORT_FILE", "RESULTS_FILE", "INVOCATIONS_FILE"]

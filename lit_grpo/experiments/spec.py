@@ -1,0 +1,102 @@
+"""An experiment: arms (estimators) x seeds x sweep settings, the metrics to report, quick mode.
+
+Frozen dataclasses; :func:`lit_grpo.experiments.loader.load_experiment` reads them from YAML and checks
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Reduce = Literal["last", "first", "delta", "mean", "min", "max", "tail"]
+Transform = Literal["none", "chance_corrected", "guess_share"]
+Tests = Literal["arms", "settings", "both"]
+DEFAULT_SEED_ARGS = ("--seed_everything={seed}", "--data.seed={seed}")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One compared variant: LightningCLI overlays and/or an estimator by name, plus extra arguments."""
+
+    label: str
+    configs: tuple[str, ...] = ()
+    estimator: str | None = None
+    init_args: dict[str, Any] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A logged scalar reduced to one number per run (then summarised over seeds)."""
+
+    name: str
+    reduce: Reduce = "last"
+    tail: float = 0.2  # share of the last logged points averaged by reduce: tail
+    transform: Transform = "none"
+    chance: float | None = None  # the guess rate 1/k of chance_corrected and guess_share
+    test_against: float | None = None  # also test mean == this value (one-sample t and sign-flip)
+    label: str | None = None
+
+    @property
+    def key(self) -> str:
+        if self.label:
+            return self.label
+        suffix = "" if self.transform == "none" else f", {self.transform}"
+        return f"{self.name} ({self.reduce}{suffix})"
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Logged metrics against the training step, mean and 95% band over seeds per arm and setting."""
+
+    metrics: tuple[str, ...]
+    smooth: int = 1  # trailing moving average over this many logged points, per run
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Several metrics as one curve over ``x`` (e.g. pass@k against k), for each reduce and arm."""
+
+    metrics: tuple[str, ...]
+    x: tuple[float, ...]
+    reduces: tuple[Reduce, ...] = ("last",)
+    xlabel: str = ""
+    log2: bool = False
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Prepare:
+    """A ``lit-grpo`` command run once before the grid, whose ``{output}`` directory runs can use."""
+
+    name: str
+    command: tuple[str, ...]
+    quick_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    path: str
+    claim: str
+    base: tuple[str, ...]
+    arms: tuple[Arm, ...]
+    seeds: tuple[int, ...]
+    metrics: tuple[Metric, ...]
+    args: tuple[str, ...] = ()
+    sweep: tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = ()  # ((axis, ((label, args),)),)
+    prepare: tuple[Prepare, ...] = ()
+    curves: tuple[Curve, ...] = ()
+    profiles: tuple[Profile, ...] = ()
+    threads_per_run: int = 1
+    seed_args: tuple[str, ...] = DEFAULT_SEED_ARGS
+    tests: Tests = "arms"
+    runtime: str = ""
+    quick: bool = False
+
+    def all_metrics(self) -> tuple[Metric, ...]:
+        """Table metrics plus the (metric, reduce) pairs the profiles draw."""
+        extra = tuple(Metric(m, r) for p in self.profiles for r in p.reduces for m in p.metrics)
+        return tuple(dict.fromkeys(self.metrics + extra))

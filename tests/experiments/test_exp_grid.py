@@ -1,0 +1,131 @@
+"""The grid: one command per arm x setting x seed; prepare outputs; resume markers; config checks."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lit_grpo.experiments.check import check_runs
+from lit_grpo.experiments.grid import expand, out_dir, prepare_output, substitute
+from lit_grpo.experiments.loader import load_experiment
+from lit_grpo.experiments.runner import STATUS_FILE, needs_run, prepared_outputs
+from lit_grpo.experiments.spec import Prepare
+from tests.experiments.helpers import ROOT, write_experiment
+
+SWEEP = {"lr": {"1e-4": ["--model.lr=1e-4"], "3e-4": ["--model.lr=3e-4"]}}
+
+
+@pytest.fixture(autouse=True)
+def _repo_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+def test_expand_orders_arms_settings_seeds_and_builds_commands(tmp_path):
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml", sweep=SWEEP))
+    runs = expand(exp, {}, tmp_path / "root")
+    assert [r.run_id for r in runs[:4]] == [
+        "GRPO/lr=1e-4/seed0",
+        "GRPO/lr=1e-4/seed1",
+        "GRPO/lr=3e-4/seed0",
+        "GRPO/lr=3e-4/seed1",
+    ]
+    assert len(runs) == 8
+    grpo, sign = runs[0].args, runs[-1].args
+    assert grpo[:5] == (
+        "fit",
+        "--config",
+        "configs/quickstart.yaml",
+        "--config",
+        "configs/estimators/grpo.yaml",
+    )
+    assert "--model.estimator=Sign" in sign and "--model.lr=3e-4" in sign
+    assert (
+        sign.index("--model.group_size=4") < sign.index("--model.lr=3e-4") < sign.index("--seed_everything=1")
+    )
+    assert "--data.seed=1" in sign
+    assert runs[-1].run_dir == out_dir(exp, tmp_path / "root") / "runs" / "Sign" / "lr=3e-4" / "seed1"
+    assert f"--trainer.logger.init_args.save_dir={runs[-1].run_dir}" in sign
+    assert runs[-1].events_dir == runs[-1].run_dir / "tb" / "version_0"
+
+
+def test_estimator_init_args_become_one_json_argument(tmp_path):
+    arms = {"Soft": {"estimator": "SoftmaxGRPO", "init_args": {"tau": 0.3}}}
+    (run, *_) = expand(load_experiment(write_experiment(tmp_path / "e.yaml", arms=arms)), {}, tmp_path)
+    (arg,) = [a for a in run.args if a.startswith("--model.estimator=")]
+    assert json.loads(arg.split("=", 1)[1]) == {
+        "class_path": "lit_grpo.SoftmaxGRPO",
+        "init_args": {"tau": 0.3},
+    }
+
+
+def test_quick_mode_writes_elsewhere(tmp_path):
+    path = write_experiment(tmp_path / "e.yaml")
+    assert out_dir(load_experiment(path), "r") == Path("r/tiny")
+    assert out_dir(load_experiment(path, quick=True), "r") == Path("r/tiny-quick")
+
+
+def test_substitute_fills_placeholders_and_leaves_json_alone():
+    text = '{"a": 1} {prepared.p} seed={seed} out={output}'
+    assert substitute(text, {"p": Path("/x/p")}, seed=3, output=Path("/o")) == '{"a": 1} /x/p seed=3 out=/o'
+
+
+def test_prepare_output_depends_on_the_command():
+    a, b = Prepare("p", ("fit", "{output}")), Prepare("p", ("fit", "--x=1", "{output}"))
+    assert prepare_output(a, False, "r") != prepare_output(b, False, "r")
+    assert prepare_output(a, False, "r") == prepare_output(a, False, "r")
+    assert prepare_output(a, True, "r").parent.name == "prepared-quick"
+
+
+def test_prepared_paths_reach_the_runs(tmp_path):
+    prepare = {"pol": {"command": ["fit", "--config", "x.yaml", "--trainer.callbacks.dirpath={output}"]}}
+    exp = load_experiment(
+        write_experiment(tmp_path / "e.yaml", prepare=prepare, args=["--model.model={prepared.pol}"])
+    )
+    outputs = prepared_outputs(exp, tmp_path)
+    assert f"--model.model={outputs['pol']}" in expand(exp, outputs, tmp_path)[0].args
+
+
+def test_markers_decide_what_runs_again(tmp_path):
+    run = expand(load_experiment(write_experiment(tmp_path / "e.yaml")), {}, tmp_path)[0]
+    assert needs_run(run)  # never ran
+    run.run_dir.mkdir(parents=True)
+    marker = run.run_dir / STATUS_FILE
+    marker.write_text(json.dumps({"status": "done", "args": list(run.args)}))
+    assert not needs_run(run)
+    marker.write_text(json.dumps({"status": "done", "args": [*run.args, "--changed"]}))
+    assert needs_run(run)  # the config changed since
+    marker.write_text(json.dumps({"status": "failed", "args": list(run.args)}))
+    assert needs_run(run) and not needs_run(run, retry_failed=False)
+
+
+def test_check_runs_builds_each_cell_and_reports_the_estimator(tmp_path):
+    arms = {
+        "NormDrGRPO": {"config": ["configs/estimators/normalized_drgrpo.yaml"]},
+        "Sign": {"estimator": "Sign"},
+    }
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml", arms=arms))
+    cells = check_runs(exp, expand(exp, {}, tmp_path), {})
+    assert list(cells) == [("NormDrGRPO", "default"), ("Sign", "default")]
+    assert cells[("NormDrGRPO", "default")].estimator.startswith("GRPO(")
+    assert cells[("NormDrGRPO", "default")].aggregation == "seq-sum-constant"
+    assert cells[("Sign", "default")].group_size == 4
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"args": ["--model.bogus=1"]}, r"run GRPO/default/seed0: its config does not build:(.|\n)*bogus"),
+        (
+            {"metrics": ["rollout/degenerate_frac"]},
+            r"written by callbacks.degeneracy.DegeneracyMonitor, which this run "
+            r"does not have",
+        ),
+        ({"args": ["--model.model=/no/such/model"]}, r"model='/no/such/model' is not a directory"),
+    ],
+)
+def test_check_runs_fails_before_anything_runs(tmp_path, overrides, message):
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml", **overrides))
+    runs = expand(exp, {}, tmp_path)
+    with pytest.raises(ValueError, match=message):
+        check_runs(exp, runs, {})
+    assert not any(r.run_dir.exists() for r in runs)

@@ -1,0 +1,126 @@
+"""The numbers of a report: reductions, derived accuracies, one-sample tests, bands and tables."""
+
+import math
+
+import pytest
+
+from lit_grpo.diagnostics.stats import summarize, welch_t_test
+from lit_grpo.experiments.collect import chance_corrected, guess_share, read_scalars, reduce_series
+from lit_grpo.experiments.figures import curve_band, mean_band, smooth
+from lit_grpo.experiments.inference import one_sample_t_test, sign_flip_test
+from lit_grpo.experiments.tables import Cell, fmt, fmt_p, pairwise, summary_table
+
+SERIES = [(0, 1.0), (5, 3.0), (9, 2.0), (12, 6.0)]
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        ("last", 6.0),
+        ("first", 1.0),
+        ("delta", 5.0),
+        ("mean", 3.0),
+        ("min", 1.0),
+        ("max", 6.0),
+        ("tail", 4.0),
+    ],
+)
+def test_reductions(how, expected):
+    assert reduce_series(SERIES, how, tail=0.5) == expected
+
+
+def test_reductions_of_nothing_are_nan_and_tail_keeps_at_least_one():
+    assert math.isnan(reduce_series([], "mean"))
+    assert reduce_series(SERIES, "tail", tail=0.01) == 6.0
+    with pytest.raises(ValueError, match="reduce='median' is not one of"):
+        reduce_series(SERIES, "median")
+
+
+def test_chance_corrected_accuracy_and_guess_share():
+    # k = 4: acc 0.25 is pure guessing (s = 0, every correct answer a guess); acc 1 is full skill
+    assert chance_corrected(0.25, 0.25) == 0.0 and chance_corrected(1.0, 0.25) == 1.0
+    assert chance_corrected(0.625, 0.25) == pytest.approx(0.5)
+    assert guess_share(0.25, 0.25) == pytest.approx(1.0)
+    assert guess_share(0.625, 0.25) == pytest.approx(0.25 * 0.5 / 0.625)  # 0.2
+    assert math.isnan(guess_share(0.0, 0.25))
+
+
+def test_read_scalars_keeps_the_last_value_of_a_repeated_step(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    for step, value in [(0, 0.5), (1, 0.25), (1, 0.75), (3, 1.0)]:
+        writer.add_scalar("val/accuracy", value, step)
+    writer.close()
+    assert read_scalars(tmp_path) == {"val/accuracy": [(0, 0.5), (1, 0.75), (3, 1.0)]}
+
+
+def test_one_sample_t_test_known_values():
+    # scipy.stats.ttest_1samp([1, 2, 3, 4, 5], 2): t = 1.414214, p = 0.230200
+    t, df, p = one_sample_t_test([1, 2, 3, 4, 5], 2.0)
+    assert (t, df) == (pytest.approx(math.sqrt(2)), 4.0) and p == pytest.approx(0.230200, abs=1e-6)
+    assert all(math.isnan(x) for x in one_sample_t_test([3, 3, 3], 3.0))  # no spread, no difference
+    t, df, p = one_sample_t_test([3, 3, 3], 1.0)
+    assert (t, p) == (math.inf, 0.0) and math.isnan(df)
+
+
+def test_sign_flip_test_exact_and_monte_carlo():
+    assert sign_flip_test([1.0, 2.0, 3.0]) == 0.25  # only all-plus and all-minus reach |mean| = 2
+    assert sign_flip_test([1.0, -1.0]) == 1.0
+    assert sign_flip_test([2.0, 3.0], mu=2.0) == 1.0  # deviations (0, 1): every pattern reaches |mean| 0.5
+    big = [1.0] * 20  # 2^20 patterns: Monte Carlo, p = (1 + hits) / (1 + n)
+    assert sign_flip_test(big, n_resamples=999) == pytest.approx(1 / 1000, abs=2 / 1000)
+    with pytest.raises(ValueError, match="NaN"):
+        sign_flip_test([1.0, math.nan])
+
+
+def test_smooth_and_bands():
+    assert smooth([(0, 1.0), (1, 3.0), (2, 5.0)], 2) == [(0, 1.0), (1, 2.0), (2, 4.0)]
+    mean, lo, hi, n = mean_band([1.0, 2.0, 3.0, math.nan])
+    s = summarize([1.0, 2.0, 3.0])
+    assert (mean, n) == (2.0, 3) and (lo, hi) == (pytest.approx(s["ci_low"]), pytest.approx(s["ci_high"]))
+    band = curve_band([[(0, 1.0), (1, 2.0)], [(0, 3.0)]])
+    assert [(step, m, count) for step, m, _, _, count in band] == [(0, 2.0, 2), (1, 2.0, 1)]
+
+
+def test_pairwise_matches_the_statistics_module():
+    a, b = [0.5, 0.6, 0.7], [0.1, 0.2, 0.4, 0.3]
+    r = pairwise(a, b)
+    assert r["diff"] == pytest.approx(0.6 - 0.25)
+    assert (r["t"], r["df"], r["p_welch"]) == pytest.approx(welch_t_test(a, b))
+    assert r["p_perm"] == pytest.approx(2 / 35)  # only the observed split and its mirror are as extreme
+    assert math.isnan(pairwise([1.0], [2.0, 3.0])["p_welch"])
+
+
+def test_summary_table_row():
+    values = [0.2, 0.4, 0.6, 0.9]
+    (header, _, row, empty) = summary_table([Cell("lr=1", "Sign", values, 1, 0), Cell("lr=1", "X", [], 2, 0)])
+    s = summarize(values)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:5] == ["lr=1", "Sign", "4", fmt(s["mean"]), fmt(s["sd"])]
+    assert cells[5] == f"[{fmt(s['ci_low'])}, {fmt(s['ci_high'])}]" and cells[-1] == "1"
+    assert "n/a" in empty and empty.strip("| ").endswith("2")
+    assert "mean" in header
+
+
+def test_formatting():
+    assert fmt(0.123456) == "0.1235" and fmt(float("nan")) == "n/a" and fmt(2e-6) == "2.000e-06"
+    assert fmt_p(3e-5) == "< 1e-4" and fmt_p(0.04321) == "0.0432"
+
+
+def test_settings_are_compared_one_sweep_axis_apart():
+    from types import SimpleNamespace
+
+    from lit_grpo.experiments.tables import _pairs
+
+    cell_list = [Cell(s, "GRPO", [1.0], 0, 0) for s in ("G=2,P=1", "G=2,P=16", "G=8,P=1", "G=8,P=16")]
+    pairs = {(a.setting, b.setting) for a, b in _pairs(SimpleNamespace(tests="settings"), cell_list)}
+    assert pairs == {
+        ("G=2,P=1", "G=2,P=16"),
+        ("G=2,P=1", "G=8,P=1"),
+        ("G=2,P=16", "G=8,P=16"),
+        ("G=8,P=1", "G=8,P=16"),
+    }
+    assert (
+        _pairs(SimpleNamespace(tests="arms"), cell_list) == []
+    )  # one arm: nothing to compare within a setting

@@ -1,0 +1,28 @@
+"""Every committed experiment at smoke size (``--quick``), end to end: about 10 minutes on 2 CPU cores, so it
+runs when ``LIT_GRPO_QUICK_SUITE=1`` is set (CI) and is skipped otherwise."""
+
+import glob
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lit_grpo.experiments.cli import compare_main
+from tests.experiments.helpers import ROOT
+
+EXPERIMENTS = sorted(str(Path(p).relative_to(ROOT)) for p in glob.glob(f"{ROOT}/experiments/*.yaml"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("LIT_GRPO_QUICK_SUITE") != "1", reason="set LIT_GRPO_QUICK_SUITE=1 to run it"
+)
+def test_quick_suite(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert compare_main(["--quick", "--root", str(tmp_path), "--config", *EXPERIMENTS]) == 0
+    for path in EXPERIMENTS:
+        out = tmp_path / f"{Path(path).stem}-quick"
+        results = json.loads((out / "results.json").read_text())
+        assert results["runs"] and all(r["status"] == "done" for r in results["runs"])
+        assert (out / "report.md").is_file() and list((out / "figures").glob("*.png"))

@@ -1,0 +1,123 @@
+"""Experiment configs: what they may name, quick-mode overrides, and errors that name the fix."""
+
+import pytest
+
+from lit_grpo.experiments.loader import load_experiment
+from lit_grpo.experiments.registry import check_metric, documented_names, metric_sources, resolve_estimator
+from lit_grpo.experiments.spec import DEFAULT_SEED_ARGS
+from tests.experiments.helpers import ROOT, write_experiment
+
+
+@pytest.fixture(autouse=True)
+def _repo_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+def test_documented_names_expand_ranges_and_keep_placeholders():
+    doc = "Writes ``grad/erank``, ``grad/sigma_1`` .. ``grad/sigma_3``, ``val/pass@<n>`` and ``a/b/<param name>``."
+    assert documented_names(doc) == [
+        "grad/erank",
+        "grad/sigma_1",
+        "grad/sigma_3",
+        "val/pass@<n>",
+        "a/b/<param name>",
+        "grad/sigma_2",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("rollout/reward_mean", "lit_grpo.module.GRPOModule"),
+        ("rollout/degenerate_iid_pred", "callbacks.degeneracy.DegeneracyMonitor"),
+        ("val/pass@16", "callbacks.passk.PassAtK"),
+        ("budget/share_0.0-0.2", "callbacks.budget.GradientBudget"),
+        ("grad/sigma_4", "callbacks.gradient_rank.GradientRank"),
+        ("heldout/accuracy_after", "callbacks.heldout.HeldOutReport"),
+    ],
+)
+def test_documented_metrics_resolve_to_their_writer(name, source):
+    assert source in metric_sources(name)
+
+
+def test_undocumented_metric_is_refused_with_close_names():
+    with pytest.raises(
+        ValueError,
+        match=r"where: metric 'rollout/degenerate_fraction' is not documented.*"
+        r"rollout/degenerate_frac",
+    ):
+        check_metric("rollout/degenerate_fraction", "where")
+
+
+def test_estimators_resolve_by_short_name_and_class_path():
+    from lit_grpo.estimators import Sign, SoftmaxGRPO
+
+    assert resolve_estimator("Sign", "x") is Sign
+    assert resolve_estimator("lit_grpo.estimators.softmax.SoftmaxGRPO", "x") is SoftmaxGRPO
+    with pytest.raises(ValueError, match="unknown estimator 'Sgn'; choose one of .*Sign"):
+        resolve_estimator("Sgn", "x")
+    with pytest.raises(ValueError, match="not an AdvantageEstimator subclass"):
+        resolve_estimator("lit_grpo.GRPOModule", "x")
+
+
+def test_a_valid_config_loads(tmp_path):
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml"))
+    assert [a.label for a in exp.arms] == ["GRPO", "Sign"]
+    assert exp.arms[1].estimator == "Sign" and exp.arms[0].configs == ("configs/estimators/grpo.yaml",)
+    assert exp.seeds == (0, 1) and exp.seed_args == DEFAULT_SEED_ARGS and not exp.quick
+    assert exp.metrics[0].key == "rollout/reward_mean (mean)"
+
+
+def test_quick_mode_overrides_seeds_sweep_and_appends_args(tmp_path):
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        sweep={"lr": {"1e-4": ["--model.lr=1e-4"], "3e-4": ["--model.lr=3e-4"]}},
+        quick={"seeds": [7], "args": ["--trainer.max_steps=2"], "sweep": {"lr": ["3e-4"]}},
+    )
+    full, quick = load_experiment(path), load_experiment(path, quick=True)
+    assert [lbl for lbl, _ in full.sweep[0][1]] == ["1e-4", "3e-4"]
+    assert quick.sweep == (("lr", (("3e-4", ("--model.lr=3e-4",)),)),)
+    assert (
+        quick.seeds == (7,)
+        and quick.args == ("--model.group_size=4", "--trainer.max_steps=2")
+        and quick.quick
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"arms": {"X": {"estimator": "Bogus"}}}, r"arms\.X\.estimator: unknown estimator 'Bogus'"),
+        (
+            {"arms": {"X": {"config": ["configs/quickstart.yaml", "nope.yaml"]}}},
+            r"config file 'nope.yaml' does not exist",
+        ),
+        ({"metrics": ["rollout/bogus"]}, r"metrics\[0\]: metric 'rollout/bogus' is not documented"),
+        ({"metrics": [{"name": "val/accuracy", "reduce": "median"}]}, r"reduce: 'median' is not one of"),
+        (
+            {"metrics": [{"name": "val/accuracy", "transform": "chance_corrected"}]},
+            r"needs chance in \(0, 1\)",
+        ),
+        ({"arms": {"a b": {}}}, r"label 'a b' must be letters"),
+        ({"bogus_key": 1}, r"unknown key\(s\) \['bogus_key'\]"),
+        ({"seeds": [1, 1]}, r"must be distinct integers"),
+        (
+            {"args": ["--model.model={prepared.policy}"]},
+            r"\{prepared.policy\} is used but `prepare` defines only \[\]",
+        ),
+        ({"prepare": {"p": {"command": ["fit", "--config", "x.yaml"]}}}, r"containing \{output\}"),
+        ({"profiles": [{"metrics": ["val/pass@1", "val/pass@2"], "x": [1]}]}, r"one position per metric"),
+    ],
+)
+def test_bad_configs_fail_with_the_key_and_the_fix(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        load_experiment(write_experiment(tmp_path / "e.yaml", **overrides))
+
+
+def test_an_overlay_naming_an_unknown_estimator_fails(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("model:\n  init_args:\n    estimator: {class_path: lit_grpo.Signn}\n")
+    with pytest.raises(
+        ValueError, match=r"arms\.X \(.*overlay.yaml\): estimator class path 'lit_grpo.Signn'"
+    ):
+        load_experiment(write_experiment(tmp_path / "e.yaml", arms={"X": {"config": [str(overlay)]}}))
