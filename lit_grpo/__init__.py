@@ -13,9 +13,18 @@ from lit_grpo.data import (
     SyntheticChoice,
 )
 from lit_grpo.estimators import GRPO, RLOO, AdvantageEstimator, DrGRPO, MaxRL, Sign, SignBalance, SoftmaxGRPO
+from lit_grpo.lora import LoraSettings
 from lit_grpo.module import GRPOModule
 from lit_grpo.policy import PolicyModule
-from lit_grpo.rewards import ChoiceLetter, ExactMatch, Format, MathVerify, RewardFunction, TextSimilarity, WeightedSum
+from lit_grpo.rewards import (
+    ChoiceLetter,
+    ExactMatch,
+    Format,
+    MathVerify,
+    RewardFunction,
+    TextSimilarity,
+    WeightedSum,
+)
 from lit_grpo.rollout import HFGenerateEngine, RolloutEngine
 from lit_grpo.sft import SFTModule
 from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats, SamplingParams
@@ -25,7 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdvantageEstimator", "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance",
     "RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
-    "RolloutEngine", "HFGenerateEngine",
+    "RolloutEngine", "HFGenerateEngine", "LoraSettings",
     "PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule",
     "GSM8K", "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice",
     "PolicyModule", "GRPOModule", "SFTModule",

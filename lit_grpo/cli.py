@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 
-from lightning.pytorch.cli import LightningCLI
 from lightning import LightningModule
+from lightning.pytorch.cli import LightningCLI
 
+from lit_grpo.checkpoint import SaveOnInterrupt
 from lit_grpo.data import PromptDataModule
 
 TRAINER_DEFAULTS = {
@@ -16,18 +17,23 @@ TRAINER_DEFAULTS = {
     },
     "log_every_n_steps": 1,
     "num_sanity_val_steps": 0,
+    # checkpoints are written to a temporary file and renamed: a crash never leaves a torn last.ckpt
+    "plugins": [{"class_path": "lit_grpo.checkpoint.AtomicCheckpointIO"}],
 }
 
 
 class LitGRPOCLI(LightningCLI):
-    """LightningCLI with lit-grpo's defaults: TensorBoard logging under ``runs/``, the prompt DataModule.
+    """LightningCLI with lit-grpo's defaults: TensorBoard logging under ``runs/``, the prompt DataModule,
+    atomic checkpoint writes (:class:`~lit_grpo.checkpoint.AtomicCheckpointIO`) and a checkpoint on Ctrl-C
+    (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`).
 
     The model is given by class path in the config (``lit_grpo.GRPOModule`` or ``lit_grpo.SFTModule``);
     its components take short names on the command line, e.g. ``--model.estimator=Sign``.
     """
 
     def __init__(self, args=None, run: bool = True, **kwargs) -> None:
-        kwargs.setdefault("trainer_defaults", TRAINER_DEFAULTS)
+        # Ctrl-C finishes the step, writes last.ckpt and stops: appended to the config's callbacks
+        kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         super().__init__(
             LightningModule, PromptDataModule, subclass_mode_model=True, args=args, run=run,
@@ -36,7 +42,7 @@ class LitGRPOCLI(LightningCLI):
 
 
 def main(args: list[str] | None = None) -> None:
-    """Console entry point of ``lit-grpo``; ``lit-grpo compare`` runs estimator comparisons."""
+    """Console entry point of ``lit-grpo``."""
     import sys
 
     argv = sys.argv[1:] if args is None else args

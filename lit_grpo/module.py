@@ -8,9 +8,20 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from lit_grpo import step_metrics
+from lit_grpo.checkpoint import load_module_state, save_module_state, seed_step
 from lit_grpo.diagnostics.degeneracy import degenerate_groups
 from lit_grpo.estimators import GRPO, AdvantageEstimator
-from lit_grpo.loss import Aggregation, KLEstimator, clipped_policy_loss, kl_penalty, masked_mean, token_weights
+from lit_grpo.lora import LoraSettings, adapters_disabled
+from lit_grpo.loss import (
+    Aggregation,
+    KLEstimator,
+    clipped_policy_loss,
+    kl_penalty,
+    masked_mean,
+    token_weights,
+)
+from lit_grpo.parallel import check_layout, min_over_ranks, reduce_ratios, shard_policy
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import DType, PolicyModule, load_policy, sequence_logprobs
 from lit_grpo.rewards.base import RewardFunction
@@ -25,13 +36,16 @@ class GRPOModule(PolicyModule):
     Each training step draws ``P`` prompts from the DataModule, samples ``group_size`` completions per
     prompt, scores them, turns the rewards ``[P, G]`` into advantages with the estimator and takes
     ``num_iterations`` optimizer steps on the clipped policy loss (micro-batched, gradients accumulated).
-    ``trainer.max_steps`` counts optimizer steps.
+    ``trainer.max_steps`` counts optimizer steps. With several processes (DDP, or FSDP2 through
+    ``ModelParallelStrategy``) each rank draws its own ``P`` prompts and the loss divisors are summed over
+    ranks, so the update is the one-process update of the global batch; metrics are global too.
+    Randomness is reseeded from ``(seed, step, rank)`` before every step, so a resumed run is exact.
 
     Logged every step: ``train/loss``, ``train/clip_frac``, ``train/entropy``, ``train/grad_norm``,
     ``train/lr``, ``train/kl`` (when ``beta > 0``), ``train/nonfinite_steps``; ``rollout/reward_mean``,
     ``rollout/reward_std``, ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``,
     ``rollout/prompts_drawn``; ``reward/<term>`` and ``reward/<counter>``; ``perf/<phase>_s``,
-    ``perf/step_s`` and ``perf/tokens_per_s``.
+    ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged).
 
     Args:
         model: Hugging Face hub id or local directory of the initial policy.
@@ -43,7 +57,8 @@ class GRPOModule(PolicyModule):
         eps_low: Lower clip range of the ratio.
         eps_high: Upper clip range of the ratio (0.28 = "clip-higher").
         dual_clip: Dual-clip bound c for negative advantages (null = off).
-        beta: KL coefficient to the initial policy (0 = no reference model is loaded).
+        beta: KL coefficient to the initial policy (0 = no reference model is loaded; with LoRA the
+            reference is the base model with the adapters disabled, never a second copy).
         kl_estimator: KL estimator used when ``beta > 0``.
         num_iterations: Optimizer steps per rollout batch (mu). Old log-probs are computed once per batch
             when ``> 1``; with 1 the update is on-policy and the ratio is exactly 1.
@@ -58,6 +73,8 @@ class GRPOModule(PolicyModule):
         max_refill_batches: Most refill draws per step when ``filter_degenerate``.
         on_nonfinite: What a non-finite loss or gradient norm does: ``skip`` the step (counted in
             ``train/nonfinite_steps``) or ``raise``.
+        lora: Train LoRA adapters (peft: rank, alpha, dropout, target modules) instead of all weights.
+        gradient_checkpointing: Recompute block activations in the backward pass to save memory.
     """
 
     def __init__(
@@ -89,8 +106,11 @@ class GRPOModule(PolicyModule):
         top_k: int = 0,
         max_new_tokens: int = 64,
         val_samples: int = 1,
+        lora: LoraSettings | None = None,
+        gradient_checkpointing: bool = False,
     ) -> None:
-        super().__init__(model, reward, engine, dtype, False, temperature, top_p, top_k, max_new_tokens, val_samples)
+        super().__init__(model, reward, engine, dtype, False, temperature, top_p, top_k, max_new_tokens, val_samples,
+                         lora=lora, gradient_checkpointing=gradient_checkpointing)
         self.estimator = estimator if estimator is not None else GRPO()
         _check(group_size >= max(1, self.estimator.min_group_size),
                f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
@@ -113,12 +133,21 @@ class GRPOModule(PolicyModule):
         self.on_nonfinite = on_nonfinite
         self.ref_policy = None
         self.nonfinite_steps = 0
+        self.rollout_seed: int | None = None  # base of the per-step seeds; saved in checkpoints
         self.automatic_optimization = False
+
+    def setup(self, stage: str) -> None:
+        data = getattr(self.trainer, "datamodule", None)
+        if stage == "fit" and hasattr(data, "prompts_per_step"):
+            train = getattr(data, "splits", {}).get("train")
+            check_layout(self.trainer.world_size, data.prompts_per_step, None if train is None else len(train))
 
     def configure_model(self) -> None:
         super().configure_model()
-        if self.beta > 0 and self.ref_policy is None:
+        if self.beta > 0 and self.lora is None and self.ref_policy is None:
             self.ref_policy = load_policy(self.model_name, self.dtype_name).eval().requires_grad_(False)
+        if self.ref_policy is not None and self.device_mesh is not None:
+            shard_policy(self.ref_policy, self.device_mesh)
 
     def configure_optimizers(self):
         params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -126,6 +155,11 @@ class GRPOModule(PolicyModule):
         warmup = max(self.warmup_steps, 1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_train_batch_start(self, batch: PromptBatch, batch_idx: int) -> None:
+        if self.rollout_seed is None:
+            self.rollout_seed = torch.initial_seed()
+        seed_step(self.rollout_seed, self.global_step, self.global_rank)
 
     # ---- the algorithm -----------------------------------------------------------------------------
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict:
@@ -142,7 +176,8 @@ class GRPOModule(PolicyModule):
         return {"loss": torch.tensor(losses["loss"]), "rollout": stats}
 
     def collect(self, batch: PromptBatch, timer: PhaseTimer):
-        """Generate and score groups; with ``filter_degenerate``, refill until ``P`` groups vary."""
+        """Generate and score groups; with ``filter_degenerate``, refill until ``P`` groups vary (on every
+        rank: each keeps as many groups as the rank with the fewest, so the ranks stay in step)."""
         want, drawn, parts = len(batch), 0, []
         while True:
             with timer("generate_s"):
@@ -155,12 +190,14 @@ class GRPOModule(PolicyModule):
                 batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, keep)
             parts.append((batch, rollouts, rewards, out))
             have = sum(len(p[0]) for p in parts)
+            if self.filter_degenerate:
+                have = min_over_ranks(have, self.trainer.strategy, self.trainer.world_size)
             if not self.filter_degenerate or have >= want or len(parts) > self.max_refill_batches:
                 break
             batch = self.trainer.datamodule.refill(want - have)
         batch, rollouts, rewards, out = _merge(parts, self.tokenizer.pad_token_id)
-        if len(batch) > want:
-            batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, list(range(want)))
+        if len(batch) > min(want, have):
+            batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, list(range(min(want, have))))
         return batch, rollouts.to(self.device), rewards, out, drawn
 
     def update(self, rollouts: Rollouts, advantages: Tensor, timer: PhaseTimer) -> dict[str, float]:
@@ -175,7 +212,7 @@ class GRPOModule(PolicyModule):
                                 **self._global_counts(rollouts.completion_mask))  # [N, T]
         old_logp = self._frozen_logprobs(self.policy, rollouts, timer, "old_logprob_s") \
             if self.num_iterations > 1 else None
-        ref_logp = self._frozen_logprobs(self.ref_policy, rollouts, timer, "ref_logprob_s") if self.beta > 0 else None
+        ref_logp = self._reference_logprobs(rollouts, timer) if self.beta > 0 else None
         step = self.micro_batch_size or n
         totals: dict[str, float] = {}
         for iteration in range(self.num_iterations):
@@ -218,6 +255,13 @@ class GRPOModule(PolicyModule):
                     policy, mb, self.sampling.temperature)[0]
         return out
 
+    def _reference_logprobs(self, rollouts: Rollouts, timer: PhaseTimer) -> Tensor:
+        """Log-probs under the KL reference: the initial policy, or with LoRA the adapter-free base model."""
+        if self.ref_policy is not None:
+            return self._frozen_logprobs(self.ref_policy, rollouts, timer, "ref_logprob_s")
+        with adapters_disabled(self.policy):
+            return self._frozen_logprobs(self.policy, rollouts, timer, "ref_logprob_s")
+
     def _global_counts(self, mask: Tensor) -> dict[str, Tensor | float]:
         """Loss divisors summed over data-parallel ranks, divided by the world size (ranks average grads)."""
         world = self.trainer.world_size
@@ -232,7 +276,8 @@ class GRPOModule(PolicyModule):
         opt, sched = self.optimizers(), self.lr_schedulers()
         params = [p for p in self.policy.parameters() if p.grad is not None]
         max_norm = self.max_grad_norm if self.max_grad_norm is not None else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.tensor(0.0)
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP2: a DTensor
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             if self.on_nonfinite == "raise":
                 raise FloatingPointError(
@@ -246,34 +291,21 @@ class GRPOModule(PolicyModule):
         return {"grad_norm": grad_norm}
 
     def log_step(self, stats: RolloutStats, losses: dict[str, float], timer: PhaseTimer) -> None:
-        n = max(stats.rewards.numel(), 1)
-        scorable = stats.rewards[~stats.rewards.isnan()]
-        metrics = {
-            "rollout/reward_mean": scorable.mean().item() if scorable.numel() else math.nan,
-            "rollout/reward_std": scorable.std().item() if scorable.numel() > 1 else 0.0,
-            "rollout/len_mean": stats.lengths.float().mean().item() if stats.lengths.numel() else 0.0,
-            "rollout/truncated_frac": stats.truncated.float().mean().item() if stats.truncated.numel() else 0.0,
-            "rollout/unscorable_frac": 1.0 - scorable.numel() / n,
-            "rollout/prompts_drawn": float(stats.num_drawn),
-            "train/lr": self.optimizers().param_groups[0]["lr"],
-            "train/nonfinite_steps": float(self.nonfinite_steps),
-        }
-        metrics.update({f"train/{k}": v for k, v in losses.items() if k != "kl" or self.beta > 0})
-        metrics.update({f"reward/{k}": v[~v.isnan()].float().mean().item() if (~v.isnan()).any() else math.nan
-                        for k, v in stats.reward_terms.items()})
-        metrics.update({f"reward/{k}": float(v) for k, v in stats.reward_counters.items()})
-        step_s = timer.total()
-        metrics.update({f"perf/{k}": v for k, v in timer.seconds.items()})
-        metrics["perf/step_s"] = step_s
-        metrics["perf/tokens_per_s"] = stats.lengths.sum().item() / max(step_s, 1e-9)
+        """Log the step's metrics, reduced over ranks (one all-reduce) to the global batch's values."""
+        world, tokens = self.trainer.world_size, float(stats.lengths.sum())
+        pairs = {**step_metrics.rollout_pairs(stats, world), **step_metrics.train_pairs(losses, tokens, self.beta > 0),
+                 **step_metrics.perf_pairs(timer, tokens, world)}
+        metrics = step_metrics.finish(reduce_ratios(pairs, self.trainer.strategy, world))
+        metrics["train/lr"] = self.optimizers().param_groups[0]["lr"]
+        metrics["train/nonfinite_steps"] = float(self.nonfinite_steps)
         self.log("rollout/reward_mean", metrics.pop("rollout/reward_mean"), prog_bar=True, batch_size=len(stats.batch))
         self.log_dict(metrics, batch_size=max(len(stats.batch), 1))
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["lit_grpo"] = {"nonfinite_steps": self.nonfinite_steps}
+        checkpoint["lit_grpo"] = save_module_state(self)  # config fingerprint, counters, seed, random states
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.nonfinite_steps = checkpoint.get("lit_grpo", {}).get("nonfinite_steps", 0)
+        load_module_state(self, checkpoint.get("lit_grpo", {}), self.global_rank)  # raises on a config mismatch
 
 
 def _check(ok: bool, message: str) -> None:

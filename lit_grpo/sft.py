@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from lit_grpo.lora import LoraSettings
 from lit_grpo.policy import DType, PolicyModule
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rollout.base import RolloutEngine
@@ -28,6 +29,8 @@ class SFTModule(PolicyModule):
         weight_decay: AdamW weight decay.
         betas: AdamW betas.
         warmup_steps: Linear warm-up in optimizer steps.
+        lora: Train LoRA adapters (peft) instead of all weights.
+        gradient_checkpointing: Recompute block activations in the backward pass to save memory.
     """
 
     def __init__(
@@ -46,16 +49,19 @@ class SFTModule(PolicyModule):
         temperature: float = 1.0,
         max_new_tokens: int = 64,
         val_samples: int = 1,
+        lora: LoraSettings | None = None,
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__(model, reward, engine, dtype, from_scratch, temperature, 1.0, 0, max_new_tokens,
-                         val_samples, seed)
+                         val_samples, seed, lora=lora, gradient_checkpointing=gradient_checkpointing)
         if lr <= 0:
             raise ValueError(f"lr={lr} must be > 0")
         self.target_template = target_template
         self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
 
     def configure_optimizers(self):
-        opt = torch.optim.AdamW(self.policy.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
+        params = [p for p in self.policy.parameters() if p.requires_grad]  # the adapters only, with LoRA
+        opt = torch.optim.AdamW(params, lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
         warmup = max(self.warmup_steps, 1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,8 +1,10 @@
 import glob
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from lit_grpo.cli import LitGRPOCLI, main
@@ -15,7 +17,9 @@ ESTIMATORS = ["GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBal
 def _needs(config: str) -> str | None:
     text = (ROOT / config).read_text()
     if "VLLMEngine" in text and importlib.util.find_spec("vllm") is None:
-        return "vllm"
+        return "vllm, which is not installed"
+    if re.search(r"^\s*accelerator:\s*(gpu|cuda)\b", text, re.M) and not torch.cuda.is_available():
+        return "a CUDA GPU, which this machine lacks (tests/scale instantiates it with accelerator=cpu)"
     return None
 
 
@@ -28,7 +32,7 @@ def _run_from_repo_root(monkeypatch):
 def test_every_config_parses_and_instantiates(config):
     missing = _needs(config)
     if missing:
-        pytest.skip(f"{config} needs {missing}, which is not installed")
+        pytest.skip(f"{config} needs {missing}")
     first = (ROOT / config).read_text().splitlines()[0]
     assert first.startswith("# "), f"{config} must start with a comment giving the command and hardware"
     # overlays (configs/estimators/) apply on top of the config their first line names

@@ -198,3 +198,30 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
     module = tiny_module(str(tmp_path / "no-such-model"))
     with pytest.raises(FileNotFoundError, match="no such directory"):
         module.configure_model()
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tmp_path, sft_model_path):
+    grads = []
+    for checkpointing in (False, True):
+        L.seed_everything(0)
+        module = tiny_module(sft_model_path, gradient_checkpointing=checkpointing, beta=0.1)
+        capture = GradCapture()
+        tiny_trainer(tmp_path, max_steps=1, callbacks=[capture]).fit(module, datamodule=tiny_data())
+        assert module.policy.is_gradient_checkpointing == checkpointing
+        grads.append(capture.grads)
+    assert any(g.abs().sum() > 0 for g in grads[0].values())
+    for k in grads[0]:
+        torch.testing.assert_close(grads[0][k], grads[1][k], atol=1e-6, rtol=1e-4)
+
+
+def test_impossible_parallel_layout_is_rejected_before_training(tmp_path, sft_model_path):
+    module = tiny_module(sft_model_path)
+    trainer = tiny_trainer(tmp_path, max_steps=1)
+    data = tiny_data(prompts_per_step=20)  # 64 training prompts
+    with mock.patch.object(L.Trainer, "world_size", new_callable=mock.PropertyMock, return_value=4), \
+            mock.patch.object(module_mod, "load_policy") as load:
+        with pytest.raises(ValueError, match="impossible parallel layout") as info:
+            trainer.fit(module, datamodule=data)
+    assert "4 ranks x prompts_per_step=20 need 80 distinct training prompts per step" in str(info.value)
+    assert "the training split has 64 (16 per rank); lower prompts_per_step to 16" in str(info.value)
+    assert module.policy is None and load.call_count == 0  # nothing was loaded

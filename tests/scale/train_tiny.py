@@ -1,0 +1,251 @@
+"""Few-step GRPO runs of the committed tiny policy for the multi-process and resume tests.
+
+Run as a script (``torchrun --nproc_per_node 2 tests/scale/train_tiny.py parallel OUT`` or
+``python tests/scale/train_tiny.py kill OUT --kill-at 3``) or imported by the tests for the one-process
+references. Every run writes ``params.pt`` (the full policy state dict) and ``metrics.jsonl`` (one line
+of logged scalars per step) under its own folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import zlib
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
+from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from callbacks.export import SavePretrained  # noqa: E402
+from lit_grpo import GRPOModule, PromptBatch, PromptDataModule, RewardFunction, SyntheticArithmetic  # noqa: E402
+from lit_grpo.checkpoint import AtomicCheckpointIO  # noqa: E402
+from lit_grpo.lora import LoraSettings  # noqa: E402
+from lit_grpo.parallel import full_state_dict  # noqa: E402
+from lit_grpo.rollout.base import RolloutEngine  # noqa: E402
+from lit_grpo.types import RewardOutput, Rollouts  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = str(ROOT / "assets" / "tiny-arith-sft")
+LOGGED = (
+    "rollout/reward_mean",
+    "rollout/reward_std",
+    "rollout/len_mean",
+    "rollout/prompts_drawn",
+    "train/loss",
+    "train/clip_frac",
+    "train/entropy",
+    "train/grad_norm",
+    "train/kl",
+)
+
+
+def completion(prompt: str, j: int) -> str:
+    """The ``j``-th scripted completion of ``prompt``: a number that depends on the prompt text only."""
+    return str((zlib.crc32(prompt.encode()) + 37 * j) % 10 ** (1 + j % 3))
+
+
+class ScriptedEngine(RolloutEngine):
+    """Deterministic rollouts: the same completions for a prompt on any rank, at any world size."""
+
+    def bind(self, policy, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts, n, sampling) -> Rollouts:
+        tok = self.tokenizer
+        texts = [completion(p, j) for p in prompts for j in range(n)]
+        enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
+        rows = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+        mask = torch.arange(width)[None, :] < torch.tensor([len(r) for r in rows])[:, None]
+        return Rollouts(
+            enc["input_ids"].repeat_interleave(n, 0),
+            enc["attention_mask"].repeat_interleave(n, 0).bool(),
+            ids,
+            mask,
+            torch.zeros(ids.shape),
+            texts,
+            torch.zeros(len(rows), dtype=torch.bool),
+            n,
+        )
+
+
+class DigitReward(RewardFunction):
+    """A reward in [0, 1] that varies within every group: the digit sum of the completion, mod 5, over 4."""
+
+    def __call__(self, completions, references, **columns) -> RewardOutput:
+        return RewardOutput(
+            torch.tensor([(sum(int(c) for c in s if c.isdigit()) % 5) / 4 for s in completions])
+        )
+
+
+class SkewedReward(DigitReward):
+    """The digit reward, but every completion of a prompt with an even answer scores 1 (a degenerate group)."""
+
+    def __call__(self, completions, references, **columns) -> RewardOutput:
+        out = super().__call__(completions, references, **columns)
+        even = torch.tensor([int(r) % 2 == 0 for r in references])
+        return RewardOutput(torch.where(even, 1.0, out.scores))
+
+
+FILTER = {"reward": SkewedReward(), "filter_degenerate": True, "max_refill_batches": 2, "num_iterations": 1}
+
+
+class MergedRanks(PromptDataModule):
+    """One process that sees, at every step, the prompts that ``ranks`` processes see together."""
+
+    def __init__(self, source, prompts_per_step: int, ranks: int) -> None:
+        super().__init__(source, prompts_per_step=prompts_per_step)
+        self.ranks = ranks
+
+    def train_dataloader(self) -> DataLoader:
+        streams = [self.train_dataset(rank=r, world_size=self.ranks) for r in range(self.ranks)]
+        batches = [PromptBatch.concat(list(parts)) for parts in zip(*streams, strict=False)]
+        return DataLoader(batches, batch_size=None, collate_fn=lambda batch: batch)
+
+
+class Record(L.Callback):
+    """Appends the logged scalars of every step to ``metrics.jsonl`` (rank 0), flushed at once, and the
+    number of groups each rank trained on to ``groups.rank<r>.txt``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        with (self.path.parent / f"groups.rank{trainer.global_rank}.txt").open("a") as f:
+            f.write(f"{len(outputs['rollout'].batch)}\n")
+        if trainer.is_global_zero:
+            row = {k: float(v) for k, v in trainer.callback_metrics.items() if k in LOGGED}
+            with self.path.open("a") as f:
+                f.write(json.dumps({"step": trainer.global_step, **row}) + "\n")
+
+
+class KillAt(L.Callback):
+    """SIGKILL this process in the middle of the step that follows ``step`` (before its optimizer step)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def source(num_train: int = 32) -> SyntheticArithmetic:
+    return SyntheticArithmetic(num_train=num_train, num_val=4, num_test=4, max_operand=20, seed=0)
+
+
+def module(engine: str = "scripted", lora: bool = False, **kwargs) -> GRPOModule:
+    options = {
+        "group_size": 4,
+        "max_new_tokens": 4,
+        "lr": 1e-4,
+        "beta": 0.05,
+        "num_iterations": 2,
+        "reward": DigitReward(),
+        "engine": ScriptedEngine() if engine == "scripted" else None,
+        "lora": LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj"]) if lora else None,
+    }
+    return GRPOModule(model=MODEL, **{**options, **kwargs})
+
+
+def trainer(out: Path, steps: int, strategy="auto", devices: int = 1, callbacks=(), **kwargs) -> L.Trainer:
+    out.mkdir(parents=True, exist_ok=True)
+    return L.Trainer(
+        accelerator="cpu", devices=devices, strategy=strategy, max_steps=steps, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, default_root_dir=str(out),
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        callbacks=[Record(out / "metrics.jsonl"), *callbacks], **kwargs,
+    )  # fmt: skip
+
+
+def save_params(trainer_: L.Trainer, grpo: GRPOModule, out: Path) -> None:
+    state = full_state_dict(grpo.policy)  # every rank (FSDP2 gathers)
+    if trainer_.is_global_zero:
+        torch.save({k: v.detach().clone() for k, v in state.items()}, out / "params.pt")
+
+
+def run_parallel(out: Path, steps: int) -> None:
+    """Under torchrun with 2 processes: DDP, FSDP2, FSDP2 + LoRA + gradient checkpointing, FSDP2 with
+    sampled generation, and FSDP2 with ``filter_degenerate`` (ranks keep different numbers of groups
+    before they agree)."""
+    fsdp2 = {"data_parallel_size": 2, "tensor_parallel_size": 1, "save_distributed_checkpoint": False}
+    runs = {  # name: (strategy, module options, optimizer steps)
+        "ddp": (lambda: DDPStrategy(process_group_backend="gloo"), {}, steps),
+        "fsdp2": (lambda: ModelParallelStrategy(**fsdp2), {}, steps),
+        "fsdp2_lora": (
+            lambda: ModelParallelStrategy(**fsdp2),
+            {"lora": True, "gradient_checkpointing": True},
+            steps,
+        ),
+        "fsdp2_hf": (lambda: ModelParallelStrategy(**fsdp2), {"engine": "hf", "max_new_tokens": 6}, 2),
+        "fsdp2_filter": (lambda: ModelParallelStrategy(**fsdp2), FILTER, 2),
+    }
+    for name, (strategy, options, max_steps) in runs.items():
+        L.seed_everything(0)
+        folder = out / name
+        callbacks = []
+        if name in ("ddp", "fsdp2", "fsdp2_lora"):
+            checkpoint = ModelCheckpoint(folder / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1)
+            callbacks = [checkpoint, SavePretrained(str(folder / "export"))]
+        grpo = module(**options)
+        fit = trainer(
+            folder, max_steps, strategy(), devices=2, callbacks=callbacks, plugins=[AtomicCheckpointIO()]
+        )
+        fit.fit(grpo, datamodule=PromptDataModule(source(), prompts_per_step=2))
+        save_params(fit, grpo, folder)
+
+
+def run_single(
+    out: Path,
+    steps: int,
+    kill_at: int | None = None,
+    resume: str | None = None,
+    merged_ranks: int = 0,
+    **options,
+) -> GRPOModule:
+    """One process; ``merged_ranks``: the global batch of that many ranks with 2 prompts each."""
+    L.seed_everything(0)
+    grpo = module(**options)
+    callbacks = [ModelCheckpoint(dirpath=out / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1)]
+    if kill_at is not None:
+        callbacks.append(KillAt(kill_at))
+    data = (
+        MergedRanks(source(), 2, merged_ranks)
+        if merged_ranks
+        else PromptDataModule(source(), prompts_per_step=2)
+    )
+    fit = trainer(out, steps, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
+    fit.fit(grpo, datamodule=data, ckpt_path=resume)
+    save_params(fit, grpo, out)
+    return grpo
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["parallel", "kill"])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--kill-at", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.mode == "parallel":
+        run_parallel(args.out, args.steps)
+    else:
+        run_single(args.out, args.steps, kill_at=args.kill_at, engine="hf", beta=0.0, num_iterations=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
