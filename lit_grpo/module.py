@@ -21,12 +21,13 @@ from lit_grpo.loss import (
     masked_mean,
     token_weights,
 )
-from lit_grpo.parallel import check_layout, min_over_ranks, reduce_ratios, shard_policy
+from lit_grpo.parallel import check_layout, max_over_ranks, min_over_ranks, reduce_ratios, shard_policy
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import DType, PolicyModule, load_policy, sequence_logprobs
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import concat_rollouts, select_groups, slice_rows
+from lit_grpo.rollout.mismatch import TISLevel, logp_mismatch, truncated_is_weights
 from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats
 
 
@@ -45,7 +46,9 @@ class GRPOModule(PolicyModule):
     ``train/lr``, ``train/kl`` (when ``beta > 0``), ``train/nonfinite_steps``; ``rollout/reward_mean``,
     ``rollout/reward_std``, ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``,
     ``rollout/prompts_drawn``; ``reward/<term>`` and ``reward/<counter>``; ``perf/<phase>_s``,
-    ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged).
+    ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged);
+    ``rollout/logp_diff_mean``, ``rollout/logp_diff_max`` and ``rollout/logp_kl_k3``: how far the engine's
+    sampling log-probs are from the trainer's on the sampled tokens, before the update (METHODS section 2).
 
     Args:
         model: Hugging Face hub id or local directory of the initial policy.
@@ -75,6 +78,11 @@ class GRPOModule(PolicyModule):
             ``train/nonfinite_steps``) or ``raise``.
         lora: Train LoRA adapters (peft: rank, alpha, dropout, target modules) instead of all weights.
         gradient_checkpointing: Recompute block activations in the backward pass to save memory.
+        tis: Truncated importance sampling against the engine's sampling log-probs: ``off``, ``token``
+            (each token weighted by ``min(exp(logp_train - logp_engine), tis_cap)``) or ``sequence`` (every
+            token by its completion's capped product). Corrects for an engine (vLLM) whose numerics differ
+            from the trainer's.
+        tis_cap: The truncation C of the importance weights.
     """
 
     def __init__(
@@ -108,6 +116,8 @@ class GRPOModule(PolicyModule):
         val_samples: int = 1,
         lora: LoraSettings | None = None,
         gradient_checkpointing: bool = False,
+        tis: Literal["off"] | TISLevel = "off",
+        tis_cap: float = 2.0,
     ) -> None:
         super().__init__(model, reward, engine, dtype, False, temperature, top_p, top_k, max_new_tokens, val_samples,
                          lora=lora, gradient_checkpointing=gradient_checkpointing)
@@ -123,6 +133,8 @@ class GRPOModule(PolicyModule):
         _check(micro_batch_size is None or micro_batch_size >= 1, f"micro_batch_size={micro_batch_size} must be >= 1")
         _check(lr > 0, f"lr={lr} must be > 0")
         _check(max_refill_batches >= 0, f"max_refill_batches={max_refill_batches} must be >= 0")
+        _check(tis in ("off", "token", "sequence"), f"tis={tis!r} is not known; choose off, token or sequence")
+        _check(tis_cap > 0, f"tis_cap={tis_cap} must be > 0 (2 is the usual choice)")
         self.group_size, self.aggregation = group_size, aggregation
         self.eps_low, self.eps_high, self.dual_clip = eps_low, eps_high, dual_clip
         self.beta, self.kl_estimator = beta, kl_estimator
@@ -131,6 +143,7 @@ class GRPOModule(PolicyModule):
         self.max_grad_norm = max_grad_norm
         self.filter_degenerate, self.max_refill_batches = filter_degenerate, max_refill_batches
         self.on_nonfinite = on_nonfinite
+        self.tis, self.tis_cap = tis, tis_cap
         self.ref_policy = None
         self.nonfinite_steps = 0
         self.rollout_seed: int | None = None  # base of the per-step seeds; saved in checkpoints
@@ -213,6 +226,7 @@ class GRPOModule(PolicyModule):
         old_logp = self._frozen_logprobs(self.policy, rollouts, timer, "old_logprob_s") \
             if self.num_iterations > 1 else None
         ref_logp = self._reference_logprobs(rollouts, timer) if self.beta > 0 else None
+        train_logp = torch.zeros(rollouts.completion_ids.shape, device=self.device)  # [N, T], before the update
         step = self.micro_batch_size or n
         totals: dict[str, float] = {}
         for iteration in range(self.num_iterations):
@@ -224,8 +238,13 @@ class GRPOModule(PolicyModule):
                     logp, entropy = sequence_logprobs(self.policy, mb, self.sampling.temperature,
                                                       with_entropy=iteration == 0)
                     old = old_logp[start : start + step, :t] if old_logp is not None else logp.detach()
+                    if iteration == 0:
+                        train_logp[start : start + step, :t] = old
                     token_loss, clipped = clipped_policy_loss(logp, old, adv[start : start + step],
                                                               self.eps_low, self.eps_high, self.dual_clip)
+                    if self.tis != "off":  # the engine drew the tokens: reweight towards the trainer's policy
+                        token_loss = token_loss * truncated_is_weights(old, mb.logprobs, mb.completion_mask,
+                                                                       self.tis, self.tis_cap)
                     if ref_logp is not None:
                         kl = kl_penalty(logp, ref_logp[start : start + step, :t], self.kl_estimator)
                         token_loss = token_loss + self.beta * kl
@@ -241,7 +260,8 @@ class GRPOModule(PolicyModule):
             with timer("optimizer_s"):
                 acc.update(self._optimizer_step(acc["loss"]))
             totals = acc if iteration == 0 else {**acc, "entropy": totals["entropy"]}
-        return totals
+        mismatch = logp_mismatch(train_logp, rollouts.logprobs, rollouts.completion_mask)
+        return {**totals, **{f"mismatch/{k}": v.item() for k, v in mismatch.items()}}
 
     # ---- pieces ------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -294,8 +314,11 @@ class GRPOModule(PolicyModule):
         """Log the step's metrics, reduced over ranks (one all-reduce) to the global batch's values."""
         world, tokens = self.trainer.world_size, float(stats.lengths.sum())
         pairs = {**step_metrics.rollout_pairs(stats, world), **step_metrics.train_pairs(losses, tokens, self.beta > 0),
-                 **step_metrics.perf_pairs(timer, tokens, world)}
+                 **step_metrics.mismatch_pairs(losses, tokens), **step_metrics.perf_pairs(timer, tokens, world)}
         metrics = step_metrics.finish(reduce_ratios(pairs, self.trainer.strategy, world))
+        if "mismatch/logp_diff_max" in losses:
+            metrics["rollout/logp_diff_max"] = max_over_ranks(losses["mismatch/logp_diff_max"], self.trainer.strategy,
+                                                              world)
         metrics["train/lr"] = self.optimizers().param_groups[0]["lr"]
         metrics["train/nonfinite_steps"] = float(self.nonfinite_steps)
         self.log("rollout/reward_mean", metrics.pop("rollout/reward_mean"), prog_bar=True, batch_size=len(stats.batch))

@@ -97,6 +97,14 @@ def reduce_ratios(pairs: dict[str, tuple[float, float]], strategy: Any, world_si
     }
 
 
+def max_over_ranks(value: float, strategy: Any, world_size: int) -> float:
+    """The largest ``value`` over all ranks (the value itself with one process)."""
+    if world_size == 1:
+        return value
+    tensor = torch.tensor(float(value), dtype=torch.float64, device=strategy.root_device)
+    return float(strategy.reduce(tensor, reduce_op="max").item())
+
+
 def min_over_ranks(value: int, strategy: Any, world_size: int) -> int:
     """The smallest ``value`` over all ranks (the value itself with one process)."""
     if world_size == 1:

@@ -42,11 +42,21 @@ def train_pairs(losses: dict[str, float], tokens: float, with_kl: bool) -> Pairs
     """``train/*`` pairs: token-weighted clip fraction and entropy, rank-averaged loss, KL and grad norm."""
     pairs: Pairs = {}
     for name, value in losses.items():
-        if name == "kl" and not with_kl:
+        if (name == "kl" and not with_kl) or name.startswith("mismatch/"):
             continue
         weighted = name in ("clip_frac", "entropy")
         pairs[f"train/{name}"] = (value * tokens, tokens) if weighted else (value, 1.0)
     return pairs
+
+
+def mismatch_pairs(losses: dict[str, float], tokens: float) -> Pairs:
+    """``rollout/logp_diff_mean`` and ``rollout/logp_kl_k3``, token-weighted over ranks. The maximum is
+    not a ratio of sums: the caller reduces ``losses["mismatch/logp_diff_max"]`` with a max."""
+    return {
+        f"rollout/{name}": (losses[f"mismatch/{name}"] * tokens, tokens)
+        for name in ("logp_diff_mean", "logp_kl_k3")
+        if f"mismatch/{name}" in losses
+    }
 
 
 def perf_pairs(timer: PhaseTimer, tokens: float, world_size: int) -> Pairs:

@@ -1,4 +1,5 @@
 import glob
+import math
 from unittest import mock
 
 import lightning as L
@@ -10,6 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import lit_grpo.module as module_mod
 from lit_grpo import GRPO, RLOO, MaxRL, RewardFunction, Sign, SoftmaxGRPO
 from lit_grpo.loss import AGGREGATIONS
+from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.types import RewardOutput
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
@@ -83,6 +85,55 @@ def test_micro_batches_give_the_full_batch_gradient(tmp_path, sft_model_path, ag
     assert any(g.abs().sum() > 0 for g in grads[0].values())
     for k in grads[0]:
         torch.testing.assert_close(grads[0][k], grads[1][k], atol=1e-6, rtol=1e-4)
+
+
+class ShiftedEngine(HFGenerateEngine):
+    """Samples like the HF engine but reports every token's log-prob ``shift`` lower, as a mismatched engine
+    would: the trainer's log-probs are then exactly ``shift`` above the engine's on every sampled token."""
+
+    def __init__(self, shift: float):
+        super().__init__()
+        self.shift = shift
+
+    def generate(self, prompts, n, sampling):
+        r = super().generate(prompts, n, sampling)
+        r.logprobs = (r.logprobs - self.shift) * r.completion_mask
+        return r
+
+
+def _first_step(tmp_path, model_path, **kwargs):
+    L.seed_everything(0)
+    module = tiny_module(model_path, max_grad_norm=None, **kwargs)  # gradients as computed, not clipped
+    capture = GradCapture()
+    trainer = tiny_trainer(tmp_path, max_steps=1, callbacks=[capture])
+    trainer.fit(module, datamodule=tiny_data())
+    return capture.grads, trainer.callback_metrics
+
+
+@pytest.mark.parametrize(("shift", "tis", "tis_cap", "scale"), [
+    (math.log(1.5), "token", 2.0, 1.5),  # each token weighted by its ratio
+    (math.log(3.0), "token", 2.0, 2.0),  # ... truncated at the cap
+    (math.log(3.0), "sequence", 2.0, 2.0),  # the completion's product 3^L, truncated at the cap
+])
+def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_model_path, shift, tis, tis_cap, scale):
+    plain, metrics = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift))
+    weighted, _ = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift), tis=tis, tis_cap=tis_cap)
+    assert any(g.abs().sum() > 0 for g in plain.values())
+    for k in plain:
+        torch.testing.assert_close(weighted[k], scale * plain[k], atol=1e-6, rtol=1e-4)
+    # the mismatch metrics see the shift on every token: |d| = shift, k3 = exp(d) - d - 1
+    assert metrics["rollout/logp_diff_mean"].item() == pytest.approx(shift, abs=1e-5)
+    assert metrics["rollout/logp_diff_max"].item() == pytest.approx(shift, abs=1e-5)
+    assert metrics["rollout/logp_kl_k3"].item() == pytest.approx(math.exp(shift) - shift - 1, abs=1e-5)
+
+
+def test_matching_engine_has_no_mismatch_and_tis_changes_nothing(tmp_path, sft_model_path):
+    plain, metrics = _first_step(tmp_path, sft_model_path)
+    weighted, _ = _first_step(tmp_path, sft_model_path, tis="token")
+    for k in plain:
+        torch.testing.assert_close(weighted[k], plain[k], atol=1e-5, rtol=1e-3)
+    assert 0 <= metrics["rollout/logp_diff_mean"].item() < 1e-4
+    assert 0 <= metrics["rollout/logp_diff_max"].item() < 1e-3
 
 
 @pytest.mark.parametrize(("num_iterations", "expected_calls"), [(1, 1), (2, 3)])
@@ -192,6 +243,10 @@ def test_bad_options_are_rejected_with_the_option_named(sft_model_path):
         tiny_module(sft_model_path, temperature=0)
     with pytest.raises(ValueError, match="tau"):
         SoftmaxGRPO(tau=0)
+    with pytest.raises(ValueError, match="tis='tokens' is not known"):
+        tiny_module(sft_model_path, tis="tokens")
+    with pytest.raises(ValueError, match="tis_cap=0"):
+        tiny_module(sft_model_path, tis="token", tis_cap=0)
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path):

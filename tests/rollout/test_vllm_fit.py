@@ -46,6 +46,7 @@ def test_cli_fit_trains_and_keeps_the_engine_in_sync(tmp_path, sft_model_path):
             f"--trainer.logger.init_args.save_dir={tmp_path}",
             "--trainer.enable_progress_bar=false",
             "--trainer.enable_checkpointing=false",
+            "--model.tis=token",
         ]
     )
     module, engine = cli.model, cli.model.engine
@@ -63,6 +64,10 @@ def test_cli_fit_trains_and_keeps_the_engine_in_sync(tmp_path, sft_model_path):
     events.Reload()
     syncs = [e.value for e in events.Scalars("perf/weight_sync_s")]
     assert len(syncs) == 3 and all(s > 0 for s in syncs)
+    # the engine and the trainer agree on the sampled tokens up to fp32 kernel differences
+    for tag in ("rollout/logp_diff_mean", "rollout/logp_diff_max", "rollout/logp_kl_k3"):
+        values = [e.value for e in events.Scalars(tag)]
+        assert len(values) == 3 and all(0 <= v <= 2e-3 for v in values), (tag, values)
 
 
 class _BreakEngineAfter(L.Callback):
