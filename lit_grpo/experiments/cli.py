@@ -24,7 +24,11 @@ from lit_grpo.experiments.runner import default_jobs, prepared_outputs, run_grid
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lit-grpo compare", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="lit-grpo compare",
+        description="Run experiment grids (arms x settings x seeds) as separate `lit-grpo fit` processes "
+        "and write a report per experiment: tables over seeds, tests, figures, the commands.",
+    )
     p.add_argument(
         "--config",
         nargs="+",
@@ -87,7 +91,10 @@ def _plan(paths: list[str], quick: bool, root: str):
 
 def compare_main(argv: list[str] | None = None) -> int:
     """Entry point of ``lit-grpo compare``; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs={args.jobs} must be >= 1")
     try:
         plans = _plan(args.config, args.quick, args.root)
     except (ValueError, FileNotFoundError) as err:

@@ -210,12 +210,25 @@ def _prepare(data: Any, where: str) -> tuple[Prepare, ...]:
     return tuple(steps)
 
 
+def _read(path: str | Path) -> dict:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"experiment config {str(path)!r} does not exist")
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML: {err}") from None
+    return _keys(raw, _KEYS, str(path))
+
+
+def _check_prepared(texts: list[str], names: set[str], where: str) -> None:
+    for used in {u for t in texts for u in re.findall(r"\{prepared\.([^}]*)\}", t)}:
+        if used not in names:
+            raise _fail(where, f"{{prepared.{used}}} is used but `prepare` defines only {sorted(names)}")
+
+
 def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     """Read and check an experiment YAML; with ``quick``, apply its ``quick`` section (smoke size)."""
-    where = str(path)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"experiment config {where!r} does not exist")
-    data = _keys(yaml.safe_load(Path(path).read_text()) or {}, _KEYS, where)
+    where, data = str(path), _read(path)
     q = _keys(data.get("quick") or {}, {"seeds", "args", "sweep"}, f"{where}: quick")
     for key in ("name", "arms", "seeds", "metrics"):
         if not data.get(key):
@@ -224,7 +237,6 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     if not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
         raise _fail(f"{where}: seeds", f"{seeds} must be distinct integers")
     prepared = _prepare(data.get("prepare"), f"{where}: prepare")
-    names = {p.name for p in prepared}
     args = _strs(data.get("args"), f"{where}: args") + (
         _strs(q.get("args"), f"{where}: quick.args") if quick else ()
     )
@@ -234,10 +246,7 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
         _arm(str(k), v, f"{where}: arms.{k}")
         for k, v in _keys(data["arms"], set(data["arms"]), where).items()
     )
-    texts += [a for arm in arms for a in arm.args]
-    for used in {u for t in texts for u in re.findall(r"\{prepared\.([^}]*)\}", t)}:
-        if used not in names:
-            raise _fail(where, f"{{prepared.{used}}} is used but `prepare` defines only {sorted(names)}")
+    _check_prepared(texts + [a for arm in arms for a in arm.args], {p.name for p in prepared}, where)
     threads = int(data.get("threads_per_run", 1))
     if threads < 1:
         raise _fail(f"{where}: threads_per_run", f"{threads} must be >= 1")

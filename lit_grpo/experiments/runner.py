@@ -166,7 +166,12 @@ def run_grid(
     def work(run: Run) -> None:
         progress.finished(run, run_one(run, threads, timeout))
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         for future in [pool.submit(work, r) for r in todo]:
             future.result()
+    except BaseException:  # Ctrl-C: the running children get it too; start nothing more
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     return len(todo), time.monotonic() - start

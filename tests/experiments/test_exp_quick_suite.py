@@ -1,4 +1,4 @@
-"""Every committed experiment at smoke size (``--quick``), end to end: about 10 minutes on 2 CPU cores, so it
+"""Every committed experiment at smoke size (``--quick``), end to end: 6 to 12 minutes on 2 CPU cores, so it
 runs when ``LIT_GRPO_QUICK_SUITE=1`` is set (CI) and is skipped otherwise."""
 
 import glob

@@ -121,3 +121,12 @@ def test_an_overlay_naming_an_unknown_estimator_fails(tmp_path):
         ValueError, match=r"arms\.X \(.*overlay.yaml\): estimator class path 'lit_grpo.Signn'"
     ):
         load_experiment(write_experiment(tmp_path / "e.yaml", arms={"X": {"config": [str(overlay)]}}))
+
+
+def test_invalid_yaml_is_a_clear_error(tmp_path):
+    path = tmp_path / "e.yaml"
+    path.write_text("name: x\nruntime: about 7 minutes: measured\n")
+    with pytest.raises(ValueError, match=r"e.yaml: not valid YAML"):
+        load_experiment(path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_experiment(tmp_path / "missing.yaml")
