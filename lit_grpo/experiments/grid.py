@@ -101,12 +101,13 @@ def _class_path(name: str) -> str:
 
 
 def expand(exp: Experiment, prepared: dict[str, Path], root: str | Path = "runs/experiments") -> list[Run]:
-    """Every run of the experiment, arms outermost, seeds innermost."""
+    """Every run of the experiment, seeds outermost and arms innermost: a grid stopped part-way (or run
+    with a time limit) has matched arms for every setting at the seeds it finished."""
     settings = list(itertools.product(*[[(axis, lbl, a) for lbl, a in items] for axis, items in exp.sweep]))
     runs = []
-    for arm in exp.arms:
+    for seed in exp.seeds:
         for setting in settings:
-            for seed in exp.seeds:
+            for arm in exp.arms:
                 args = (
                     "fit",
                     *_configs(exp.base + arm.configs),
