@@ -1,0 +1,132 @@
+"""The GPU paths: training on CUDA, bf16 mixed precision, bf16 weights, FSDPStrategy (FSDP1) and FSDP2
+through ModelParallelStrategy on one device, and the CLI with ``accelerator: gpu``.
+
+Skipped where no CUDA device is present. Runs are compared by their parameter updates: the strategies
+must reach the single-device float32 parameters, the bf16 runs must move the weights the same way.
+"""
+
+from __future__ import annotations
+
+import glob
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+
+from lit_grpo.parallel import full_state_dict
+from lit_grpo.policy import load_policy
+from tests.helpers import tiny_data, tiny_module, tiny_trainer
+from tests.scale.train_tiny import DigitReward, ScriptedEngine
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+STEPS = 3
+
+
+def _params(policy) -> dict[str, torch.Tensor]:
+    return {k: v.detach().float().cpu().clone() for k, v in full_state_dict(policy).items()}
+
+
+def _fit(tmp_path, model_path, scripted: bool = True, strategy="auto", precision="32-true", callbacks=(),
+         **kwargs):
+    """``STEPS`` GRPO steps on one GPU; returns the module and the trainer."""
+    L.seed_everything(0)
+    if scripted:  # the same completions whatever the numerics: runs differ only in their updates
+        kwargs = {"engine": ScriptedEngine(), "reward": DigitReward(), **kwargs}
+    module = tiny_module(model_path, **kwargs)
+    trainer = tiny_trainer(tmp_path, max_steps=STEPS, accelerator="gpu", devices=1, strategy=strategy,
+                           precision=precision, callbacks=list(callbacks))
+    trainer.fit(module, datamodule=tiny_data())
+    assert trainer.global_step == STEPS
+    return module, trainer
+
+
+def _cosine(a: dict, b: dict, base: dict) -> float:
+    da = torch.cat([(a[k] - base[k]).flatten() for k in base])
+    db = torch.cat([(b[k] - base[k]).flatten() for k in base])
+    return float(torch.nn.functional.cosine_similarity(da, db, dim=0))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, sft_model_path):
+    """The float32 single-GPU run every other run is compared with."""
+    before = _params(load_policy(sft_model_path))
+    module, _ = _fit(tmp_path_factory.mktemp("ref"), sft_model_path)
+    after = _params(module.policy)
+    assert module.device.type == "cuda"
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    return before, after
+
+
+def test_hf_engine_on_cuda_matches_the_trainer(tmp_path, sft_model_path):
+    module, trainer = _fit(tmp_path, sft_model_path, scripted=False)
+    metrics = trainer.callback_metrics
+    assert next(module.policy.parameters()).is_cuda
+    print(f"cuda fp32 HF engine: logp_diff_mean={float(metrics['rollout/logp_diff_mean']):.2e} "
+          f"max={float(metrics['rollout/logp_diff_max']):.2e}")
+    assert float(metrics["rollout/logp_diff_mean"]) < 1e-3
+    assert torch.isfinite(metrics["train/loss"])
+
+
+def test_bf16_mixed_precision_computes_in_bf16_and_moves_weights_like_fp32(tmp_path, sft_model_path, reference):
+    base, fp32 = reference
+    dtypes = []
+
+    class SeeLogits(L.Callback):
+        def on_train_start(self, trainer, pl_module):
+            head = pl_module.policy.get_output_embeddings()
+            head.register_forward_hook(lambda mod, args, out: dtypes.append(out.dtype))
+
+    module, _ = _fit(tmp_path, sft_model_path, precision="bf16-mixed", callbacks=[SeeLogits()])
+    after = _params(module.policy)
+    assert all(p.dtype == torch.float32 for p in module.policy.parameters())  # float32 master weights
+    assert torch.bfloat16 in dtypes  # the training forward ran under bf16 autocast
+    cos = _cosine(after, fp32, base)
+    print(f"bf16-mixed vs fp32 update cosine: {cos:.4f}")
+    assert cos > 0.9
+
+
+def test_bf16_weights_train(tmp_path, sft_model_path, reference):
+    base, fp32 = reference
+    module, trainer = _fit(tmp_path, sft_model_path, dtype="bfloat16")
+    after = _params(module.policy)
+    assert all(p.dtype == torch.bfloat16 for p in module.policy.parameters())
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    cos = _cosine(after, fp32, base)
+    print(f"bf16 weights vs fp32 update cosine: {cos:.4f}")
+    assert cos > 0.5
+
+
+def test_fsdp1_strategy_reaches_the_single_device_parameters(tmp_path, sft_model_path, reference):
+    base, fp32 = reference
+    module, trainer = _fit(tmp_path, sft_model_path, strategy=FSDPStrategy())
+    with torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params(trainer.strategy.model):
+        after = {k: v.detach().float().cpu().clone() for k, v in module.policy.named_parameters()}
+    names = [k for k in after if k in base]
+    assert len(names) == len(after)
+    worst = max(float((after[k] - fp32[k]).abs().max()) for k in names)
+    print(f"FSDPStrategy vs single device: max |diff| = {worst:.2e}")
+    assert worst < 1e-4
+
+
+def test_fsdp2_reaches_the_single_device_parameters(tmp_path, sft_model_path, reference):
+    base, fp32 = reference
+    strategy = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1)
+    module, _ = _fit(tmp_path, sft_model_path, strategy=strategy)
+    after = _params(module.policy)
+    worst = max(float((after[k] - fp32[k]).abs().max()) for k in fp32)
+    print(f"FSDP2 vs single device: max |diff| = {worst:.2e}")
+    assert worst < 1e-4
+
+
+def test_cli_quickstart_on_gpu_in_bf16(tmp_path, capsys):
+    from lit_grpo.cli import main
+
+    main(["fit", "--config", "configs/quickstart.yaml", "--trainer.accelerator=gpu", "--trainer.devices=1",
+          "--trainer.precision=bf16-mixed", "--trainer.max_steps=4", "--trainer.val_check_interval=4",
+          "--data.max_val_prompts=32", "--trainer.enable_progress_bar=false",
+          f"--trainer.logger.init_args.save_dir={tmp_path}"])
+    out = capsys.readouterr()
+    assert "Held-out prompts" in out.out + out.err
+    assert glob.glob(f"{tmp_path}/quickstart/version_*/events*")
