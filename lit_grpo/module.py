@@ -21,7 +21,7 @@ from lit_grpo.loss import (
     masked_mean,
     token_weights,
 )
-from lit_grpo.parallel import check_layout, max_over_ranks, min_over_ranks, reduce_ratios, shard_policy
+from lit_grpo.parallel import check_layout, check_strategy, max_over_ranks, min_over_ranks, reduce_ratios, shard_policy
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import DType, PolicyModule, load_policy, sequence_logprobs
 from lit_grpo.rewards.base import RewardFunction
@@ -150,6 +150,7 @@ class GRPOModule(PolicyModule):
         self.automatic_optimization = False
 
     def setup(self, stage: str) -> None:
+        check_strategy(self.trainer.strategy)
         data = getattr(self.trainer, "datamodule", None)
         if stage == "fit" and hasattr(data, "prompts_per_step"):
             train = getattr(data, "splits", {}).get("train")

@@ -62,6 +62,25 @@ def full_state_dict(module: nn.Module) -> dict[str, Tensor]:
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
+def check_strategy(strategy: Any) -> None:
+    """Refuse Lightning's ``FSDPStrategy`` (FSDP1) for GRPO, with the strategy to use instead.
+
+    FSDP1 wraps the whole LightningModule as its root unit, so the GRPO step, which generates, computes the
+    loss and calls ``manual_backward`` inside ``training_step``, runs its backward pass while the root's
+    forward is still in progress; FSDP1 rejects that (``Expects BACKWARD_PRE or BACKWARD_POST state``).
+    FSDP2 (``ModelParallelStrategy``) shards each block on its own and has no such state.
+    """
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if isinstance(strategy, FSDPStrategy):
+        raise ValueError(
+            "FSDPStrategy (FSDP1) cannot run the GRPO step: its backward pass runs inside training_step, "
+            "while FSDP1's root forward is still open. Use FSDP2 instead: trainer.strategy: "
+            "{class_path: lightning.pytorch.strategies.ModelParallelStrategy, init_args: {data_parallel_size: "
+            "<number of GPUs>, tensor_parallel_size: 1}} (see configs/scale/gpu8_fsdp.yaml)"
+        )
+
+
 def check_layout(world_size: int, prompts_per_step: int, train_size: int | None) -> None:
     """Reject a layout with a rank that gets no full batch of prompts, before anything is loaded.
 

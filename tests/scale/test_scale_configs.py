@@ -66,3 +66,14 @@ def test_lora_config_trains_and_exports_adapters(tmp_path, monkeypatch, sft_mode
     adapters = tmp_path / "runs" / "lora" / "adapters"
     assert (adapters / "adapter_config.json").exists() and (adapters / "adapter_model.safetensors").exists()
     assert (adapters / "merged" / "model.safetensors").exists()
+
+
+def test_fsdp1_is_refused_with_the_strategy_to_use():
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy
+
+    from lit_grpo.parallel import check_strategy
+
+    with pytest.raises(ValueError, match=r"FSDPStrategy \(FSDP1\) cannot run the GRPO step.*ModelParallelStrategy"):
+        check_strategy(FSDPStrategy())
+    check_strategy(DDPStrategy())
+    check_strategy(ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1))
