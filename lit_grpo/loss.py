@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-sum-constant"]
 KLEstimator = Literal["k1", "k2", "k3"]
@@ -98,6 +99,47 @@ def token_logprobs(logits: Tensor, ids: Tensor, temperature: float = 1.0, chunk_
         picked = rows.gather(-1, flat_ids[start : start + chunk_size, None]).squeeze(-1)  # [C]
         out[start : start + chunk_size] = picked - torch.logsumexp(rows, dim=-1)
     return out.view(ids.shape)
+
+
+def chunked_head_logprobs(
+    head: nn.Module,
+    hidden: Tensor,  # [N, T, H]
+    ids: Tensor,  # [N, T]
+    temperature: float = 1.0,
+    chunk_rows: int = 1024,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs ``[N, T]`` of ``ids`` under ``head(hidden) / temperature`` (and the entropy ``[N, T]``,
+    without gradient, when asked), ``chunk_rows`` positions at a time.
+
+    No ``[N, T, V]`` tensor exists at any point: each chunk's logits ``[C, V]`` are dropped after use and,
+    when a gradient is needed, recomputed in the backward pass (activation checkpointing per chunk), so
+    peak memory grows with ``chunk_rows * V`` instead of ``N * T * V`` for one extra head matmul.
+    """
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])  # [N*T, H]
+    flat_ids = ids.reshape(-1)  # [N*T]
+    recompute = torch.is_grad_enabled() and (flat_hidden.requires_grad or head.weight.requires_grad)
+    logps, entropies = [], []
+    for start in range(0, flat_ids.shape[0], chunk_rows):
+        args = (head, flat_hidden[start : start + chunk_rows], flat_ids[start : start + chunk_rows], temperature,
+                with_entropy)
+        logp, entropy = checkpoint(_head_chunk, *args, use_reentrant=False) if recompute else _head_chunk(*args)
+        logps.append(logp)
+        entropies.append(entropy)
+    logp = torch.cat(logps).view(ids.shape)  # [N, T]
+    return logp, torch.cat(entropies).view(ids.shape) if with_entropy else None
+
+
+def _head_chunk(head: nn.Module, hidden: Tensor, ids: Tensor, temperature: float, with_entropy: bool):
+    logits = head(hidden).float() / temperature  # [C, V]
+    lse = torch.logsumexp(logits, dim=-1)  # [C]
+    logp = logits.gather(-1, ids[:, None]).squeeze(-1) - lse  # [C]
+    if not with_entropy:
+        return logp, None
+    with torch.no_grad():
+        probs = torch.softmax(logits, dim=-1)  # [C, V]
+        entropy = lse - (probs * logits).sum(-1)  # [C]: -sum p log p with log p = logits - lse
+    return logp, entropy
 
 
 @torch.no_grad()

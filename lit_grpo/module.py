@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Literal
 
@@ -21,7 +22,14 @@ from lit_grpo.loss import (
     masked_mean,
     token_weights,
 )
-from lit_grpo.parallel import check_layout, check_strategy, max_over_ranks, min_over_ranks, reduce_ratios, shard_policy
+from lit_grpo.parallel import (
+    check_layout,
+    check_strategy,
+    max_over_ranks,
+    min_over_ranks,
+    reduce_ratios,
+    shard_policy,
+)
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import DType, PolicyModule, load_policy, sequence_logprobs
 from lit_grpo.rewards.base import RewardFunction
@@ -165,7 +173,8 @@ class GRPOModule(PolicyModule):
 
     def configure_optimizers(self):
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
+        opt = torch.optim.AdamW(params, lr=self.lr, betas=self.betas, weight_decay=self.weight_decay,
+                                fused=_fused_adamw_ok(params))
         warmup = max(self.warmup_steps, 1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
@@ -221,6 +230,9 @@ class GRPOModule(PolicyModule):
             for _ in range(self.num_iterations):
                 stats = self._optimizer_step(0.0)
             return {"loss": 0.0, **stats}
+        step = self.micro_batch_size or n
+        if step < n:  # micro-batches of similar lengths pad less; the sums, so the update, stay the same
+            rollouts, advantages = _by_length(rollouts, advantages)
         adv = advantages.to(self.device)  # [N]
         weights = token_weights(rollouts.completion_mask, self.aggregation, self.sampling.max_new_tokens,
                                 **self._global_counts(rollouts.completion_mask))  # [N, T]
@@ -228,7 +240,6 @@ class GRPOModule(PolicyModule):
             if self.num_iterations > 1 else None
         ref_logp = self._reference_logprobs(rollouts, timer) if self.beta > 0 else None
         train_logp = torch.zeros(rollouts.completion_ids.shape, device=self.device)  # [N, T], before the update
-        step = self.micro_batch_size or n
         totals: dict[str, float] = {}
         for iteration in range(self.num_iterations):
             acc = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0}
@@ -335,6 +346,26 @@ class GRPOModule(PolicyModule):
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
+
+
+def _fused_adamw_ok(params: list[Tensor]) -> bool:
+    """The fused AdamW kernel (one pass over each tensor, several times faster on the CPU than the default
+    loop) for plain CPU or CUDA tensors; FSDP2's sharded DTensors keep the default implementation."""
+    from torch.distributed.tensor import DTensor
+
+    return bool(params) and all(p.device.type in ("cpu", "cuda") and not isinstance(p, DTensor) for p in params)
+
+
+def _by_length(rollouts: Rollouts, advantages: Tensor) -> tuple[Rollouts, Tensor]:
+    """The completions and their advantages ``[N]`` sorted by prompt + completion tokens (groups are not kept
+    together), so that consecutive micro-batches hold sequences of similar length."""
+    order = (rollouts.prompt_mask.sum(-1) + rollouts.completion_mask.sum(-1)).argsort(stable=True)  # [N]
+    rows = dataclasses.replace(
+        rollouts, prompt_ids=rollouts.prompt_ids[order], prompt_mask=rollouts.prompt_mask[order],
+        completion_ids=rollouts.completion_ids[order], completion_mask=rollouts.completion_mask[order],
+        logprobs=rollouts.logprobs[order], truncated=rollouts.truncated[order],
+        texts=[rollouts.texts[i] for i in order.tolist()])
+    return rows, advantages[order.to(advantages.device)]
 
 
 def _take_groups(batch: PromptBatch, rollouts: Rollouts, rewards: Tensor, out: RewardOutput, groups: list[int]):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
-from lit_grpo.loss import token_logprobs
+from lit_grpo.lora import base_model
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import completion_mask
 from lit_grpo.types import Rollouts, SamplingParams
@@ -83,21 +86,65 @@ class HFGenerateEngine(RolloutEngine):
 
     def _generate(self, ids, mask, sampling: SamplingParams):
         greedy = sampling.temperature == 0
-        out = self.policy.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature,
-            top_p=None if greedy else sampling.top_p,
-            top_k=None if greedy or sampling.top_k == 0 else sampling.top_k,
-            max_new_tokens=sampling.max_new_tokens,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self._eos_ids(),
-            use_cache=self.use_cache,
-            return_dict_in_generate=True,
-            output_logits=True,
-        )
+        recorder = SampledLogprobs(sampling.temperature or 1.0)
+        with recorder.attached(base_model(self.policy)):  # the module whose forward generate calls
+            out = self.policy.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=not greedy,
+                temperature=None if greedy else sampling.temperature,
+                top_p=None if greedy else sampling.top_p,
+                top_k=None if greedy or sampling.top_k == 0 else sampling.top_k,
+                max_new_tokens=sampling.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self._eos_ids(),
+                use_cache=self.use_cache,
+                return_dict_in_generate=True,
+            )
         new = out.sequences[:, ids.shape[1] :]  # [n, T]
-        logits = torch.stack(out.logits, dim=1)  # [n, T, V], raw
-        logprobs = token_logprobs(logits, new, temperature=sampling.temperature or 1.0)
-        return new, logprobs
+        return new, recorder.finish(new)
+
+
+class SampledLogprobs:
+    """Log-probs of the sampled tokens under the raw logits divided by ``temperature``, read from the model's
+    forward calls during ``generate``: each call's last-position logits ``[n, V]`` are kept only until the
+    next call shows which token was sampled from them, so the ``[n, T, V]`` logits of the whole generation
+    never exist at once. The values are those of ``output_logits=True`` (raw logits, before any
+    processor or top-p/top-k filter)."""
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.pending: torch.Tensor | None = None  # [n, V] logits of the latest call
+        self.steps: list[torch.Tensor] = []  # T x [n]
+
+    @contextmanager
+    def attached(self, policy: nn.Module) -> Iterator[None]:
+        handles = [policy.register_forward_pre_hook(self._before, with_kwargs=True),
+                   policy.register_forward_hook(self._after, with_kwargs=True)]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _before(self, module, args, kwargs) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if self.pending is not None and ids is not None:
+            self._take(ids[:, -1])  # the token sampled from the previous call's logits
+
+    def _after(self, module, args, kwargs, output) -> None:
+        self.pending = output.logits[:, -1]  # [n, V]
+
+    def _take(self, sampled: torch.Tensor) -> None:
+        logits = self.pending.float() / self.temperature  # [n, V]
+        self.steps.append(logits.gather(-1, sampled[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1))
+        self.pending = None
+
+    def finish(self, new: torch.Tensor) -> torch.Tensor:
+        """Log-probs ``[n, T]`` of the generated tokens ``new [n, T]``."""
+        if self.pending is not None:
+            self._take(new[:, -1])
+        t = new.shape[1]
+        if len(self.steps) < t:
+            raise RuntimeError(f"generate made {len(self.steps)} model calls for {t} new tokens")
+        return torch.stack(self.steps[:t], dim=1) if t else new.new_zeros(new.shape, dtype=torch.float32)
