@@ -1,0 +1,392 @@
+"""GRPO step throughput of lit-grpo against TRL's GRPOTrainer, side by side; FLOP/s, memory and scaling.
+
+    bash bench/setup_trl_env.sh                        # once: TRL in its own environment, bench/.venv-trl
+    python bench/grpo_step.py --write docs/performance.md   # the full report, written into the docs
+    python bench/grpo_step.py --quick                  # a 1-2 minute smoke run of every part
+    python bench/grpo_step.py --parts scaling          # one part (peak, compare, memory, scaling)
+
+One GRPO step on both sides: P = 8 prompts x G = 8 completions of 16 new tokens sampled at temperature 1
+by Hugging Face ``generate``, a reward that is always 0, token-mean clipped loss without KL, one
+forward/backward and one AdamW step; fp32, or bf16 autocast (Lightning ``bf16-mixed``, TRL
+``bf16=True``). The character-level Qwen2 models of ``lit_grpo.models.tiny`` (``small`` ~3M, ``medium``
+~19M parameters) are saved once with ``save_pretrained`` and loaded by both trainers. A random model earns
+no reward, so every advantage is 0; neither side skips such batches, so every phase runs at full cost.
+
+Every measurement is a fresh process (``bench/grpo_step_lit.py``, ``bench/grpo_step_trl.py``) that runs
+warm-up steps and then timed ones; the two trainers alternate (A B A B ...) so drifting background load
+hits both alike. Reported: medians over all timed steps, with the range of the per-process medians;
+tokens/s = completion tokens of a step (EOS included) / wall time between the ends of consecutive steps.
+
+Parts: ``peak`` (square fp32 and bf16 matmuls on the same threads), ``compare`` (lit-grpo vs TRL, both
+sizes and precisions, with the training phase's FLOP/s against the peak), ``memory`` (peak RSS of steps
+of a model with a 151,936-token vocabulary), ``scaling`` (lit-grpo step time against G, P and size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from grpo_step_common import PHASES  # noqa: E402
+from grpo_step_report import LARGE_VOCAB, flop_rates, render, write_into  # noqa: E402
+
+TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
+ALL_PARTS = ("peak", "compare", "memory", "scaling")
+
+
+# ---- plans: how many processes and steps each part runs ---------------------------------------------------
+def plan(quick: bool) -> dict:
+    """What each part runs. ``compare`` rows: (size, precision, A/B repetitions, warm-up steps, timed steps,
+    P, G, new tokens). Sized for about 15 minutes on 2 idle cores (``--quick``: 1-2 minutes), where bf16
+    steps are the slow ones when the CPU has no native bf16 matmul."""
+    if quick:
+        return {
+            "compare": [("small", "fp32", 1, 1, 2, 8, 8, 16), ("small", "bf16", 1, 0, 1, 2, 2, 4)],
+            "memory": {"prompts": 2, "group": 2, "new_tokens": 4, "warmup": 0, "steps": 1},
+            "scaling": {"G": [2], "P": [4], "size": ["tiny"], "warmup": 0, "steps": 1},
+        }
+    return {
+        "compare": [
+            ("small", "fp32", 3, 2, 5, 8, 8, 16),
+            ("medium", "fp32", 2, 1, 3, 8, 8, 16),
+            ("small", "bf16", 1, 1, 1, 8, 8, 16),
+            ("medium", "bf16", 1, 0, 1, 8, 8, 16),
+        ],
+        "memory": {"prompts": 8, "group": 8, "new_tokens": 16, "warmup": 0, "steps": 1},
+        "scaling": {
+            "G": [2, 4, 8, 16],
+            "P": [2, 4, 8, 16],
+            "size": ["tiny", "small", "medium"],
+            "warmup": 1,
+            "steps": 2,
+        },
+    }
+
+
+# ---- models ------------------------------------------------------------------------------------------------
+def build_models(tmp: Path, sizes: set[str], large_vocab: bool) -> dict[str, str]:
+    """Save each tiny model once (``save_pretrained``); both trainers load these directories."""
+    from lit_grpo.models.tiny import build_tiny_model
+
+    paths = {size: str(build_tiny_model(tmp / size, size=size, seed=0)) for size in sorted(sizes)}
+    if large_vocab:
+        paths["small-150k"] = str(build_large_vocab_model(tmp / "small-150k"))
+    return paths
+
+
+def build_large_vocab_model(path: Path, vocab_size: int = LARGE_VOCAB, size: str = "small") -> Path:
+    """The ``size`` tiny model with a ``vocab_size`` vocabulary: the character tokenizer plus filler tokens
+    of 2-3 bytes (no merges, so prompts tokenize exactly as with the character tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Tokenizer
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    from lit_grpo.models.tiny import SPECIAL_TOKENS, char_tokenizer, tiny_config
+
+    vocab = dict(char_tokenizer().get_vocab())
+    chars = list(bytes_to_unicode().values())
+    fillers = ("".join(c) for n in (2, 3) for c in itertools.product(chars, repeat=n))
+    while len(vocab) < vocab_size:
+        vocab.setdefault(next(fillers), len(vocab))
+    tokenizer = Qwen2Tokenizer(vocab=vocab, merges=[], **SPECIAL_TOKENS)
+    tokenizer.padding_side = "left"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config(tokenizer, size))
+    for key in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        setattr(model.generation_config, key, getattr(tokenizer, key))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+# ---- running one measurement in its own process ------------------------------------------------------------
+def measure(
+    runner: str,
+    model: str,
+    threads: int,
+    precision: str = "fp32",
+    warmup: int = 1,
+    steps: int = 3,
+    prompts: int = 8,
+    group: int = 8,
+    new_tokens: int = 16,
+    extra: tuple[str, ...] = (),
+) -> dict:
+    if runner == "trl" and not TRL_PYTHON.exists():
+        raise SystemExit(
+            f"{TRL_PYTHON} not found: create TRL's environment first with bash bench/setup_trl_env.sh"
+        )
+    python, script = (
+        (str(TRL_PYTHON), HERE / "grpo_step_trl.py")
+        if runner == "trl"
+        else (sys.executable, HERE / "grpo_step_lit.py")
+    )
+    cmd = [
+        python,
+        str(script),
+        "--model",
+        model,
+        "--precision",
+        precision,
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+        "--prompts",
+        str(prompts),
+        "--group",
+        str(group),
+        "--new-tokens",
+        str(new_tokens),
+        "--threads",
+        str(threads),
+        *extra,
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONWARNINGS": "ignore",
+    }
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    result["process_s"] = time.perf_counter() - start
+    print(
+        f"  {runner:8s} {Path(model).name:10s} {precision} P={prompts} G={group}: "
+        f"{_median(result['steps'], 'tokens_per_s'):7.0f} tokens/s, {_median(result['steps'], 'step_s'):.3f} s/step, "
+        f"peak {result['peak_rss_mib']:.0f} MiB ({result['process_s']:.0f} s)",
+        flush=True,
+    )
+    return result
+
+
+def _median(steps: list[dict], key: str) -> float:
+    return statistics.median(s.get(key, 0.0) for s in steps)
+
+
+def combine(results: list[dict]) -> dict:
+    """Medians over the timed steps of several processes, with the range of the per-process medians."""
+    steps = [s for r in results for s in r["steps"]]
+    out = {k: _median(steps, k) for k in [*PHASES, "step_s", "tokens", "prompt_tokens", "tokens_per_s"]}
+    per = [_median(r["steps"], "tokens_per_s") for r in results]
+    out.update(
+        tps_min=min(per),
+        tps_max=max(per),
+        peak_rss_mib=max(r["peak_rss_mib"] for r in results),
+        load_rss_mib=min(r.get("load_rss_mib", 0.0) for r in results),
+        params=results[0]["params"],
+        processes=len(results),
+        steps_timed=len(steps),
+        trl=results[0].get("trl"),
+    )
+    return out
+
+
+# ---- the matmul peak ----------------------------------------------------------------------------------------
+PEAK_SCRIPT = """
+import sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+out = {}
+for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+    best = 0.0
+    for n in (256, 512, 1024, 2048):
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        slow = False
+        for op in (torch.matmul, torch.nn.functional.linear):  # the two reach different kernels in bf16
+            t = time.perf_counter(); op(a, b); once = time.perf_counter() - t
+            reps, times = max(3, min(50, int(0.5 / max(once, 1e-6)))), []
+            for _ in range(min(reps, 3) if once > 0.5 else reps):
+                t = time.perf_counter(); op(a, b); times.append(time.perf_counter() - t)
+            best = max(best, 2 * n**3 / min(times) / 1e9)
+            slow = slow or once > 0.5
+        if slow:
+            break
+    out[name] = best
+import json
+print("RESULT", json.dumps(out))
+"""
+
+
+def matmul_peak(threads: int) -> dict[str, float]:
+    """GFLOP/s of the best square matmul (``matmul`` or ``linear``, n = 256..2048) in fp32 and bf16."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK_SCRIPT, str(threads)], capture_output=True, text=True, env=env, check=True
+    )
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
+    peak = json.loads(line.removeprefix("RESULT "))
+    print(
+        f"  matmul peak on {threads} threads: fp32 {peak['fp32']:.1f} GFLOP/s, bf16 {peak['bf16']:.1f} GFLOP/s"
+    )
+    return peak
+
+
+# ---- the parts ----------------------------------------------------------------------------------------------
+def part_compare(models: dict[str, str], threads: int, quick: bool) -> list[dict]:
+    rows = []
+    for size, precision, reps, warmup, steps, prompts, group, new_tokens in plan(quick)["compare"]:
+        kw = {"warmup": warmup, "steps": steps, "prompts": prompts, "group": group, "new_tokens": new_tokens}
+        runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
+        for _ in range(reps):  # A B A B ...
+            for runner in ("lit-grpo", "trl"):
+                runs[runner].append(measure(runner, models[size], threads, precision, **kw))
+        pairs = [a["steps"] for a in runs["lit-grpo"]], [b["steps"] for b in runs["trl"]]
+        ratios = [
+            _median(a, "tokens_per_s") / _median(b, "tokens_per_s") for a, b in zip(*pairs, strict=True)
+        ]
+        row = {
+            "size": size,
+            "precision": precision,
+            "lit": combine(runs["lit-grpo"]),
+            "trl": combine(runs["trl"]),
+            "pair_ratios": ratios,
+            **kw,
+        }
+        row["ratio"] = row["lit"]["tokens_per_s"] / row["trl"]["tokens_per_s"]
+        for side in ("lit", "trl"):
+            row[side].update(flop_rates(models[size], row[side], prompts * group))
+        rows.append(row)
+    return rows
+
+
+def part_memory(models: dict[str, str], threads: int, quick: bool) -> list[dict]:
+    kw = plan(quick)["memory"]
+    model = models["small-150k"]
+    rows = [
+        (
+            "lit-grpo (chunked LM head, per-step sampling log-probs)",
+            measure("lit-grpo", model, threads, **kw),
+        ),
+        (
+            "lit-grpo, previous paths (whole [N, T, V] logits)",
+            measure("lit-grpo", model, threads, **kw, extra=("--full-logits",)),
+        ),
+        ("TRL 1.16 GRPOTrainer", measure("trl", model, threads, **kw)),
+    ]
+    return [
+        {
+            "name": name,
+            "peak_rss_mib": r["peak_rss_mib"],
+            "load_rss_mib": r.get("load_rss_mib", 0.0),
+            "step_s": _median(r["steps"], "step_s"),
+            "params": r["params"],
+            **kw,
+        }
+        for name, r in rows
+    ]
+
+
+def part_scaling(models: dict[str, str], threads: int, quick: bool) -> dict[str, list[dict]]:
+    p = plan(quick)["scaling"]
+    kw = {"warmup": p["warmup"], "steps": p["steps"]}
+    out: dict[str, list[dict]] = {"G": [], "P": [], "size": []}
+    for g in p["G"]:
+        out["G"].append(
+            {"G": g, "P": 8, **combine([measure("lit-grpo", models["small"], threads, group=g, **kw)])}
+        )
+    for n in p["P"]:
+        out["P"].append(
+            {"G": 8, "P": n, **combine([measure("lit-grpo", models["small"], threads, prompts=n, **kw)])}
+        )
+    for size in p["size"]:
+        row = combine([measure("lit-grpo", models[size], threads, **kw)])
+        out["size"].append({"size": size, **row, **flop_rates(models[size], row, 64)})
+    return out
+
+
+def _load() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a 1-2 minute smoke run of every part")
+    parser.add_argument(
+        "--parts", default="peak,compare,memory,scaling", help=f"comma separated, of {ALL_PARTS}"
+    )
+    parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
+    parser.add_argument("--write", type=Path, help="replace the generated block of this markdown file")
+    parser.add_argument("--json", type=Path, help="also save the raw results here")
+    args = parser.parse_args()
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = set(parts) - set(ALL_PARTS)
+    if unknown:
+        parser.error(f"--parts {args.parts}: unknown {sorted(unknown)}; choose from {', '.join(ALL_PARTS)}")
+
+    import torch
+    import transformers
+
+    start, load_before = time.perf_counter(), _load()
+    report: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        sizes = {"small"} | ({"medium"} if "compare" in parts and not args.quick else set())
+        if "scaling" in parts:
+            sizes |= set(plan(args.quick)["scaling"]["size"])
+        models = build_models(Path(tmp), sizes, "memory" in parts)
+        if "peak" in parts:
+            report["peak"] = matmul_peak(args.threads)
+        if "compare" in parts:
+            report["compare"] = part_compare(models, args.threads, args.quick)
+        if "memory" in parts:
+            report["memory"] = part_memory(models, args.threads, args.quick)
+        if "scaling" in parts:
+            report["scaling"] = part_scaling(models, args.threads, args.quick)
+    command = "python bench/grpo_step.py" + "".join(f" {a}" for a in sys.argv[1:])
+    trl_version = next((r["trl"]["trl"] for r in report.get("compare", [])), None)
+    report["meta"] = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "command": command,
+        "threads": args.threads,
+        "cpu": _cpu(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "load_before": load_before,
+        "load_after": _load(),
+        "elapsed_min": (time.perf_counter() - start) / 60,
+    }
+    if trl_version:
+        report["meta"]["trl"] = trl_version
+    text = render(report)
+    print("\n" + text)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    if args.write:
+        write_into(args.write, text)
+        print(f"wrote the tables into {args.write}")
+
+
+def _cpu() -> str:
+    try:
+        name = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        name = platform.processor() or "unknown CPU"
+    return f"{name} ({os.cpu_count()} logical CPUs)"
+
+
+if __name__ == "__main__":
+    main()

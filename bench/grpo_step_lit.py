@@ -1,0 +1,150 @@
+"""The lit-grpo runner of ``bench/grpo_step.py``: GRPO steps of ``GRPOModule`` through ``lightning.Trainer``.
+
+    python bench/grpo_step_lit.py --model DIR --steps 6 --warmup 2 [--precision bf16] [--full-logits]
+
+Same settings as ``bench/grpo_step_trl.py`` (see ``bench/grpo_step.py``): HF generate engine, a reward
+that is always 0 with ``filter_degenerate`` off (no batch is skipped), token-mean loss, ``beta=0``,
+``num_iterations=1``, AdamW at a constant learning rate, clipping at 1, ``precision="bf16-mixed"`` for
+``--precision bf16``. Phase times are the module's own ``perf/*`` metrics; ``step_s`` is the wall time
+between the ends of consecutive steps. ``--full-logits`` restores the previous log-prob paths (the
+training forward's whole ``[N, T, V]`` logits, and generation keeping every step's logits) for the
+memory comparison. Prints one ``RESULT {json}`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpo_step_common import PHASES, StepClock, add_worker_args, bench_prompts, emit, rss_mib  # noqa: E402
+
+
+def full_logits_engine():
+    """The HF engine as it was: ``output_logits=True`` keeps ``[n, V]`` logits for every new token."""
+    import torch
+
+    from lit_grpo.loss import token_logprobs
+    from lit_grpo.rollout.hf import HFGenerateEngine
+
+    class FullLogitsEngine(HFGenerateEngine):
+        def _generate(self, ids, mask, sampling):
+            out = self.policy.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=None,
+                max_new_tokens=sampling.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self._eos_ids(),
+                use_cache=self.use_cache,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
+            new = out.sequences[:, ids.shape[1] :]  # [n, T]
+            logits = torch.stack(out.logits, dim=1)  # [n, T, V]
+            return new, token_logprobs(logits, new, temperature=sampling.temperature)
+
+    return FullLogitsEngine()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_worker_args(parser)
+    parser.add_argument("--full-logits", action="store_true", help="the previous, [N, T, V] log-prob paths")
+    parser.add_argument("--module-options", default="", help="extra GRPOModule arguments as JSON")
+    args = parser.parse_args()
+
+    import lightning as L
+    import torch
+
+    from lit_grpo import GRPOModule, PromptDataModule, policy
+    from lit_grpo.data.sources import PromptSource
+    from lit_grpo.rewards.base import RewardFunction
+    from lit_grpo.types import RewardOutput
+
+    torch.set_num_threads(args.threads)
+
+    class Prompts(PromptSource):
+        def load(self, split):
+            prompts = bench_prompts(4096 if split == "train" else 8)
+            return [
+                {"prompt": p, "reference": "", "id": f"{split}-{i}", "columns": {}}
+                for i, p in enumerate(prompts)
+            ]
+
+    class ZeroReward(RewardFunction):
+        def __call__(self, completions, references, **columns):
+            scores = torch.zeros(len(completions))  # [N]
+            return RewardOutput(scores, {self.name: scores}, {"errors": 0, "timeouts": 0, "unscorable": 0})
+
+    clock = StepClock()
+
+    class Collect(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == 0:
+                clock.begin()  # the first step's time excludes the trainer's setup
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            metrics = trainer.callback_metrics
+            clock.set_phases({p: float(metrics.get(f"perf/{p}", 0.0)) for p in PHASES})
+            stats = outputs["rollout"]
+            clock.add_tokens(int(stats.lengths.sum()), int(stats.rollouts.prompt_mask.sum()))
+            clock.end_step()
+
+    if args.full_logits:
+        policy.MAX_LOGITS_ELEMENTS = math.inf
+    L.seed_everything(args.seed, verbose=False)
+    options = json.loads(args.module_options) if args.module_options else {}
+    module = GRPOModule(
+        model=args.model,
+        reward=ZeroReward(),
+        group_size=args.group,
+        engine=full_logits_engine() if args.full_logits else None,
+        max_new_tokens=args.new_tokens,
+        temperature=1.0,
+        lr=1e-5,
+        beta=0.0,
+        num_iterations=1,
+        aggregation="token-mean",
+        filter_degenerate=False,
+        max_grad_norm=1.0,
+        val_samples=0,
+        **options,
+    )
+    module.configure_model()
+    load_rss = rss_mib()
+    data = PromptDataModule(Prompts(), prompts_per_step=args.prompts, seed=args.seed)
+    trainer = L.Trainer(
+        max_steps=args.warmup + args.steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[Collect()],
+        precision="bf16-mixed" if args.precision == "bf16" else "32-true",
+    )
+    trainer.fit(module, datamodule=data)
+    emit(
+        clock,
+        args,
+        runner="lit-grpo",
+        params=sum(p.numel() for p in module.policy.parameters()),
+        load_rss_mib=load_rss,
+        torch=torch.__version__,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""The peer runner of ``bench/grpo_step.py``: GRPO steps of Hugging Face TRL's ``GRPOTrainer``.
+
+Run by ``bench/grpo_step.py`` in TRL's own environment (``bench/setup_trl_env.sh`` creates
+``bench/.venv-trl``); TRL is not a dependency of lit-grpo. By hand:
+
+    bench/.venv-trl/bin/python bench/grpo_step_trl.py --model DIR --steps 6 --warmup 2
+
+Settings match the lit-grpo side of the benchmark: one optimizer step = ``P`` prompts x ``G``
+completions generated in one batch with ``transformers`` ``generate`` (no vLLM), temperature 1, no KL
+(``beta=0``), one update per batch (``num_iterations=1``), token-mean loss over the batch
+(``loss_type="dapo"``: the masked token losses summed and divided by the batch's completion tokens), a
+reward that is always 0 (so every advantage is 0 and nothing is skipped), TRL's default optimizer (fused
+AdamW, as lit-grpo's) at a constant learning rate, gradient clipping at 1, no gradient checkpointing (TRL's default turns it on; lit-grpo's is off),
+``bf16`` autocast only for ``--precision bf16``, no logging or saving during the run.
+
+Per phase, on the same clock as the lit-grpo runner: ``generate_s`` (TRL's generation call),
+``score_s`` (the reward function), ``forward_s`` (the loss forward), ``backward_s``,
+``optimizer_s`` (``optimizer.step``) and ``step_s``: wall time between the ends of consecutive
+optimizer steps. Prints one ``RESULT {json}`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpo_step_common import StepClock, add_worker_args, bench_prompts, emit, rss_mib  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_worker_args(parser)
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    import transformers
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    clock = StepClock()
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        def _generate_single_turn(self, *a, **kw):
+            with clock("generate_s"):
+                return super()._generate_single_turn(*a, **kw)
+
+        def _compute_loss(self, *a, **kw):
+            with clock("forward_s"):
+                return super()._compute_loss(*a, **kw)
+
+    class StepEnd(TrainerCallback):
+        def on_pre_optimizer_step(self, *a, **kw):
+            clock.start("optimizer_s")
+
+        def on_optimizer_step(self, *a, **kw):
+            clock.stop("optimizer_s")
+
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step == 0:
+                clock.begin()  # the first step's time excludes the trainer's setup
+
+        def on_step_end(self, *a, **kw):
+            clock.end_step()
+
+    def zero_reward(completions, **kwargs):
+        with clock("score_s"):
+            return [0.0] * len(completions)
+
+    total_steps = args.warmup + args.steps
+    prompts = bench_prompts(args.prompts * total_steps)
+    dataset = Dataset.from_list([{"prompt": p} for p in prompts])
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    with tempfile.TemporaryDirectory() as out:
+        config = GRPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=args.prompts * args.group,
+            gradient_accumulation_steps=1,
+            num_generations=args.group,
+            max_completion_length=args.new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            beta=0.0,
+            num_iterations=1,
+            loss_type="dapo",
+            scale_rewards="group",
+            use_vllm=False,
+            learning_rate=1e-5,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            gradient_checkpointing=False,
+            bf16=args.precision == "bf16",
+            fp16=False,
+            use_cpu=True,
+            max_steps=total_steps,
+            seed=args.seed,
+            data_seed=args.seed,
+            logging_steps=10**9,
+            logging_strategy="no",
+            save_strategy="no",
+            eval_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            log_completions=False,
+        )
+        trainer = TimedGRPOTrainer(
+            model=model,
+            reward_funcs=zero_reward,
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[StepEnd()],
+        )
+        backward = trainer.accelerator.backward
+
+        def timed_backward(loss, **kw):
+            with clock("backward_s"):
+                return backward(loss, **kw)
+
+        trainer.accelerator.backward = timed_backward
+        original_generate = trainer._generate
+
+        def counted_generate(prompts_):
+            result = original_generate(prompts_)
+            # completion tokens (EOS included) and prompt tokens
+            clock.add_tokens(sum(len(ids) for ids in result[1]), sum(len(ids) for ids in result[0]))
+            return result
+
+        trainer._generate = counted_generate
+        params = sum(p.numel() for p in trainer.model.parameters())
+        load_rss = rss_mib()
+        trainer.train()
+    emit(
+        clock,
+        args,
+        runner="trl",
+        params=params,
+        load_rss_mib=load_rss,
+        trl=trl.__version__,
+        transformers=transformers.__version__,
+        torch=torch.__version__,
+    )
+
+
+if __name__ == "__main__":
+    main()
