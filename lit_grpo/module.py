@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Literal
 
@@ -34,7 +33,7 @@ from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import DType, PolicyModule, load_policy, sequence_logprobs
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rollout.base import RolloutEngine
-from lit_grpo.rollout.functional import concat_rollouts, select_groups, slice_rows
+from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows, slice_rows
 from lit_grpo.rollout.mismatch import TISLevel, logp_mismatch, truncated_is_weights
 from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats
 
@@ -360,17 +359,11 @@ def _by_length(rollouts: Rollouts, advantages: Tensor) -> tuple[Rollouts, Tensor
     """The completions and their advantages ``[N]`` sorted by prompt + completion tokens (groups are not kept
     together), so that consecutive micro-batches hold sequences of similar length."""
     order = (rollouts.prompt_mask.sum(-1) + rollouts.completion_mask.sum(-1)).argsort(stable=True)  # [N]
-    rows = dataclasses.replace(
-        rollouts, prompt_ids=rollouts.prompt_ids[order], prompt_mask=rollouts.prompt_mask[order],
-        completion_ids=rollouts.completion_ids[order], completion_mask=rollouts.completion_mask[order],
-        logprobs=rollouts.logprobs[order], truncated=rollouts.truncated[order],
-        texts=[rollouts.texts[i] for i in order.tolist()])
-    return rows, advantages[order.to(advantages.device)]
+    return select_rows(rollouts, order), advantages[order.to(advantages.device)]
 
 
 def _take_groups(batch: PromptBatch, rollouts: Rollouts, rewards: Tensor, out: RewardOutput, groups: list[int]):
-    rows = torch.tensor([g * rollouts.group_size + j for g in groups for j in range(rollouts.group_size)],
-                        dtype=torch.long)
+    rows = group_rows(groups, rollouts.group_size)
     out = RewardOutput(out.scores[rows], {k: v[rows] for k, v in out.terms.items()}, out.counters)
     return batch.select(groups), select_groups(rollouts, groups), rewards[groups], out
 

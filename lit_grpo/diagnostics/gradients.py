@@ -16,14 +16,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from lit_grpo.diagnostics.rank import spectrum_summary
 from lit_grpo.policy import sequence_logprobs
-from lit_grpo.rollout.functional import select_groups, slice_rows
+from lit_grpo.rollout.functional import select_rows, slice_rows
 from lit_grpo.types import Rollouts
 
 #: Rows of the projection matrix drawn at once.
@@ -224,8 +224,8 @@ def rows_spectrum_summary(rows: Tensor) -> dict[str, float] | None:
 
 def take_rows(rollouts: Rollouts, rows: Sequence[int] | Tensor) -> Rollouts:
     """Completions ``rows`` of ``rollouts``, trimmed to their longest prompt and completion."""
-    picked = select_groups(replace(rollouts, group_size=1), rows)
-    return replace(slice_rows(picked, 0, len(picked)), group_size=rollouts.group_size)
+    picked = select_rows(rollouts, rows)
+    return slice_rows(picked, 0, len(picked))
 
 
 def centroid_span_residual(rows: Tensor, correct: Tensor, update: Tensor) -> float:

@@ -49,11 +49,16 @@ def concat_rollouts(parts: list[Rollouts], pad_token_id: int) -> Rollouts:
     )
 
 
-def select_groups(rollouts: Rollouts, groups: Tensor | list[int]) -> Rollouts:
-    """The completions of the given prompt groups, in that order (``[P'] -> [P' * G]``)."""
-    g = rollouts.group_size
+def group_rows(groups: Tensor | list[int], group_size: int) -> Tensor:
+    """Row indices ``[P' * G]`` of the completions of prompt groups ``groups [P']``, group by group."""
     groups = torch.as_tensor(groups, dtype=torch.long).reshape(-1)
-    rows = (groups[:, None] * g + torch.arange(g)[None, :]).reshape(-1)  # [P' * G]
+    return (groups[:, None] * group_size + torch.arange(group_size)[None, :]).reshape(-1)
+
+
+def select_rows(rollouts: Rollouts, rows: Tensor | list[int]) -> Rollouts:
+    """The completions ``rows`` in that order; ``group_size`` is kept, so rows that split or reorder groups
+    are for consumers that do not read groups (micro-batching, per-completion diagnostics)."""
+    rows = torch.as_tensor(rows, dtype=torch.long).reshape(-1).cpu()  # a CPU index works on any device
     return Rollouts(
         prompt_ids=rollouts.prompt_ids[rows],
         prompt_mask=rollouts.prompt_mask[rows],
@@ -62,8 +67,13 @@ def select_groups(rollouts: Rollouts, groups: Tensor | list[int]) -> Rollouts:
         logprobs=rollouts.logprobs[rows],
         texts=[rollouts.texts[i] for i in rows.tolist()],
         truncated=rollouts.truncated[rows],
-        group_size=g,
+        group_size=rollouts.group_size,
     )
+
+
+def select_groups(rollouts: Rollouts, groups: Tensor | list[int]) -> Rollouts:
+    """The completions of the given prompt groups, in that order (``[P'] -> [P' * G]``)."""
+    return select_rows(rollouts, group_rows(groups, rollouts.group_size))
 
 
 def slice_rows(rollouts: Rollouts, start: int, stop: int) -> Rollouts:

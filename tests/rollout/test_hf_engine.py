@@ -3,7 +3,14 @@ import torch
 
 from lit_grpo.policy import load_policy, load_tokenizer, sequence_logprobs
 from lit_grpo.rollout import HFGenerateEngine
-from lit_grpo.rollout.functional import completion_mask, concat_rollouts, select_groups, slice_rows
+from lit_grpo.rollout.functional import (
+    completion_mask,
+    concat_rollouts,
+    group_rows,
+    select_groups,
+    select_rows,
+    slice_rows,
+)
 from lit_grpo.types import SamplingParams
 
 
@@ -95,3 +102,7 @@ def test_select_concat_and_slice(engine):
     mb = slice_rows(both, 4, 6)
     assert mb.texts == b.texts and mb.prompt_mask.all(-1).any()
     torch.testing.assert_close(mb.logprobs.sum(), b.logprobs.sum())
+    rows = select_rows(both, [5, 0, 3])  # any order, groups not kept; the group size stays
+    assert rows.texts == [both.texts[5], both.texts[0], both.texts[3]] and rows.group_size == 2
+    torch.testing.assert_close(rows.completion_ids, both.completion_ids[[5, 0, 3]])
+    assert group_rows([2, 0], 2).tolist() == [4, 5, 0, 1]
