@@ -108,6 +108,13 @@ class GradientRank(Callback):
             return
         require_module(NAME, pl_module, "policy", "sampling")
         require_logger(NAME, trainer)
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        if isinstance(trainer.strategy, FSDPStrategy):  # its parameters and gradients are flat local shards
+            raise ValueError(
+                "GradientRank needs whole per-parameter gradients, which FSDPStrategy (FSDP1) does not expose; "
+                "measure it under FSDP2 (ModelParallelStrategy), DDP or one process"
+            )
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         policy = pl_module.policy

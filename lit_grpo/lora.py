@@ -70,6 +70,25 @@ def base_model(policy: nn.Module) -> nn.Module:
     return policy.get_base_model() if is_peft(policy) else policy
 
 
+def meta_copy(policy: nn.Module) -> nn.Module:
+    """The same peft model (architecture and adapter config) on the meta device, so without memory.
+
+    peft's ``save_pretrained(state_dict=...)`` picks the adapter entries of a full state dict by the names
+    of the model's modules; under FSDP1 those names carry the nested units' ``_fsdp_wrapped_module``
+    segments while the full state dict's keys do not, so the export goes through this copy instead.
+    """
+    import copy
+
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    name = policy.active_adapter
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(base_model(policy).config)
+        return get_peft_model(skeleton, copy.deepcopy(policy.peft_config[name]), adapter_name=name)
+
+
 @contextmanager
 def adapters_disabled(policy: nn.Module) -> Iterator[nn.Module]:
     """Inside the block ``policy`` computes the base model (the KL reference with LoRA): no second copy."""

@@ -23,11 +23,10 @@ from lit_grpo.loss import (
 )
 from lit_grpo.parallel import (
     check_layout,
-    check_strategy,
+    clip_grad_norm,
     max_over_ranks,
     min_over_ranks,
     reduce_ratios,
-    shard_policy,
 )
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import DType, PolicyModule, load_policy, sequence_logprobs
@@ -157,7 +156,6 @@ class GRPOModule(PolicyModule):
         self.automatic_optimization = False
 
     def setup(self, stage: str) -> None:
-        check_strategy(self.trainer.strategy)
         data = getattr(self.trainer, "datamodule", None)
         if stage == "fit" and hasattr(data, "prompts_per_step"):
             train = getattr(data, "splits", {}).get("train")
@@ -167,8 +165,8 @@ class GRPOModule(PolicyModule):
         super().configure_model()
         if self.beta > 0 and self.lora is None and self.ref_policy is None:
             self.ref_policy = load_policy(self.model_name, self.dtype_name).eval().requires_grad_(False)
-        if self.ref_policy is not None and self.device_mesh is not None:
-            shard_policy(self.ref_policy, self.device_mesh)
+        if self.ref_policy is not None:
+            self.ref_policy = self._shard(self.ref_policy)
 
     def configure_optimizers(self):
         params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -307,7 +305,7 @@ class GRPOModule(PolicyModule):
         opt, sched = self.optimizers(), self.lr_schedulers()
         params = [p for p in self.policy.parameters() if p.grad is not None]
         max_norm = self.max_grad_norm if self.max_grad_norm is not None else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.tensor(0.0)
+        norm = clip_grad_norm(self.policy, params, max_norm)
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP2: a DTensor
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             if self.on_nonfinite == "raise":

@@ -1,4 +1,4 @@
-"""Several processes: FSDP2 sharding of the policy, layout checks, and metrics reduced across ranks.
+"""Several processes: FSDP2 and FSDP1 sharding of the policy, layout checks, and metrics reduced across ranks.
 
 Every rank is a data-parallel rank: it holds its own prompts (the DataModule deals them out), computes
 the advantages of its own groups and its share of the loss, whose divisors are summed over all ranks
@@ -7,6 +7,8 @@ the advantages of its own groups and its share of the loss, whose divisors are s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -16,10 +18,28 @@ from lit_grpo.lora import base_model
 
 
 def is_sharded(module: nn.Module) -> bool:
-    """Whether ``fully_shard`` (FSDP2) was applied to ``module`` or to the model inside its peft wrapper."""
+    """Whether ``module`` (or the model inside its peft wrapper) is sharded: FSDP2's ``fully_shard`` was
+    applied to it, or it is an FSDP1 root (:func:`wrap_fsdp1`)."""
     from torch.distributed.fsdp import FSDPModule
 
-    return isinstance(module, FSDPModule) or isinstance(base_model(module), FSDPModule)
+    return isinstance(module, FSDPModule) or isinstance(base_model(module), FSDPModule) or is_fsdp1(module)
+
+
+def is_fsdp1(module: nn.Module) -> bool:
+    """Whether ``module`` is an FSDP1 ``FullyShardedDataParallel`` wrapper."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return isinstance(module, FullyShardedDataParallel)
+
+
+def unwrap_fsdp1(module: nn.Module) -> nn.Module:
+    """The module inside an FSDP1 wrapper (``module`` itself otherwise)."""
+    return module.module if is_fsdp1(module) else module
+
+
+def _block_types(model: nn.Module) -> set[type[nn.Module]]:
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    return {type(m) for m in model.modules() if type(m).__name__ in names}
 
 
 def shard_policy(policy: nn.Module, mesh: Any) -> nn.Module:
@@ -44,9 +64,9 @@ def shard_policy(policy: nn.Module, mesh: Any) -> nn.Module:
         )
     dp_mesh = mesh["data_parallel"] if "data_parallel" in names else mesh
     root = base_model(policy)
-    block_types = set(getattr(root, "_no_split_modules", None) or ())
+    block_types = tuple(_block_types(root))
     for module in root.modules():
-        if type(module).__name__ in block_types:
+        if isinstance(module, block_types):
             fully_shard(module, mesh=dp_mesh)
     fully_shard(root, mesh=dp_mesh)
     root._is_fsdp_managed_module = True  # transformers' generate then runs with synced_gpus
@@ -57,28 +77,88 @@ def full_state_dict(module: nn.Module) -> dict[str, Tensor]:
     """The full (unsharded) state dict of ``module``; with FSDP2 every rank must call it (it comes to the CPU)."""
     if not is_sharded(module):
         return module.state_dict()
+    if is_fsdp1(module):
+        from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        config = FullStateDictConfig(offload_to_cpu=module.compute_device.type != "cpu", rank0_only=False)
+        with FSDP.state_dict_type(module, StateDictType.FULL_STATE_DICT, config):
+            return module.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def check_strategy(strategy: Any) -> None:
-    """Refuse Lightning's ``FSDPStrategy`` (FSDP1) for GRPO, with the strategy to use instead.
+def wrap_fsdp1(policy: nn.Module, strategy: Any) -> nn.Module:
+    """The policy as its own FSDP1 root, each transformer block a nested unit, under Lightning's ``FSDPStrategy``.
 
-    FSDP1 wraps the whole LightningModule as its root unit, so the GRPO step, which generates, computes the
-    loss and calls ``manual_backward`` inside ``training_step``, runs its backward pass while the root's
-    forward is still in progress; FSDP1 rejects that (``Expects BACKWARD_PRE or BACKWARD_POST state``).
-    FSDP2 (``ModelParallelStrategy``) shards each block on its own and has no such state.
+    Lightning's ``FSDPStrategy`` would otherwise wrap the whole LightningModule as the root unit, so
+    ``training_step`` (which generates, computes the loss and calls ``manual_backward``) would run inside
+    the root's forward, and FSDP1 rejects a backward pass there. With the policy as the root, each
+    forward ends before its backward and Lightning leaves the already-wrapped module as it is. The
+    strategy's settings apply: ``auto_wrap_policy`` (default: the model's transformer blocks),
+    ``sharding_strategy``, ``cpu_offload``, ``mixed_precision`` and its other FSDP keyword arguments;
+    ``use_orig_params`` must stay True (the optimizer, LoRA's frozen base weights and the checkpoints
+    use the original parameters). Applying it twice does nothing.
     """
-    from lightning.pytorch.strategies import FSDPStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-    if isinstance(strategy, FSDPStrategy):
+    if is_fsdp1(policy):
+        return policy
+    kwargs = dict(strategy.kwargs)
+    if kwargs.pop("use_orig_params", True) is False:
         raise ValueError(
-            "FSDPStrategy (FSDP1) cannot run the GRPO step: its backward pass runs inside training_step, "
-            "while FSDP1's root forward is still open. Use FSDP2 instead: trainer.strategy: "
-            "{class_path: lightning.pytorch.strategies.ModelParallelStrategy, init_args: {data_parallel_size: "
-            "<number of GPUs>, tensor_parallel_size: 1}} (see configs/scale/gpu8_fsdp.yaml)"
+            "FSDPStrategy(use_orig_params=False) cannot train the policy (LoRA's frozen weights and the "
+            "optimizer need the original parameters); remove use_orig_params or set it to True"
         )
+    auto_wrap = kwargs.pop("auto_wrap_policy", None) or ModuleWrapPolicy(_block_types(base_model(policy)))
+    strategy.kwargs.pop("auto_wrap_policy", None)  # used here; Lightning would warn that it ignores it
+    device = strategy.root_device
+    wrapped = FullyShardedDataParallel(
+        policy,
+        auto_wrap_policy=auto_wrap,
+        cpu_offload=strategy.cpu_offload,
+        mixed_precision=strategy.mixed_precision_config,
+        sharding_strategy=strategy.sharding_strategy,
+        device_id=device if device.type == "cpu" else device.index,
+        use_orig_params=True,
+        **kwargs,
+    )
+    base_model(policy)._is_fsdp_managed_module = True  # transformers' generate then runs with synced_gpus
+    return wrapped
+
+
+@contextmanager
+def generation_view(policy: nn.Module) -> Iterator[nn.Module]:
+    """The module to call ``generate`` on: ``policy`` itself, or, for an FSDP1 root, the wrapped model with
+    the root's own weights (embeddings, head, final norm) gathered for the block; the nested block units
+    gather theirs in their forwards as usual. Every rank must enter it (it is a collective)."""
+    if not is_fsdp1(policy):
+        yield policy
+        return
+    with type(policy).summon_full_params(policy, recurse=False, writeback=False):
+        yield policy.module
+
+
+@contextmanager
+def gathered(policy: nn.Module) -> Iterator[nn.Module]:
+    """The policy with every weight whole, for reading them all (the rollout engine's weight sync): an FSDP1
+    root's weights are gathered for the block (changes inside are discarded); FSDP2 DTensors and plain
+    modules are returned as they are (FSDP2 shards are gathered one tensor at a time by the reader)."""
+    if not is_fsdp1(policy):
+        yield policy
+        return
+    with type(policy).summon_full_params(policy, recurse=True, writeback=False):
+        yield policy.module
+
+
+def clip_grad_norm(policy: nn.Module, params: list[Tensor], max_norm: float) -> Tensor:
+    """Clip the gradients of ``params`` to a global norm of ``max_norm`` and return that norm; for an FSDP1
+    root the norm is taken over all ranks' shards (``FullyShardedDataParallel.clip_grad_norm_``)."""
+    if is_fsdp1(policy):
+        return policy.clip_grad_norm_(max_norm)
+    return torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.tensor(0.0)
 
 
 def check_layout(world_size: int, prompts_per_step: int, train_size: int | None) -> None:

@@ -8,12 +8,13 @@ from typing import Literal
 
 import torch
 from lightning import LightningModule
+from lightning.pytorch.strategies import FSDPStrategy
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from lit_grpo.lora import LoraSettings, apply_lora, base_model
+from lit_grpo.lora import LoraSettings, apply_lora, base_model, is_peft, meta_copy
 from lit_grpo.loss import chunked_head_logprobs, token_entropy, token_logprobs
-from lit_grpo.parallel import is_sharded, shard_policy
+from lit_grpo.parallel import is_fsdp1, is_sharded, shard_policy, wrap_fsdp1
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.scoring import call_reward
 from lit_grpo.rollout.base import RolloutEngine
@@ -95,7 +96,7 @@ def sequence_logprobs(
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     n, t = rollouts.completion_ids.shape
     model = base_model(policy)
-    rows = _head_chunk_rows(model, n * t)
+    rows = None if is_sharded(policy) else _head_chunk_rows(model, n * t)
     if rows is not None:
         hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=positions,
                                      use_cache=False).last_hidden_state[:, -(t + 1) : -1]  # [N, T, H]
@@ -111,8 +112,8 @@ def sequence_logprobs(
 
 def _head_chunk_rows(model: nn.Module, positions: int) -> int | None:
     """Positions per LM-head chunk when ``positions`` rows of logits would exceed :data:`MAX_LOGITS_ELEMENTS`
-    and the logits are exactly ``lm_head(decoder(...))`` with the two callable apart (not under FSDP2,
-    whose root unit gathers the head's weights only inside the whole model's forward); else None."""
+    and the logits are exactly ``lm_head(decoder(...))`` with the two callable apart (not under FSDP2 or
+    FSDP1, whose root unit gathers the head's weights only inside the whole model's forward); else None."""
     head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
     if not isinstance(head, nn.Linear) or positions * head.out_features <= MAX_LOGITS_ELEMENTS:
         return None
@@ -187,10 +188,13 @@ class PolicyModule(LightningModule):
     # ---- setup -----------------------------------------------------------------------------------
     def configure_model(self) -> None:
         """Load the policy (with LoRA adapters and gradient checkpointing when set); under
-        ``ModelParallelStrategy`` shard it with FSDP2 over the device mesh Lightning provides."""
+        ``ModelParallelStrategy`` shard it with FSDP2 over the device mesh Lightning provides, under
+        ``FSDPStrategy`` wrap it as its own FSDP1 root (:func:`~lit_grpo.parallel.wrap_fsdp1`)."""
         if self.policy is not None:
-            if self.device_mesh is not None:
-                shard_policy(self.policy, self.device_mesh)
+            sharded = self._shard(self.policy)
+            if sharded is not self.policy:  # an FSDP1 wrapper: the engine generates through it
+                self.policy = sharded
+                self.engine.bind(self.policy, self.tokenizer)
             return
         self.tokenizer = load_tokenizer(self.model_name)
         policy = load_policy(self.model_name, self.dtype_name, self.from_scratch, self.seed)
@@ -198,10 +202,16 @@ class PolicyModule(LightningModule):
             enable_gradient_checkpointing(policy)
         if self.lora is not None:
             policy = apply_lora(policy, self.lora)
-        if self.device_mesh is not None:
-            shard_policy(policy, self.device_mesh)
-        self.policy = policy.train()
+        self.policy = self._shard(policy.train())
         self.engine.bind(self.policy, self.tokenizer)
+
+    def _shard(self, module: nn.Module) -> nn.Module:
+        """``module`` sharded as the strategy asks: FSDP2 over the device mesh, an FSDP1 root, or as it is."""
+        if self.device_mesh is not None:
+            return shard_policy(module, self.device_mesh)
+        if self._trainer is not None and isinstance(self._trainer.strategy, FSDPStrategy):
+            return wrap_fsdp1(module, self._trainer.strategy)
+        return module
 
     # ---- scoring ---------------------------------------------------------------------------------
     def score(self, batch: PromptBatch, rollouts: Rollouts):
@@ -236,7 +246,10 @@ class PolicyModule(LightningModule):
     def save_pretrained(self, path: str | Path, state_dict: dict[str, Tensor] | None = None) -> None:
         """Write the policy and tokenizer in Hugging Face format (loadable by ``model: <path>``); with LoRA
         the adapters in peft's format. ``state_dict``: the full weights, when the policy is sharded."""
-        self.policy.save_pretrained(path, state_dict=state_dict)
+        policy = self.policy
+        if is_fsdp1(policy) and is_peft(policy):  # peft would not find the adapters by the wrapped names
+            policy = meta_copy(policy)
+        policy.save_pretrained(path, state_dict=state_dict)
         self.tokenizer.save_pretrained(path)
 
 

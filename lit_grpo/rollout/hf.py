@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from lit_grpo.lora import base_model
+from lit_grpo.parallel import generation_view
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import completion_mask
 from lit_grpo.types import Rollouts, SamplingParams
@@ -87,8 +88,8 @@ class HFGenerateEngine(RolloutEngine):
     def _generate(self, ids, mask, sampling: SamplingParams):
         greedy = sampling.temperature == 0
         recorder = SampledLogprobs(sampling.temperature or 1.0)
-        with recorder.attached(base_model(self.policy)):  # the module whose forward generate calls
-            out = self.policy.generate(
+        with generation_view(self.policy) as model, recorder.attached(base_model(model)):
+            out = model.generate(  # base_model(model)'s forward is the one generate calls
                 input_ids=ids,
                 attention_mask=mask,
                 do_sample=not greedy,

@@ -11,6 +11,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from lit_grpo.parallel import gathered
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import select_groups
 from lit_grpo.rollout.weights import full_weights, merged_adapters
@@ -273,7 +274,7 @@ class VLLMEngine(RolloutEngine):
             raise RuntimeError("VLLMEngine.sync_weights() called before bind(policy, tokenizer)")
         start = time.perf_counter()
         self._wake(["weights"])
-        with merged_adapters(policy) as model:
+        with gathered(policy) as whole, merged_adapters(whole) as model:
             try:
                 self.llm.collective_rpc(
                     "reload_weights",

@@ -212,3 +212,13 @@ def test_an_all_zero_matrix_is_skipped_and_counted(fit_run):
     assert "grad/erank" not in ev.Tags()["scalars"]
     assert [e.value for e in ev.Scalars("grad/skipped_zero")] == [1.0, 2.0]
     assert [e.value for e in ev.Scalars("grad/rows")] == [0.0, 0.0]
+
+
+def test_fsdp1_is_refused_with_the_strategies_that_measure_it(tmp_path):
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    trainer = SimpleNamespace(loggers=[TensorBoardLogger(tmp_path)], strategy=FSDPStrategy())
+    module = SimpleNamespace(policy=None, sampling=None)
+    with pytest.raises(ValueError, match=r"GradientRank needs whole .*FSDPStrategy \(FSDP1\).*FSDP2"):
+        GradientRank().setup(trainer, module, "fit")

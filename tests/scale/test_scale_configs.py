@@ -68,12 +68,12 @@ def test_lora_config_trains_and_exports_adapters(tmp_path, monkeypatch, sft_mode
     assert (adapters / "merged" / "model.safetensors").exists()
 
 
-def test_fsdp1_is_refused_with_the_strategy_to_use():
-    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy
+def test_fsdp1_without_original_parameters_is_refused_with_the_fix():
+    from lightning.pytorch.strategies import FSDPStrategy
 
-    from lit_grpo.parallel import check_strategy
+    from lit_grpo.parallel import wrap_fsdp1
+    from lit_grpo.policy import load_policy
 
-    with pytest.raises(ValueError, match=r"FSDPStrategy \(FSDP1\) cannot run the GRPO step.*ModelParallelStrategy"):
-        check_strategy(FSDPStrategy())
-    check_strategy(DDPStrategy())
-    check_strategy(ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1))
+    policy = load_policy(str(ROOT / "assets" / "tiny-arith-sft"))
+    with pytest.raises(ValueError, match=r"use_orig_params=False\).*set it to True"):
+        wrap_fsdp1(policy, FSDPStrategy(use_orig_params=False))

@@ -80,6 +80,27 @@ def test_adapters_export_in_peft_format_and_merge(tmp_path, sft_model_path):
     assert not any("lora_" in k for k in streamed)
 
 
+def test_a_meta_device_copy_exports_the_same_adapters(tmp_path, sft_model_path):
+    """The copy that FSDP1 exports go through (its module names carry no FSDP wrappers) writes the same
+    adapter file and config as the model itself, from the same full state dict."""
+    from safetensors.torch import load_file
+
+    from lit_grpo.lora import apply_lora, meta_copy
+
+    policy = apply_lora(load_policy(sft_model_path), LORA)
+    for name, param in policy.named_parameters():
+        if "lora_B" in name:
+            param.data.normal_()  # fresh lora_B is zero: make the values tell
+    state = policy.state_dict()
+    policy.save_pretrained(tmp_path / "real", state_dict=state)
+    meta_copy(policy).save_pretrained(tmp_path / "meta", state_dict=state)
+    real, meta = (load_file(tmp_path / d / "adapter_model.safetensors") for d in ("real", "meta"))
+    assert len(real) == 18 and real.keys() == meta.keys()  # lora_A and lora_B of 3 modules in 3 blocks
+    assert all(torch.equal(real[k], meta[k]) for k in real)
+    assert (tmp_path / "real" / "adapter_config.json").read_text() == (
+        tmp_path / "meta" / "adapter_config.json").read_text()
+
+
 def test_generation_runs_on_the_peft_model(sft_model_path):
     L.seed_everything(0)
     module = tiny_module(sft_model_path, lora=LORA, engine=HFGenerateEngine())

@@ -1,5 +1,6 @@
 """Two CPU processes (gloo) against one process on the same global batch: DDP, FSDP2, FSDP2 + LoRA
-(with gradient checkpointing, against a reference without it).
+(with gradient checkpointing, against a reference without it), FSDP1 (Lightning's ``FSDPStrategy``) and
+FSDP1 + LoRA.
 
 One ``torchrun --nproc_per_node 2`` job (tests/scale/train_tiny.py) trains the committed tiny policy
 for 4 optimizer steps (2 rollout batches, ``num_iterations=2``, ``beta=0.05``) under each strategy with
@@ -63,7 +64,10 @@ def _metrics(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize(("run", "reference"), [("ddp", "full"), ("fsdp2", "full"), ("fsdp2_lora", "lora")])
+@pytest.mark.parametrize(
+    ("run", "reference"),
+    [("ddp", "full"), ("fsdp2", "full"), ("fsdp2_lora", "lora"), ("fsdp1", "full"), ("fsdp1_lora", "lora")],
+)
 def test_two_processes_match_one_process_on_the_global_batch(parallel_runs, references, run, reference):
     ours, theirs = (
         torch.load(parallel_runs / run / "params.pt"),
@@ -84,15 +88,17 @@ def test_two_processes_match_one_process_on_the_global_batch(parallel_runs, refe
             assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), k
 
 
-def test_sharded_generation_keeps_the_ranks_in_step(parallel_runs):
-    """FSDP2 with sampled generation: ranks finish at different lengths, generate stays synchronised."""
-    rows = _metrics(parallel_runs / "fsdp2_hf")
+@pytest.mark.parametrize("run", ["fsdp2_hf", "fsdp1_hf"])
+def test_sharded_generation_keeps_the_ranks_in_step(parallel_runs, run):
+    """Sampled generation on sharded weights: ranks finish at different lengths, generate stays synchronised."""
+    rows = _metrics(parallel_runs / run)
     assert [r["step"] for r in rows] == [2]
     assert all(torch.isfinite(torch.tensor(v)) for r in rows for v in r.values())
 
 
-def test_checkpoint_saved_at_world_size_2_loads_at_world_size_1(parallel_runs, tmp_path):
-    saved = torch.load(parallel_runs / "fsdp2" / "params.pt")
+@pytest.mark.parametrize("run", ["fsdp2", "fsdp1"])
+def test_checkpoint_saved_at_world_size_2_loads_at_world_size_1(parallel_runs, tmp_path, run):
+    saved = torch.load(parallel_runs / run / "params.pt")
     seen = {}
 
     class Capture(L.Callback):
@@ -102,25 +108,41 @@ def test_checkpoint_saved_at_world_size_2_loads_at_world_size_1(parallel_runs, t
     grpo = train_tiny.module()
     fit = train_tiny.trainer(tmp_path, STEPS + 2, callbacks=[Capture()])
     data = train_tiny.PromptDataModule(train_tiny.source(), prompts_per_step=2)
-    fit.fit(grpo, datamodule=data, ckpt_path=str(parallel_runs / "fsdp2" / "ckpt" / "last.ckpt"))
+    fit.fit(grpo, datamodule=data, ckpt_path=str(parallel_runs / run / "ckpt" / "last.ckpt"))
     assert fit.global_step == STEPS + 2  # one more rollout batch of 2 optimizer steps
     for k, v in saved.items():
         assert torch.equal(seen[k], v), k
 
 
-def test_sharded_export_loads_in_transformers_and_peft(parallel_runs):
+@pytest.mark.parametrize("run", ["fsdp2", "fsdp1"])
+def test_sharded_export_loads_in_transformers_and_peft(parallel_runs, run):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    full = AutoModelForCausalLM.from_pretrained(parallel_runs / "fsdp2" / "export")
-    saved = torch.load(parallel_runs / "fsdp2" / "params.pt")
+    full = AutoModelForCausalLM.from_pretrained(parallel_runs / run / "export")
+    saved = torch.load(parallel_runs / run / "params.pt")
     for k, v in full.state_dict().items():
         assert torch.equal(v, saved[k]), k
     base = AutoModelForCausalLM.from_pretrained(train_tiny.MODEL)
-    lora = PeftModel.from_pretrained(base, parallel_runs / "fsdp2_lora" / "export")
-    saved = torch.load(parallel_runs / "fsdp2_lora" / "params.pt")
+    lora = PeftModel.from_pretrained(base, parallel_runs / f"{run}_lora" / "export")
+    saved = torch.load(parallel_runs / f"{run}_lora" / "params.pt")
     adapters = {k: v for k, v in lora.state_dict().items() if "lora_" in k}
     assert adapters and all(torch.equal(v, saved[k]) for k, v in adapters.items())
+
+
+@pytest.mark.parametrize("run", ["fsdp2_lora", "fsdp1_lora"])
+def test_sharded_weight_sync_streams_the_merged_weights(parallel_runs, run):
+    """What the vLLM engine receives from the sharded LoRA policy: the trained adapters merged into the base
+    weights, under the base model's names, gathered whole."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(train_tiny.MODEL)
+    merged = PeftModel.from_pretrained(base, parallel_runs / run / "export").merge_and_unload().state_dict()
+    streamed = torch.load(parallel_runs / run / "streamed.pt")
+    assert streamed.keys() == merged.keys()
+    for k, v in merged.items():
+        torch.testing.assert_close(streamed[k], v, atol=1e-6, rtol=1e-5, msg=k)
 
 
 def test_filter_degenerate_keeps_the_ranks_in_step(parallel_runs):

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -22,15 +23,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
-from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy  # noqa: E402
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from callbacks.export import SavePretrained  # noqa: E402
 from lit_grpo import GRPOModule, PromptBatch, PromptDataModule, RewardFunction, SyntheticArithmetic  # noqa: E402
 from lit_grpo.checkpoint import AtomicCheckpointIO  # noqa: E402
 from lit_grpo.lora import LoraSettings  # noqa: E402
-from lit_grpo.parallel import full_state_dict  # noqa: E402
+from lit_grpo.parallel import full_state_dict, gathered  # noqa: E402
 from lit_grpo.rollout.base import RolloutEngine  # noqa: E402
+from lit_grpo.rollout.weights import full_weights, merged_adapters  # noqa: E402
 from lit_grpo.types import RewardOutput, Rollouts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,6 +144,43 @@ class KillAt(L.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class CPUFSDPStrategy(FSDPStrategy):
+    """Lightning's ``FSDPStrategy`` (FSDP1) on CPU processes with gloo. Lightning accepts that strategy only
+    with a GPU accelerator, a check made on its exact type; this subclass runs the same strategy code on
+    the CPU, so the FSDP1 path is tested on a machine without GPUs. One difference: torch's FSDP1 full
+    state dict with ``offload_to_cpu`` (Lightning's setting) crashes when the compute device is the CPU,
+    so the checkpoints here gather the full state without offloading (its tensors are on the CPU anyway)."""
+
+    def lightning_module_state_dict(self):
+        with _full_state_without_offload():
+            return super().lightning_module_state_dict()
+
+    def optimizer_state(self, optimizer):
+        with _full_state_without_offload():
+            return super().optimizer_state(optimizer)
+
+    def load_checkpoint(self, checkpoint_path, weights_only=None):
+        with _full_state_without_offload():
+            return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+
+
+@contextmanager
+def _full_state_without_offload():
+    from lightning.pytorch.strategies import fsdp
+    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def context(module, world_size, rank0_only=True):
+        return FSDP.state_dict_type(module, StateDictType.FULL_STATE_DICT, FullStateDictConfig(),
+                                    FullOptimStateDictConfig())
+
+    original, fsdp._get_full_state_dict_context = fsdp._get_full_state_dict_context, context
+    try:
+        yield
+    finally:
+        fsdp._get_full_state_dict_context = original
+
+
 def source(num_train: int = 32) -> SyntheticArithmetic:
     return SyntheticArithmetic(num_train=num_train, num_val=4, num_test=4, max_operand=20, seed=0)
 
@@ -176,10 +215,18 @@ def save_params(trainer_: L.Trainer, grpo: GRPOModule, out: Path) -> None:
         torch.save({k: v.detach().clone() for k, v in state.items()}, out / "params.pt")
 
 
-def run_parallel(out: Path, steps: int) -> None:
+def save_streamed(trainer_: L.Trainer, grpo: GRPOModule, out: Path) -> None:
+    """What the vLLM weight sync streams from the sharded policy (adapters merged), as ``streamed.pt``."""
+    with gathered(grpo.policy) as whole, merged_adapters(whole) as plain:  # every rank: collectives
+        streamed = {k: v.detach().clone() for k, v in full_weights(plain)}
+    if trainer_.is_global_zero:
+        torch.save(streamed, out / "streamed.pt")
+
+
+def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
     """Under torchrun with 2 processes: DDP, FSDP2, FSDP2 + LoRA + gradient checkpointing, FSDP2 with
-    sampled generation, and FSDP2 with ``filter_degenerate`` (ranks keep different numbers of groups
-    before they agree)."""
+    sampled generation, FSDP2 with ``filter_degenerate`` (ranks keep different numbers of groups
+    before they agree), and FSDP1 (``FSDPStrategy``) plain, with LoRA and with sampled generation."""
     fsdp2 = {"data_parallel_size": 2, "tensor_parallel_size": 1, "save_distributed_checkpoint": False}
     runs = {  # name: (strategy, module options, optimizer steps)
         "ddp": (lambda: DDPStrategy(process_group_backend="gloo"), {}, steps),
@@ -191,12 +238,17 @@ def run_parallel(out: Path, steps: int) -> None:
         ),
         "fsdp2_hf": (lambda: ModelParallelStrategy(**fsdp2), {"engine": "hf", "max_new_tokens": 6}, 2),
         "fsdp2_filter": (lambda: ModelParallelStrategy(**fsdp2), FILTER, 2),
+        "fsdp1": (lambda: CPUFSDPStrategy(process_group_backend="gloo"), {}, steps),
+        "fsdp1_lora": (lambda: CPUFSDPStrategy(process_group_backend="gloo"), {"lora": True}, steps),
+        "fsdp1_hf": (lambda: CPUFSDPStrategy(process_group_backend="gloo"), {"engine": "hf", "max_new_tokens": 6}, 2),
     }
     for name, (strategy, options, max_steps) in runs.items():
+        if only and name not in only:
+            continue
         L.seed_everything(0)
         folder = out / name
         callbacks = []
-        if name in ("ddp", "fsdp2", "fsdp2_lora"):
+        if name in ("ddp", "fsdp2", "fsdp2_lora", "fsdp1", "fsdp1_lora"):
             checkpoint = ModelCheckpoint(folder / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1)
             callbacks = [checkpoint, SavePretrained(str(folder / "export"))]
         grpo = module(**options)
@@ -205,6 +257,8 @@ def run_parallel(out: Path, steps: int) -> None:
         )
         fit.fit(grpo, datamodule=PromptDataModule(source(), prompts_per_step=2))
         save_params(fit, grpo, folder)
+        if name.endswith("_lora"):
+            save_streamed(fit, grpo, folder)
 
 
 def run_single(
@@ -239,10 +293,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--kill-at", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", nargs="*", default=None, help="parallel mode: run only these configurations")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.mode == "parallel":
-        run_parallel(args.out, args.steps)
+        run_parallel(args.out, args.steps, args.only)
     else:
         run_single(args.out, args.steps, kill_at=args.kill_at, engine="hf", beta=0.0, num_iterations=1)
 
