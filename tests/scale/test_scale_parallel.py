@@ -96,6 +96,17 @@ def test_sharded_generation_keeps_the_ranks_in_step(parallel_runs, run):
     assert all(torch.isfinite(torch.tensor(v)) for r in rows for v in r.values())
 
 
+@pytest.mark.parametrize("run", ["ddp", "fsdp2"])
+def test_resumed_at_world_size_2_equals_the_uninterrupted_run(parallel_runs, tmp_path, run):
+    """The 2-rank checkpoint at step 4 resumed at 2 ranks for 2 more steps, against one process that trains
+    6 steps without a stop on the same global batches: the data position, optimizer and seeds carry over."""
+    uninterrupted = train_tiny.run_single(tmp_path / "full", STEPS + 2, merged_ranks=2)
+    assert uninterrupted.global_step == STEPS + 2
+    ours, theirs = torch.load(parallel_runs / f"{run}_resumed" / "params.pt"), torch.load(tmp_path / "full" / "params.pt")
+    for k in theirs:
+        torch.testing.assert_close(ours[k], theirs[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
 @pytest.mark.parametrize("run", ["fsdp2", "fsdp1"])
 def test_checkpoint_saved_at_world_size_2_loads_at_world_size_1(parallel_runs, tmp_path, run):
     saved = torch.load(parallel_runs / run / "params.pt")

@@ -149,7 +149,10 @@ class CPUFSDPStrategy(FSDPStrategy):
     with a GPU accelerator, a check made on its exact type; this subclass runs the same strategy code on
     the CPU, so the FSDP1 path is tested on a machine without GPUs. One difference: torch's FSDP1 full
     state dict with ``offload_to_cpu`` (Lightning's setting) crashes when the compute device is the CPU,
-    so the checkpoints here gather the full state without offloading (its tensors are on the CPU anyway)."""
+    so the checkpoints here gather the full state without offloading (its tensors are on the CPU anyway).
+    Not exercised here: resuming the optimizer state exactly. On a CPU compute device torch's FSDP1 full
+    optimizer state dict returns ``exp_avg`` equal to ``exp_avg_sq`` (both views of one gather buffer, which
+    only the ``.cpu()`` copy from a GPU separates), so a CPU FSDP1 checkpoint's Adam moments are wrong."""
 
     def lightning_module_state_dict(self):
         with _full_state_without_offload():
@@ -259,6 +262,15 @@ def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
         save_params(fit, grpo, folder)
         if name.endswith("_lora"):
             save_streamed(fit, grpo, folder)
+    for name in ("ddp", "fsdp2"):  # resumed at 2 ranks from the checkpoint at step `steps`
+        if only and f"{name}_resumed" not in only:
+            continue
+        L.seed_everything(0)
+        folder, grpo = out / f"{name}_resumed", module()
+        fit = trainer(folder, steps + 2, runs[name][0](), devices=2)
+        fit.fit(grpo, datamodule=PromptDataModule(source(), prompts_per_step=2),
+                ckpt_path=str(out / name / "ckpt" / "last.ckpt"))
+        save_params(fit, grpo, folder)
 
 
 def run_single(
