@@ -32,6 +32,7 @@ from lit_grpo.diagnostics.rank import (
 from lit_grpo.diagnostics.stats import (
     interquartile_mean,
     permutation_test,
+    stratified_permutation_test,
     summarize,
     t_quantile,
     welch_t_test,
@@ -65,6 +66,7 @@ __all__ = [
     "pass_at_k_per_prompt",
     "per_prompt_iid_degeneracy",
     "permutation_test",
+    "stratified_permutation_test",
     "plus_minus_advantages",
     "positive_negative_shares",
     "random_projection",

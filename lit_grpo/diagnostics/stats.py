@@ -185,3 +185,44 @@ def permutation_test(
     tol = 1e-9 * (pooled.abs().max().item() + 1.0)
     hits = int((diffs.abs() >= observed - tol).sum())
     return hits / combos.shape[0] if exact else (1 + hits) / (1 + n_resamples)
+
+
+def stratified_permutation_test(
+    strata: Sequence[tuple[Sequence[float] | Tensor, Sequence[float] | Tensor]],
+    n_resamples: int = 10000,
+    seed: int = 0,
+) -> float:
+    """Two-sided permutation test that two arms have the same mean in every stratum (e.g. every setting
+    of a sweep), pooling the evidence of all strata.
+
+    The statistic is the mean over strata of each stratum's difference of means; arm labels are
+    shuffled within each stratum only, so a stratum's level (a learning rate, a starting policy) never
+    mixes with another's. The p-value is the share of joint relabellings whose ``|statistic|`` is at
+    least the observed one: all of them when their number (the product over strata of
+    ``C(n_a + n_b, n_a)``) is at most :data:`MAX_EXACT_SPLITS`, otherwise ``n_resamples`` random ones
+    drawn with ``seed``, giving ``(1 + hits) / (1 + n_resamples)``. One stratum is :func:`permutation_test`.
+    """
+    if not strata:
+        raise ValueError("stratified_permutation_test needs at least one stratum of (a, b) values")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    pairs = [(_values(a, f"stratum {i} (a)", 1), _values(b, f"stratum {i} (b)", 1)) for i, (a, b) in enumerate(strata)]
+    observed = abs(sum(x.mean().item() - y.mean().item() for x, y in pairs) / len(pairs))
+    total = math.prod(math.comb(x.numel() + y.numel(), x.numel()) for x, y in pairs)
+    exact = total <= MAX_EXACT_SPLITS
+    gen = torch.Generator().manual_seed(seed)
+    stat = torch.zeros(1 if exact else n_resamples, dtype=torch.float64)  # [M]: the statistic per relabelling
+    for x, y in pairs:
+        pooled = torch.cat([x, y])  # [N]
+        na, N = x.numel(), pooled.numel()
+        if exact:
+            combos = torch.tensor(list(itertools.combinations(range(N), na)))  # [C, na]
+        else:
+            combos = torch.rand(n_resamples, N, generator=gen).argsort(-1)[:, :na]  # [M, na]
+        in_a = torch.zeros(combos.shape[0], N, dtype=torch.float64).scatter_(1, combos, 1.0)
+        sum_a = in_a @ pooled
+        diffs = (sum_a / na - (pooled.sum() - sum_a) / (N - na)) / len(pairs)  # [C] or [M]
+        stat = (stat[:, None] + diffs[None, :]).flatten() if exact else stat + diffs  # every joint split
+    scale = max(max(x.abs().max().item(), y.abs().max().item()) for x, y in pairs)
+    hits = int((stat.abs() >= observed - 1e-9 * (scale + 1.0)).sum())
+    return hits / stat.numel() if exact else (1 + hits) / (1 + n_resamples)

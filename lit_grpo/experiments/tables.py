@@ -6,7 +6,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from lit_grpo.diagnostics.stats import permutation_test, summarize, welch_t_test
+from lit_grpo.diagnostics.stats import permutation_test, stratified_permutation_test, summarize, welch_t_test
 from lit_grpo.experiments.collect import RunRecord
 from lit_grpo.experiments.inference import one_sample_t_test, sign_flip_test
 from lit_grpo.experiments.spec import Experiment, Metric
@@ -147,6 +147,45 @@ def pairwise_table(exp: Experiment, cell_list: list[Cell]) -> list[str]:
     return lines
 
 
+def _pools(settings: list[str]) -> dict[str, list[str]]:
+    """Groups of two or more settings to pool: those sharing one sweep axis value (``lr=1e-4``: every
+    setting at that learning rate), then all settings."""
+    pools: dict[str, list[str]] = {}
+    for axis in range(len(settings[0].split(","))):  # axis by axis, values in sweep order
+        for setting in settings:
+            pools.setdefault(setting.split(",")[axis], []).append(setting)
+    pools = {name: group for name, group in pools.items() if 1 < len(group) < len(settings)}
+    if len(settings) > 1:
+        pools["all settings"] = settings
+    return pools
+
+
+def pooled_table(exp: Experiment, cell_list: list[Cell]) -> list[str]:
+    """Each pair of arms over several settings at once (a swept experiment with ``tests: arms | both``):
+    the mean over settings of the per-setting difference, the settings where A is ahead, and the
+    stratified permutation p (labels shuffled within each setting; :func:`stratified_permutation_test`)."""
+    settings = list(dict.fromkeys(c.setting for c in cell_list))
+    if exp.tests not in ("arms", "both") or len(settings) < 2:
+        return []
+    by_key = {(c.setting, c.arm): c.values for c in cell_list}
+    arms = list(dict.fromkeys(c.arm for c in cell_list))
+    lines = []
+    for a, b in itertools.combinations(arms, 2):
+        for name, group in _pools(settings).items():
+            strata = [(by_key[s, a], by_key[s, b]) for s in group if by_key[s, a] and by_key[s, b]]
+            if len(strata) < 2:
+                continue
+            diffs = [sum(x) / len(x) - sum(y) / len(y) for x, y in strata]
+            lines.append(_row([name, a, b, len(strata), sum(len(x) + len(y) for x, y in strata),
+                               fmt(sum(diffs) / len(diffs)), f"{sum(d > 0 for d in diffs)} of {len(diffs)}",
+                               fmt_p(stratified_permutation_test(strata))]))  # fmt: skip
+    if not lines:
+        return []
+    head = ["settings pooled", "A", "B", "settings", "runs", "mean over settings of A − B", "A ahead in",
+            "p (stratified permutation)"]  # fmt: skip
+    return [_row(head), _row(["---"] * len(head)), *lines]
+
+
 def one_sample(values: list[float], mu: float) -> dict[str, float]:
     out = {"diff": math.nan, "t": math.nan, "df": math.nan, "p_t": math.nan, "p_flip": math.nan}
     if values:
@@ -189,6 +228,15 @@ def metric_section(exp: Experiment, records: list[RunRecord], metric: Metric) ->
     tests = pairwise_table(exp, cell_list)
     if tests:
         lines += ["Two-sample tests of the per-seed values (two-sided):", "", *tests, ""]
+    pooled = pooled_table(exp, cell_list)
+    if pooled:
+        lines += [
+            "The arms over several settings at once (two-sided; labels shuffled within each setting, so "
+            "settings never mix; the statistic is the mean over settings of the difference of means):",
+            "",
+            *pooled,
+            "",
+        ]
     if metric.test_against is not None:
         lines += [
             f"One-sample tests of mean = {fmt(metric.test_against)} (two-sided):",

@@ -120,3 +120,51 @@ def test_permutation_monte_carlo():
     assert p >= 1 / 10001
     with pytest.raises(ValueError, match="n_resamples"):
         permutation_test(a, b, n_resamples=0)
+
+
+def test_stratified_permutation_with_one_stratum_is_the_permutation_test():
+    from lit_grpo.diagnostics import stratified_permutation_test
+
+    a, b = [0.71, 0.74, 0.69, 0.77], [0.68, 0.70, 0.66, 0.72, 0.69]
+    assert stratified_permutation_test([(a, b)]) == pytest.approx(permutation_test(a, b))
+
+
+def test_stratified_permutation_exact_by_enumeration():
+    import itertools
+
+    from lit_grpo.diagnostics import stratified_permutation_test
+
+    # by hand: one value per arm in each of two strata; the 4 relabellings give means over strata of
+    # (1 + 1)/2, (1 - 1)/2, (-1 + 1)/2, (-1 - 1)/2: |statistic| >= 1 in 2 of 4
+    assert stratified_permutation_test([([1.0], [0.0]), ([3.0], [2.0])]) == pytest.approx(0.5)
+    strata = [([0.5, 0.9, 0.7], [0.2, 0.4]), ([10.0, 11.0], [9.0, 9.5, 12.0])]  # levels far apart
+
+    def stat(splits):
+        return sum(sum(x) / len(x) - sum(y) / len(y) for x, y in splits) / len(splits)
+
+    def relabellings(a, b):
+        pooled = a + b
+        for idx in itertools.combinations(range(len(pooled)), len(a)):
+            yield [pooled[i] for i in idx], [pooled[i] for i in range(len(pooled)) if i not in idx]
+
+    observed = abs(stat(strata))
+    joint = list(itertools.product(*(relabellings(a, b) for a, b in strata)))  # 10 x 10
+    expected = sum(abs(stat(j)) >= observed - 1e-12 for j in joint) / len(joint)
+    assert stratified_permutation_test(strata) == pytest.approx(expected)
+    # mixing the strata (an unstratified test) would see the level gap, not the arm difference
+    assert expected != pytest.approx(permutation_test([0.5, 0.9, 0.7, 10.0, 11.0], [0.2, 0.4, 9.0, 9.5, 12.0]))
+
+
+def test_stratified_permutation_monte_carlo_and_bad_input():
+    from lit_grpo.diagnostics import stratified_permutation_test
+
+    gen = torch.Generator().manual_seed(1)
+    shifted = [((torch.randn(7, generator=gen) + 1).tolist(), torch.randn(7, generator=gen).tolist()) for _ in range(3)]
+    p = stratified_permutation_test(shifted)  # 3432^3 relabellings: Monte Carlo
+    assert p < 0.01 and p == stratified_permutation_test(shifted)  # seeded: reproducible
+    null = [(torch.randn(7, generator=gen).tolist(), torch.randn(7, generator=gen).tolist()) for _ in range(3)]
+    assert stratified_permutation_test(null) > 0.05
+    with pytest.raises(ValueError, match="at least one stratum"):
+        stratified_permutation_test([])
+    with pytest.raises(ValueError, match="n_resamples"):
+        stratified_permutation_test(shifted, n_resamples=0)

@@ -124,3 +124,30 @@ def test_settings_are_compared_one_sweep_axis_apart():
     assert (
         _pairs(SimpleNamespace(tests="arms"), cell_list) == []
     )  # one arm: nothing to compare within a setting
+
+
+def test_arms_are_pooled_over_settings_sharing_an_axis_value_and_over_all():
+    from types import SimpleNamespace
+
+    from lit_grpo.diagnostics import stratified_permutation_test
+    from lit_grpo.experiments.tables import pooled_table
+
+    values = {
+        ("lr=1,policy=weak", "A"): [0.5, 0.6], ("lr=1,policy=weak", "B"): [0.4, 0.45],
+        ("lr=1,policy=strong", "A"): [0.8, 0.85], ("lr=1,policy=strong", "B"): [0.7, 0.7],
+        ("lr=3,policy=weak", "A"): [0.1, 0.2], ("lr=3,policy=weak", "B"): [0.3, 0.3],
+        ("lr=3,policy=strong", "A"): [0.2], ("lr=3,policy=strong", "B"): [],  # B failed: not a stratum
+    }  # fmt: skip
+    cell_list = [Cell(s, arm, v, 0, 0) for (s, arm), v in values.items()]
+    rows = pooled_table(SimpleNamespace(tests="arms"), cell_list)[2:]
+    names = [r.split(" | ")[0].lstrip("| ") for r in rows]
+    assert names == ["lr=1", "policy=weak", "all settings"]  # lr=3 and policy=strong: one stratum left
+    lr1 = rows[0].strip("| ").split(" | ")
+    assert lr1[1:5] == ["A", "B", "2", "8"]
+    assert float(lr1[5]) == pytest.approx(((0.55 - 0.425) + (0.825 - 0.7)) / 2, abs=1e-4)
+    assert lr1[6] == "2 of 2"
+    strata = [(values["lr=1,policy=weak", "A"], values["lr=1,policy=weak", "B"]),
+              (values["lr=1,policy=strong", "A"], values["lr=1,policy=strong", "B"])]  # fmt: skip
+    assert lr1[7] == fmt_p(stratified_permutation_test(strata))
+    assert pooled_table(SimpleNamespace(tests="settings"), cell_list) == []
+    assert pooled_table(SimpleNamespace(tests="arms"), [c for c in cell_list if c.setting == "lr=1,policy=weak"]) == []
