@@ -8,7 +8,7 @@ the advantages of its own groups and its share of the loss, whose divisors are s
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
@@ -133,11 +133,17 @@ def wrap_fsdp1(policy: nn.Module, strategy: Any) -> nn.Module:
 def generation_view(policy: nn.Module) -> Iterator[nn.Module]:
     """The module to call ``generate`` on: ``policy`` itself, or, for an FSDP1 root, the wrapped model with
     the root's own weights (embeddings, head, final norm) gathered for the block; the nested block units
-    gather theirs in their forwards as usual. Every rank must enter it (it is a collective)."""
+    gather theirs in their forwards as usual. ``generate`` calls the wrapped model, not the root, so the
+    root's mixed-precision casts do not happen: with a ``param_dtype`` the block runs under autocast to it.
+    Every rank must enter it (it is a collective)."""
     if not is_fsdp1(policy):
         yield policy
         return
-    with type(policy).summon_full_params(policy, recurse=False, writeback=False):
+    with ExitStack() as stack:
+        stack.enter_context(type(policy).summon_full_params(policy, recurse=False, writeback=False))
+        dtype = getattr(policy.mixed_precision, "param_dtype", None)
+        if dtype is not None:  # the gathered root weights stay float32, the blocks compute in ``dtype``
+            stack.enter_context(torch.autocast(policy.compute_device.type, dtype=dtype))
         yield policy.module
 
 

@@ -229,7 +229,8 @@ def save_streamed(trainer_: L.Trainer, grpo: GRPOModule, out: Path) -> None:
 def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
     """Under torchrun with 2 processes: DDP, FSDP2, FSDP2 + LoRA + gradient checkpointing, FSDP2 with
     sampled generation, FSDP2 with ``filter_degenerate`` (ranks keep different numbers of groups
-    before they agree), and FSDP1 (``FSDPStrategy``) plain, with LoRA and with sampled generation."""
+    before they agree), and FSDP1 (``FSDPStrategy``) plain, with LoRA and with sampled generation in
+    bf16 mixed precision."""
     fsdp2 = {"data_parallel_size": 2, "tensor_parallel_size": 1, "save_distributed_checkpoint": False}
     runs = {  # name: (strategy, module options, optimizer steps)
         "ddp": (lambda: DDPStrategy(process_group_backend="gloo"), {}, steps),
@@ -255,8 +256,10 @@ def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
             checkpoint = ModelCheckpoint(folder / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1)
             callbacks = [checkpoint, SavePretrained(str(folder / "export"))]
         grpo = module(**options)
+        precision = "bf16-mixed" if name == "fsdp1_hf" else "32-true"  # FSDP1 mixed precision while generating
         fit = trainer(
-            folder, max_steps, strategy(), devices=2, callbacks=callbacks, plugins=[AtomicCheckpointIO()]
+            folder, max_steps, strategy(), devices=2, callbacks=callbacks, plugins=[AtomicCheckpointIO()],
+            precision=precision,
         )
         fit.fit(grpo, datamodule=PromptDataModule(source(), prompts_per_step=2))
         save_params(fit, grpo, folder)
