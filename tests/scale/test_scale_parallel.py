@@ -1,6 +1,6 @@
 """Two CPU processes (gloo) against one process on the same global batch: DDP, FSDP2, FSDP2 + LoRA
 (with gradient checkpointing, against a reference without it), FSDP1 (Lightning's ``FSDPStrategy``) and
-FSDP1 + LoRA.
+FSDP1 + LoRA (with gradient checkpointing too).
 
 One ``torchrun --nproc_per_node 2`` job (tests/scale/train_tiny.py) trains the committed tiny policy
 for 4 optimizer steps (2 rollout batches, ``num_iterations=2``, ``beta=0.05``) under each strategy with

@@ -243,7 +243,11 @@ def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
         "fsdp2_hf": (lambda: ModelParallelStrategy(**fsdp2), {"engine": "hf", "max_new_tokens": 6}, 2),
         "fsdp2_filter": (lambda: ModelParallelStrategy(**fsdp2), FILTER, 2),
         "fsdp1": (lambda: CPUFSDPStrategy(process_group_backend="gloo"), {}, steps),
-        "fsdp1_lora": (lambda: CPUFSDPStrategy(process_group_backend="gloo"), {"lora": True}, steps),
+        "fsdp1_lora": (
+            lambda: CPUFSDPStrategy(process_group_backend="gloo"),
+            {"lora": True, "gradient_checkpointing": True},
+            steps,
+        ),
         "fsdp1_hf": (lambda: CPUFSDPStrategy(process_group_backend="gloo"), {"engine": "hf", "max_new_tokens": 6}, 2),
     }
     for name, (strategy, options, max_steps) in runs.items():
