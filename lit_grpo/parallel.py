@@ -32,11 +32,6 @@ def is_fsdp1(module: nn.Module) -> bool:
     return isinstance(module, FullyShardedDataParallel)
 
 
-def unwrap_fsdp1(module: nn.Module) -> nn.Module:
-    """The module inside an FSDP1 wrapper (``module`` itself otherwise)."""
-    return module.module if is_fsdp1(module) else module
-
-
 def _block_types(model: nn.Module) -> set[type[nn.Module]]:
     names = set(getattr(model, "_no_split_modules", None) or ())
     return {type(m) for m in model.modules() if type(m).__name__ in names}

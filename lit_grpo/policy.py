@@ -112,13 +112,14 @@ def sequence_logprobs(
 
 def _head_chunk_rows(model: nn.Module, positions: int) -> int | None:
     """Positions per LM-head chunk when ``positions`` rows of logits would exceed :data:`MAX_LOGITS_ELEMENTS`
-    and the logits are exactly ``lm_head(decoder(...))`` with the two callable apart (not under FSDP2 or
-    FSDP1, whose root unit gathers the head's weights only inside the whole model's forward); else None."""
+    and the logits are exactly ``lm_head(decoder(...))`` with the two callable apart; else None. The caller
+    skips sharded policies (FSDP2 and FSDP1 root units gather the head's weights only inside the whole
+    model's forward)."""
     head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
     if not isinstance(head, nn.Linear) or positions * head.out_features <= MAX_LOGITS_ELEMENTS:
         return None
     config = getattr(model, "config", None)
-    if any(getattr(config, name, None) is not None for name in _LOGIT_TRANSFORMS) or is_sharded(model):
+    if any(getattr(config, name, None) is not None for name in _LOGIT_TRANSFORMS):
         return None
     if not callable(getattr(model, "get_decoder", None)):
         return None
