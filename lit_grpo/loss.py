@@ -131,15 +131,8 @@ def chunked_head_logprobs(
 
 
 def _head_chunk(head: nn.Module, hidden: Tensor, ids: Tensor, temperature: float, with_entropy: bool):
-    logits = head(hidden).float() / temperature  # [C, V]
-    lse = torch.logsumexp(logits, dim=-1)  # [C]
-    logp = logits.gather(-1, ids[:, None]).squeeze(-1) - lse  # [C]
-    if not with_entropy:
-        return logp, None
-    with torch.no_grad():
-        probs = torch.softmax(logits, dim=-1)  # [C, V]
-        entropy = lse - (probs * logits).sum(-1)  # [C]: -sum p log p with log p = logits - lse
-    return logp, entropy
+    logits = head(hidden)  # [C, V]
+    return token_logprobs(logits, ids, temperature), token_entropy(logits, temperature) if with_entropy else None
 
 
 @torch.no_grad()

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from lit_grpo.lora import base_model
+from lit_grpo.loss import token_logprobs
 from lit_grpo.parallel import generation_view
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import completion_mask
@@ -137,8 +138,7 @@ class SampledLogprobs:
         self.pending = output.logits[:, -1]  # [n, V]
 
     def _take(self, sampled: torch.Tensor) -> None:
-        logits = self.pending.float() / self.temperature  # [n, V]
-        self.steps.append(logits.gather(-1, sampled[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1))
+        self.steps.append(token_logprobs(self.pending, sampled, self.temperature))  # [n]
         self.pending = None
 
     def finish(self, new: torch.Tensor) -> torch.Tensor:
