@@ -24,11 +24,11 @@ class PassAtK(AdvantageEstimator):
     ``k * C(n-c, k-1) / C(n-1, k-1)`` (the share of k-subsets in which it is the only correct one,
     times n), a wrong one 0. Its expected update is the gradient of pass@k, unbiased for any k <= n:
     ``omega(p) = k (1 - p)^(k-1)``. k = 1 is REINFORCE on the binarised rewards (all-correct groups
-    then get +1). ``variant="normalized"`` is the analytic advantage of Chen et al., "Pass@k Training
-    for Adaptively Balancing Exploration and Exploitation" (arXiv 2508.10751): GRPO over all k-subsets
-    (subset reward = its max), averaged per completion; it sums to 0 over the group, gives 0 when
-    every or no k-subset passes, and at k = 1 equals GRPO with the population std. A group with fewer
-    than k scorable completions gives 0; ``min_group_size`` is k.
+    then get +1). ``variant="normalized"`` is the analytic advantage of Chen et al., Pass@k Training
+    (arXiv 2508.10751): GRPO over all k-subsets (subset reward = its max), averaged per completion;
+    it sums to 0 over the group, gives 0 when every or no k-subset passes, and at k = 1 equals GRPO
+    with the population std. A group with fewer than k scorable completions gives 0;
+    ``min_group_size`` is k.
 
     Args:
         k: Samples per attempt in the pass@k objective, 1 <= k <= group_size.

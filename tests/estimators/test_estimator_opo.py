@@ -24,10 +24,12 @@ def _naive(rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 def test_golden_values_by_hand():
-    rewards = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [1, 0, 0, 0]])
-    lengths = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4], [10, 10, 10, 10]])
-    # b = 1/10 for the first group, (1 + 2)/10 for the second, 1/4 for equal lengths
-    expected = torch.tensor([[0.9, -0.1, -0.1, -0.1], [0.7, 0.7, -0.3, -0.3], [0.75, -0.25, -0.25, -0.25]])
+    rewards = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]])
+    lengths = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4], [10, 10, 10, 10]])
+    # b = 1/10, (1 + 2)/10, (1 + 2 + 3)/10, and 1/4 for equal lengths
+    expected = torch.tensor(
+        [[0.9, -0.1, -0.1, -0.1], [0.7, 0.7, -0.3, -0.3], [0.4, 0.4, 0.4, -0.6], [0.75, -0.25, -0.25, -0.25]]
+    )
     torch.testing.assert_close(opo_advantages(rewards, lengths), expected)
 
 
