@@ -12,7 +12,19 @@ from lit_grpo.data import (
     SyntheticArithmetic,
     SyntheticChoice,
 )
-from lit_grpo.estimators import GRPO, RLOO, AdvantageEstimator, DrGRPO, MaxRL, Sign, SignBalance, SoftmaxGRPO
+from lit_grpo.estimators import (
+    GPG,
+    GRPO,
+    RLOO,
+    AdvantageEstimator,
+    DrGRPO,
+    MaxRL,
+    PassAtK,
+    ReinforcePlusPlus,
+    Sign,
+    SignBalance,
+    SoftmaxGRPO,
+)
 from lit_grpo.lora import LoraSettings
 from lit_grpo.module import GRPOModule
 from lit_grpo.policy import PolicyModule
@@ -33,6 +45,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdvantageEstimator", "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance",
+    "ReinforcePlusPlus", "GPG", "PassAtK",
     "RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
     "RolloutEngine", "HFGenerateEngine", "LoraSettings",
     "PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule",

@@ -11,7 +11,9 @@ from lit_grpo.cli import LitGRPOCLI, main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml"))
-ESTIMATORS = ["GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance"]
+ESTIMATORS = [
+    "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance", "ReinforcePlusPlus", "GPG", "PassAtK",
+]
 
 
 def _needs(config: str) -> str | None:

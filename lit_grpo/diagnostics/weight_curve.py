@@ -7,7 +7,10 @@ the estimator's advantages of a correct and of a wrong completion in a group wit
     omega(p) = (1/G) * sum_K Bin(K; G, p) * [K * A+(K) / p - (G - K) * A-(K) / (1 - p)],
 
 the expected update divided by the gradient of ``p``. The estimator is any callable
-``rewards [P, G] -> advantages [P, G]`` (an ``AdvantageEstimator`` or a plain function).
+``rewards [P, G] -> advantages [P, G]`` (an ``AdvantageEstimator`` or a plain function) that treats
+each group on its own: an estimator whose ``couples_groups`` is true (GRPO with ``scale="batch"``,
+ReinforcePlusPlus, GPG) scales every group by a number taken from the whole batch, so one group has no
+curve of its own; it is refused.
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ def binary_groups(G: int) -> Tensor:
 
 
 def _advantages(estimator: Estimator, G: int) -> Tensor:
+    if getattr(estimator, "couples_groups", False):
+        raise ValueError(
+            f"{estimator!r} scales every group by a statistic of the whole batch, so omega(p) of one group "
+            "is not defined; its curve is that of its per-group part (DrGRPO's for GPG and ReinforcePlusPlus, "
+            "GRPO scale=none's for GRPO scale=batch) times that batch-dependent factor"
+        )
     min_g = getattr(estimator, "min_group_size", 1)
     if G < min_g:
         raise ValueError(f"group size G={G} is below the estimator's min_group_size={min_g}")

@@ -45,7 +45,8 @@ def parse_estimator(spec: str) -> Estimator:
     except (ImportError, AttributeError) as err:
         raise ValueError(
             f"--estimators: unknown estimator {path!r}; use a name from lit_grpo.estimators "
-            "(GRPO, DrGRPO, RLOO, Sign, SignBalance, SoftmaxGRPO, MaxRL) or a dotted class path"
+            "(GRPO, DrGRPO, RLOO, Sign, SignBalance, SoftmaxGRPO, MaxRL, PassAtK; ReinforcePlusPlus and GPG "
+            "have no per-group curve) or a dotted class path"
         ) from err
     kwargs = {}
     for item in filter(None, arg_text.split(",")):
@@ -63,6 +64,8 @@ def curves(specs: Sequence[str], G: int, ps: torch.Tensor) -> dict[str, torch.Te
     out = {}
     for spec in specs:
         estimator = parse_estimator(spec)
+        if getattr(estimator, "couples_groups", False):
+            weight_curve(estimator, G, ps)  # raises: no per-group curve, whatever the group size
         try:
             out[spec] = weight_curve(estimator, G, ps)
         except ValueError as err:

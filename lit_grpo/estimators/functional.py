@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from typing import Literal, get_args
 
 import torch
@@ -21,6 +22,10 @@ from torch import Tensor
 StdKind = Literal["sample", "population"]
 ScaleKind = Literal["group", "batch", "none"]
 AllCorrectKind = Literal["zero", "push"]
+PassAtKVariant = Literal["unbiased", "normalized"]
+GPGNorm = Literal["none", "std"]
+#: Sums a small float64 vector ``[K]`` over the batch's shards (data-parallel ranks); see :func:`sum_over_ranks`.
+Reduce = Callable[[Tensor], Tensor]
 
 #: A group is constant when the spread (max - min) of its scorable rewards is at most
 #: ``CONSTANT_RTOL * max(1, max |r|)``: about 8 float32 ulps for rewards in [0, 1].
@@ -133,9 +138,17 @@ def _finish(advantages: Tensor, rewards: Tensor) -> Tensor:
 
 
 def grpo_advantages(
-    rewards: Tensor, std: StdKind = "sample", eps: float = 1e-6, scale: ScaleKind = "group"
+    rewards: Tensor,
+    std: StdKind = "sample",
+    eps: float = 1e-6,
+    scale: ScaleKind = "group",
+    reduce: Reduce | None = None,
 ) -> Tensor:
-    """``(r_i - mu) / (sd + eps)``; ``scale`` picks the sd: the group's, the batch's, or none (1)."""
+    """``(r_i - mu) / (sd + eps)``; ``scale`` picks the sd: the group's, the batch's, or none (1).
+
+    With ``scale="batch"`` the sd is that of every scorable reward of the batch; ``reduce`` (e.g.
+    :func:`sum_over_ranks`) makes the batch the global one of all data-parallel ranks.
+    """
     check_choice("std", std, get_args(StdKind))
     check_choice("scale", scale, get_args(ScaleKind))
     check_positive("eps", eps, "1e-6")
@@ -144,7 +157,7 @@ def grpo_advantages(
     if scale == "group":
         adv = adv / (group_std(r, std) + eps)
     elif scale == "batch":
-        adv = adv / (group_std(r.reshape(1, -1), std) + eps)
+        adv = adv / (batch_std(r, std, reduce) + eps)
     return _finish(adv, r)
 
 
@@ -206,4 +219,183 @@ def sign_balance_advantages(rewards: Tensor, c: float = 1.0, all_correct: AllCor
     adv = adv.where(n_pos > 0, 0.0)  # all-wrong groups
     if all_correct == "zero":
         adv = adv.where(n_neg > 0, 0.0)
+    return _finish(adv, r)
+
+
+# ---------------------------------------------------------------------------------------------
+# statistics over the whole batch. Under data parallelism each rank holds a shard of the batch; a
+# ``reduce`` callable sums the few numbers these statistics need over the shards, so every rank uses
+# the same global value and the multi-rank update equals the one-process update on the global batch.
+
+
+def check_count(option: str, value: object, minimum: int, example: str) -> None:
+    """Raise unless ``value`` is an integer >= ``minimum``; ``example`` is a valid value to suggest."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{option} must be an integer, got {type(value).__name__} {value!r}; use e.g. {example}"
+        )
+    if value < minimum:
+        raise ValueError(f"{option} must be >= {minimum}, got {value!r}; use e.g. {example}")
+
+
+def sum_over_ranks(values: Tensor) -> Tensor:
+    """``values [K]`` summed over the ranks of the default process group; unchanged in one process.
+
+    lit-grpo's ranks are all data-parallel (the policy is never tensor-parallel), so the default group
+    is the data-parallel one. This is a collective: with several ranks, every rank must call it at the
+    same point, as the training step does when it calls the estimator once per step on every rank.
+    """
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return values
+    on_gpu = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    total = values.detach().to(device=device, dtype=torch.float64, copy=True)  # [K]
+    dist.all_reduce(total)
+    return total.to(values.device)
+
+
+def _sum(values: Tensor, reduce: Reduce | None) -> Tensor:
+    """``values [K]``, summed over the shards of the batch when ``reduce`` is given."""
+    return values if reduce is None else reduce(values)
+
+
+def batch_std(values: Tensor, std: StdKind = "sample", reduce: Reduce | None = None) -> Tensor:
+    """Std of the non-NaN entries of ``values [P, G]`` over the whole batch: ``[]`` float64, 0 if undefined.
+
+    Two passes (the global mean, then the squared deviations from it), so shards of any size, empty
+    ones included, give the std of their concatenation.
+    """
+    check_choice("std", std, get_args(StdKind))
+    scorable = ~values.isnan()  # [P, G]
+    x = values.where(scorable, 0.0).to(torch.float64)  # [P, G]
+    n, total = _sum(torch.stack([scorable.sum().to(torch.float64), x.sum()]), reduce).unbind()
+    dev = (x - total / n.clamp(min=1)).where(scorable, 0.0)  # [P, G]
+    squares = _sum(dev.square().sum().reshape(1), reduce)[0]
+    dof = n - (1 if std == "sample" else 0)
+    return (squares / dof.clamp(min=1)).sqrt().where(dof > 0, 0.0)
+
+
+def reinforce_pp_advantages(
+    rewards: Tensor, std: StdKind = "sample", eps: float = 1e-6, reduce: Reduce | None = None
+) -> Tensor:
+    """REINFORCE++-baseline: ``(r_i - mu) / (sd_B + eps)``.
+
+    ``mu`` is the group mean; ``sd_B`` the std, over every scorable completion of the batch, of the
+    group-centred rewards (constant groups count with their 0). Their batch mean is 0 by construction,
+    so whitening them reduces to this division.
+    """
+    check_choice("std", std, get_args(StdKind))
+    check_positive("eps", eps, "1e-6")
+    r = _prepare(rewards)  # [P, G]
+    adv = centred(r)  # [P, G], 0 on unscorable entries and constant groups
+    sd = batch_std(adv.where(~r.isnan(), math.nan), std, reduce)  # []
+    return _finish(adv / (sd + eps), r)
+
+
+def gpg_advantages(
+    rewards: Tensor, normalize: GPGNorm = "none", eps: float = 1e-6, reduce: Reduce | None = None
+) -> Tensor:
+    """GPG: ``alpha * (r_i - mu) / F`` with ``alpha = B / (B - M)``.
+
+    ``F`` is 1 (``normalize="none"``) or the group's sample std + eps (``"std"``). ``B`` counts the
+    scorable completions of the batch, ``M`` those in constant groups (whose advantage is 0); alpha is
+    1 when every group is constant.
+    """
+    check_choice("normalize", normalize, get_args(GPGNorm))
+    check_positive("eps", eps, "1e-6")
+    r = _prepare(rewards)  # [P, G]
+    scorable = ~r.isnan()  # [P, G]
+    valid = scorable & ~constant_groups(r)  # [P, G]
+    b, v = _sum(torch.stack([scorable.sum(), valid.sum()]).to(torch.float64), reduce).unbind()
+    alpha = (b / v.clamp(min=1)).where(v > 0, 1.0)  # [], B / (B - M)
+    adv = centred(r)  # [P, G]
+    if normalize == "std":
+        adv = adv / (group_std(r, "sample") + eps)
+    return _finish(alpha * adv, r)
+
+
+# ---------------------------------------------------------------------------------------------
+# pass@k objective (binary rewards)
+
+
+def _binomial_ratio(top: Tensor, bottom: Tensor, j: int) -> Tensor:
+    """``C(top, j) / C(bottom, j) = prod_{i < j} (top - i) / (bottom - i)``, 0 where ``top < j``.
+
+    Elementwise on float tensors of integers with ``bottom >= j`` (other entries are not meaningful).
+    """
+    out = torch.ones_like(top)
+    for i in range(j):
+        out = out * ((top - i) / (bottom - i)).clamp(min=0)
+    return out
+
+
+def pass_at_k_advantages(rewards: Tensor, k: int = 4, variant: PassAtKVariant = "unbiased") -> Tensor:
+    """Advantages for the pass@k objective from the n scorable completions of a group, c of them correct.
+
+    A completion is correct when ``r >= 0.5``. With ``rho = 1 - C(n - c, k) / C(n, k)`` the unbiased
+    pass@k estimate of the group:
+
+    - ``"unbiased"`` (PKPO's ``s^(loo-1)``, scaled by n): correct ``k * C(n-c, k-1) / C(n-1, k-1)``,
+      wrong 0; ``E[sum_i A_i grad log p_i] / n = grad pass@k``;
+    - ``"normalized"`` (Pass@k Training's analytic advantage): correct ``(1 - rho) / sigma``, wrong
+      ``(1 - rho - C(n-c-1, k-1) / C(n-1, k-1)) / sigma``, ``sigma = sqrt(rho (1 - rho))``; 0 when
+      ``rho`` is 0 or 1.
+
+    A group with fewer than k scorable completions gives 0.
+    """
+    check_count("k", k, 1, "4")
+    check_choice("variant", variant, get_args(PassAtKVariant))
+    r = _prepare(rewards)  # [P, G]
+    correct = r >= CORRECT_THRESHOLD  # [P, G], False on NaN
+    n = group_count(r)  # [P, 1]
+    c = correct.sum(-1, keepdim=True).to(r.dtype)  # [P, 1]
+    if variant == "unbiased":
+        adv = torch.where(correct, k * _binomial_ratio(n - c, n - 1, k - 1), 0.0)  # [P, G]
+        signal = n >= k  # [P, 1]
+    else:
+        fail = _binomial_ratio(n - c, n, k)  # [P, 1], 1 - rho
+        sigma = (fail * (1 - fail)).sqrt()  # [P, 1]
+        neg = fail - _binomial_ratio(n - c - 1, n - 1, k - 1)  # [P, 1]
+        adv = torch.where(correct, fail, neg) / sigma  # [P, G]
+        signal = (n >= k) & (c > 0) & (fail > 0)  # [P, 1], rho strictly inside (0, 1)
+    return _finish(adv.where(signal, 0.0), r)
+
+
+# ---------------------------------------------------------------------------------------------
+# length-weighted baseline: needs the completion lengths, which the estimator interface does not carry
+
+
+def check_lengths(lengths: Tensor, rewards: Tensor) -> Tensor:
+    """``lengths [P, G]`` (completion tokens, >= 0, finite) validated against ``rewards``, as float64."""
+    if not isinstance(lengths, Tensor):
+        raise TypeError(f"lengths must be a torch.Tensor [P, G], got {type(lengths).__name__}")
+    if lengths.shape != rewards.shape:
+        raise ValueError(
+            f"lengths must have the rewards' shape {tuple(rewards.shape)}, got {tuple(lengths.shape)}; "
+            "pass the completion lengths as lengths.view(P, G)"
+        )
+    if lengths.dtype == torch.bool or lengths.is_complex():
+        raise TypeError(f"lengths must be integer or floating token counts, got {lengths.dtype}")
+    out = lengths.detach().to(torch.float64)  # [P, G]
+    bad = int((~out.isfinite() | (out < 0)).sum())
+    if bad:
+        raise ValueError(
+            f"lengths contain {bad} negative or non-finite value(s); pass the number of completion tokens"
+        )
+    return out
+
+
+def opo_advantages(rewards: Tensor, lengths: Tensor) -> Tensor:
+    """OPO: ``r_i - b`` with the length-weighted baseline ``b = sum_j l_j r_j / sum_j l_j``.
+
+    Sums over the group's scorable completions; ``l`` are the completion lengths ``[P, G]``. Constant
+    groups, and groups whose scorable completions have no tokens, give exactly 0.
+    """
+    r = _prepare(rewards)  # [P, G]
+    scorable = ~r.isnan()  # [P, G]
+    w = check_lengths(lengths, r).where(scorable, 0.0)  # [P, G]
+    total = w.sum(-1, keepdim=True)  # [P, 1]
+    b = (w * r.where(scorable, 0.0)).sum(-1, keepdim=True) / total.where(total > 0, 1.0)  # [P, 1]
+    adv = (r - b).where(~constant_groups(r) & (total > 0), 0.0)  # [P, G]
     return _finish(adv, r)

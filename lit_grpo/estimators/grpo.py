@@ -13,6 +13,7 @@ from lit_grpo.estimators.functional import (
     check_choice,
     check_positive,
     grpo_advantages,
+    sum_over_ranks,
 )
 
 
@@ -28,7 +29,9 @@ class GRPO(AdvantageEstimator):
         std: ``"sample"`` (unbiased, divides by G - 1, as TRL and verl) or ``"population"``.
         eps: Added to the std before dividing; must be > 0.
         scale: ``"group"`` divides by each group's std, ``"batch"`` by the std of all scorable
-            rewards of the batch, ``"none"`` only centres (the same as DrGRPO).
+            rewards of the batch (the global batch of all data-parallel ranks, as TRL's
+            ``scale_rewards="batch"``; every rank must then call the estimator at the same step),
+            ``"none"`` only centres (the same as DrGRPO).
     """
 
     def __init__(self, std: StdKind = "sample", eps: float = 1e-6, scale: ScaleKind = "group") -> None:
@@ -43,5 +46,10 @@ class GRPO(AdvantageEstimator):
     def min_group_size(self) -> int:  # type: ignore[override]
         return 2 if (self.std == "sample" and self.scale == "group") else 1
 
+    @property
+    def couples_groups(self) -> bool:
+        """Whether an advantage depends on other groups of the batch (``scale="batch"``)."""
+        return self.scale == "batch"
+
     def __call__(self, rewards: Tensor) -> Tensor:
-        return grpo_advantages(rewards, std=self.std, eps=self.eps, scale=self.scale)
+        return grpo_advantages(rewards, std=self.std, eps=self.eps, scale=self.scale, reduce=sum_over_ranks)

@@ -55,3 +55,8 @@ def test_bad_names_and_arguments_say_how_to_fix_them(capsys):
         SystemExit, match="GRPO at --group-size 1: group size G=1 is below.*larger --group-size"
     ):
         main(["--estimators", "GRPO", "--group-size", "1"])
+
+
+def test_estimators_that_couple_groups_are_refused_whatever_the_group_size():
+    with pytest.raises(SystemExit, match="GPG.*whole batch"):
+        main(["--estimators", "GPG", "--group-size", "8"])

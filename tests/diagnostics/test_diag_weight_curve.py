@@ -78,3 +78,12 @@ def test_errors():
         weight_curve(NeedsTwo(), 1, [0.5])
     with pytest.raises(ValueError, match="returned shape"):
         weight_curve(lambda r: r[:, :1], 4, [0.5])
+
+
+def test_estimators_that_couple_groups_have_no_curve():
+    from lit_grpo.estimators import GPG, GRPO, ReinforcePlusPlus
+
+    for estimator in (GPG(), ReinforcePlusPlus(), GRPO(scale="batch")):
+        with pytest.raises(ValueError, match="statistic of the whole batch, so omega"):
+            weight_curve(estimator, 4, [0.5])
+    assert weight_curve(GRPO(), 4, [0.5]).shape == (1,)  # per-group GRPO keeps its curve

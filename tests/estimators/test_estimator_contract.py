@@ -31,7 +31,17 @@ def _rewards() -> torch.Tensor:
 
 def test_every_estimator_is_discovered():
     names = {cls.__name__ for cls in CLASSES}
-    assert names == {"GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance"}
+    assert names == {
+        "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance", "ReinforcePlusPlus", "GPG",
+        "PassAtK",
+    }  # fmt: skip
+
+
+def test_top_level_exports_match():
+    import lit_grpo
+
+    for cls in CLASSES:
+        assert getattr(lit_grpo, cls.__name__) is cls and cls.__name__ in lit_grpo.__all__
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
@@ -54,7 +64,21 @@ def test_output_contract(cls):
 def test_groups_are_independent_and_p_equal_one_works(cls):
     estimator, rewards = cls(), _rewards()
     rows = torch.cat([estimator(row[None]) for row in rewards])
-    assert torch.equal(estimator(rewards), rows)
+    if not getattr(estimator, "couples_groups", False):
+        assert torch.equal(estimator(rewards), rows)
+        return
+    # a batch-coupled estimator scales each group by a positive number taken from the batch
+    together = estimator(rewards)
+    assert (together != 0).sum() >= 6  # groups 0 and 3 vary
+    for alone, joint in zip(rows, together, strict=True):
+        assert torch.equal(alone == 0, joint == 0) and torch.equal(alone > 0, joint > 0)
+        ratio = joint[alone != 0] / alone[alone != 0]
+        torch.testing.assert_close(ratio, ratio[:1].expand_as(ratio))
+
+
+def test_coupled_estimators_declare_it():
+    coupled = {type(e).__name__ for e in (c() for c in CLASSES) if getattr(e, "couples_groups", False)}
+    assert coupled == {"ReinforcePlusPlus", "GPG"}
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)

@@ -3,7 +3,18 @@
 import pytest
 import torch
 
-from lit_grpo.estimators import GRPO, RLOO, DrGRPO, MaxRL, Sign, SignBalance, SoftmaxGRPO
+from lit_grpo.estimators import (
+    GPG,
+    GRPO,
+    RLOO,
+    DrGRPO,
+    MaxRL,
+    PassAtK,
+    ReinforcePlusPlus,
+    Sign,
+    SignBalance,
+    SoftmaxGRPO,
+)
 
 ROWS = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])  # [5, 4]
 
@@ -27,6 +38,31 @@ GOLDEN = {
         [(1.0, -0.3333), (1.0, -1.0), (1.0, -3.0), (1.0, 0), (0, 0)],
     ),
     "Sign": (Sign(), [(1, -1)] * 5),
+    # n = 4, c correct, k = 2. Correct: k C(n-c, 1) / C(n-1, 1) = 2 (4 - c) / 3; wrong: 0.
+    "PassAtK k=2": (PassAtK(k=2), [(2.0, 0), (1.3333, 0), (0.6667, 0), (0, 0), (0, 0)]),
+    # rho = 1 - C(4-c, 2) / 6: c=1 0.5, c=2 5/6, c=3 1 (every pair passes: no signal).
+    # c=1: sigma 0.5, +0.5/0.5 = 1, (0.5 - C(2,1)/C(3,1)) / 0.5 = -1/3.
+    # c=2: sigma = sqrt(5/36) = 0.372678, (1/6) / sigma = 0.4472, (1/6 - 1/3) / sigma = -0.4472.
+    "PassAtK k=2 normalized": (
+        PassAtK(k=2, variant="normalized"),
+        [(1.0, -0.3333), (0.4472, -0.4472), (0, 0), (0, 0), (0, 0)],
+    ),
+}
+
+# Batch-coupled estimators: the batch is the five groups of ROWS together (20 completions).
+GOLDEN_BATCH = {
+    # B = 20 completions, M = 8 in the constant groups 1111 and 0000: alpha = 20 / 12; DrGRPO x 5/3.
+    "GPG": (GPG(), [(1.25, -0.4167), (0.8333, -0.8333), (0.4167, -1.25), (0, 0), (0, 0)]),
+    # DrGRPO's advantages have squares summing to 2 (0.75^2 + 3 0.25^2) + 4 0.5^2 = 2.5 over 20
+    # completions: sd = sqrt(2.5 / 19) = 0.362738 (sample), sqrt(2.5 / 20) = 0.353553 (population).
+    "ReinforcePlusPlus sample": (
+        ReinforcePlusPlus(),
+        [(2.0676, -0.6892), (1.3784, -1.3784), (0.6892, -2.0676), (0, 0), (0, 0)],
+    ),
+    "ReinforcePlusPlus population": (
+        ReinforcePlusPlus(std="population"),
+        [(2.1213, -0.7071), (1.4142, -1.4142), (0.7071, -2.1213), (0, 0), (0, 0)],
+    ),
 }
 
 
@@ -46,6 +82,12 @@ def test_golden_rows_one_at_a_time(name):
     estimator, pairs = GOLDEN[name]
     rows = torch.cat([estimator(row[None]) for row in ROWS])
     torch.testing.assert_close(rows, _expected(pairs), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", GOLDEN_BATCH)
+def test_golden_table_of_batch_coupled_estimators(name):
+    estimator, pairs = GOLDEN_BATCH[name]
+    torch.testing.assert_close(estimator(ROWS), _expected(pairs), rtol=0, atol=1e-4)
 
 
 def test_grpo_batch_scale_divides_by_the_std_of_the_whole_batch():

@@ -6,7 +6,18 @@ import math
 import pytest
 import torch
 
-from lit_grpo.estimators import GRPO, RLOO, DrGRPO, MaxRL, Sign, SignBalance, SoftmaxGRPO
+from lit_grpo.estimators import (
+    GPG,
+    GRPO,
+    RLOO,
+    DrGRPO,
+    MaxRL,
+    PassAtK,
+    ReinforcePlusPlus,
+    Sign,
+    SignBalance,
+    SoftmaxGRPO,
+)
 
 SHIFT_INVARIANT = [
     GRPO(),
@@ -17,9 +28,21 @@ SHIFT_INVARIANT = [
     RLOO(),
     SoftmaxGRPO(),
     SoftmaxGRPO(tau=0.3),
+    ReinforcePlusPlus(),
+    ReinforcePlusPlus(std="population"),
+    GPG(),
+    GPG(normalize="std"),
 ]
-CENTRED = [*SHIFT_INVARIANT, MaxRL()]
-ALL = [*CENTRED, Sign(), SignBalance(), SignBalance(c=2.0, all_correct="push")]
+CENTRED = [*SHIFT_INVARIANT, MaxRL(), PassAtK(k=2, variant="normalized"), PassAtK(variant="normalized")]
+ALL = [
+    *CENTRED,
+    Sign(),
+    SignBalance(),
+    SignBalance(c=2.0, all_correct="push"),
+    PassAtK(),
+    PassAtK(k=2),
+    PassAtK(k=1),
+]
 
 
 def _rewards(kind: str, p: int = 64, g: int = 8, nan_frac: float = 0.0, seed: int = 0) -> torch.Tensor:
@@ -55,7 +78,9 @@ def test_shift_invariance(estimator, shift):
 
 @pytest.mark.parametrize("factor", [0.5, 4.0, 1000.0])
 @pytest.mark.parametrize(
-    "estimator", [GRPO(), GRPO(std="population"), GRPO(scale="batch"), MaxRL()], ids=repr
+    "estimator",
+    [GRPO(), GRPO(std="population"), GRPO(scale="batch"), MaxRL(), ReinforcePlusPlus(), GPG(normalize="std")],
+    ids=repr,
 )
 def test_scale_invariance(estimator, factor):
     rewards = _rewards("binary", nan_frac=0.1)
@@ -65,7 +90,7 @@ def test_scale_invariance(estimator, factor):
 @pytest.mark.parametrize("factor", [0.5, 4.0, 1000.0])
 def test_scale_equivariance(factor):
     rewards = _rewards("uniform")
-    for estimator in (DrGRPO(), RLOO()):
+    for estimator in (DrGRPO(), RLOO(), GPG()):
         torch.testing.assert_close(estimator(rewards * factor), factor * estimator(rewards))
     scaled = SoftmaxGRPO(tau=0.3 * factor)(rewards * factor)
     torch.testing.assert_close(scaled, SoftmaxGRPO(tau=0.3)(rewards), rtol=1e-5, atol=1e-5)
@@ -88,7 +113,7 @@ CONSTANT_ROWS = [
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("estimator", [*CENTRED, SignBalance()], ids=repr)
+@pytest.mark.parametrize("estimator", [*CENTRED, SignBalance(), PassAtK(), PassAtK(k=2)], ids=repr)
 def test_constant_groups_give_exactly_zero(estimator, dtype):
     rewards = torch.tensor(CONSTANT_ROWS, dtype=dtype)
     assert torch.equal(estimator(rewards), torch.zeros(len(CONSTANT_ROWS), 4))
@@ -175,10 +200,13 @@ def test_min_group_size():
     assert GRPO().min_group_size == 2  # the sample std of one completion is undefined
     assert GRPO(std="population").min_group_size == 1
     assert GRPO(scale="none").min_group_size == 1
-    for estimator in (DrGRPO(), RLOO(), Sign(), SoftmaxGRPO(), MaxRL(), SignBalance()):
+    for estimator in (DrGRPO(), RLOO(), Sign(), SoftmaxGRPO(), MaxRL(), SignBalance(), PassAtK(k=1)):
         assert estimator.min_group_size == 1
+    # one completion has no group baseline: G = 1 would silently train on nothing
+    assert ReinforcePlusPlus().min_group_size == 2 and GPG().min_group_size == 2
+    assert PassAtK(k=3).min_group_size == 3  # pass@k needs at least k samples
 
 
-@pytest.mark.parametrize("estimator", [*CENTRED, SignBalance()], ids=repr)
+@pytest.mark.parametrize("estimator", [*CENTRED, SignBalance(), PassAtK(k=2)], ids=repr)
 def test_groups_of_one_give_zero(estimator):
     assert torch.equal(estimator(torch.tensor([[0.3], [1.0]])), torch.zeros(2, 1))

@@ -5,8 +5,26 @@ import math
 import pytest
 import torch
 
-from lit_grpo.estimators import GRPO, RLOO, DrGRPO, MaxRL, Sign, SignBalance, SoftmaxGRPO
-from lit_grpo.estimators.functional import grpo_advantages, softmax_advantages
+from lit_grpo.estimators import (
+    GPG,
+    GRPO,
+    RLOO,
+    DrGRPO,
+    MaxRL,
+    PassAtK,
+    ReinforcePlusPlus,
+    Sign,
+    SignBalance,
+    SoftmaxGRPO,
+)
+from lit_grpo.estimators.functional import (
+    gpg_advantages,
+    grpo_advantages,
+    opo_advantages,
+    pass_at_k_advantages,
+    reinforce_pp_advantages,
+    softmax_advantages,
+)
 
 INVALID = [
     (
@@ -39,7 +57,42 @@ INVALID = [
         ValueError,
         r"all_correct must be one of 'zero', 'push'; got 'all'",
     ),
+    (
+        lambda: ReinforcePlusPlus(std="unbiased"),
+        ValueError,
+        r"ReinforcePlusPlus std must be one of 'sample', 'population'; got 'unbiased'",
+    ),
+    (lambda: ReinforcePlusPlus(eps=0.0), ValueError, r"ReinforcePlusPlus eps must be finite and > 0, got 0.0"),
+    (lambda: GPG(normalize="group"), ValueError, r"GPG normalize must be one of 'none', 'std'; got 'group'"),
+    (lambda: GPG(eps=-1.0), ValueError, r"GPG eps must be finite and > 0, got -1.0; use e.g. 1e-6"),
+    (lambda: PassAtK(k=0), ValueError, r"PassAtK k must be >= 1, got 0; use e.g. 4 .at most group_size."),
+    (lambda: PassAtK(k=2.0), TypeError, r"PassAtK k must be an integer, got float 2.0"),
+    (lambda: PassAtK(k=True), TypeError, r"PassAtK k must be an integer, got bool True"),
+    (
+        lambda: PassAtK(variant="loo"),
+        ValueError,
+        r"PassAtK variant must be one of 'unbiased', 'normalized'; got 'loo'",
+    ),
     (lambda: grpo_advantages(torch.zeros(1, 2), std="unbiased"), ValueError, r"std must be one of"),
+    (lambda: reinforce_pp_advantages(torch.zeros(1, 2), eps=0), ValueError, r"eps must be finite and > 0"),
+    (lambda: gpg_advantages(torch.zeros(1, 2), normalize="x"), ValueError, r"normalize must be one of"),
+    (lambda: pass_at_k_advantages(torch.zeros(1, 2), k=-1), ValueError, r"k must be >= 1, got -1"),
+    (
+        lambda: opo_advantages(torch.zeros(2, 3), torch.ones(6)),
+        ValueError,
+        r"lengths must have the rewards' shape .2, 3., got .6,.; pass the completion lengths as",
+    ),
+    (
+        lambda: opo_advantages(torch.zeros(1, 3), torch.tensor([[1.0, -2.0, math.nan]])),
+        ValueError,
+        r"lengths contain 2 negative or non-finite value.s.",
+    ),
+    (
+        lambda: opo_advantages(torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool)),
+        TypeError,
+        r"lengths must be integer or floating token counts, got torch.bool",
+    ),
+    (lambda: opo_advantages(torch.zeros(1, 2), [[1, 2]]), TypeError, r"lengths must be a torch.Tensor"),
     (lambda: softmax_advantages(torch.zeros(1, 2), tau=0), ValueError, r"tau must be finite and > 0"),
 ]
 
@@ -50,7 +103,9 @@ def test_invalid_options_are_rejected(build, error, message):
         build()
 
 
-ESTIMATORS = [GRPO(), DrGRPO(), RLOO(), Sign(), SoftmaxGRPO(), MaxRL(), SignBalance()]
+ESTIMATORS = [
+    GRPO(), DrGRPO(), RLOO(), Sign(), SoftmaxGRPO(), MaxRL(), SignBalance(), ReinforcePlusPlus(), GPG(), PassAtK(),
+]  # fmt: skip
 INVALID_REWARDS = [
     (torch.zeros(8), ValueError, r"shape \[P, G\] with G >= 1, got \(8,\); reshape"),
     (torch.zeros(2, 2, 2), ValueError, r"shape \[P, G\] with G >= 1, got \(2, 2, 2\)"),
