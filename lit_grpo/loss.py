@@ -1,4 +1,4 @@
-"""Pure functions for the policy loss: clipped ratio, token aggregation, KL estimators, token log-probs.
+"""Pure functions for the policy loss: clipped ratio, token aggregation.
 
 Shapes: ``N`` completions, ``T`` completion tokens, ``V`` vocabulary (see ``lit_grpo.types``).
 """
@@ -8,11 +8,9 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 import torch
-from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
+from torch import Tensor
 
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-sum-constant"]
-KLEstimator = Literal["k1", "k2", "k3"]
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 
 
@@ -69,84 +67,3 @@ def token_weights(
     if mode == "seq-mean-token-sum":
         return maskf / n_seq
     return maskf / (n_seq * max_new_tokens)  # seq-sum-constant: independent of actual lengths
-
-
-def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: KLEstimator = "k3") -> Tensor:
-    """Per-token estimate of KL(pi || pi_ref) from samples of pi: ``[N, T]``.
-
-    k1 = logp - ref, k2 = (logp - ref)^2 / 2, k3 = exp(ref - logp) - (ref - logp) - 1 (Schulman 2020).
-    """
-    log_ratio = logp - ref_logp
-    if estimator == "k1":
-        return log_ratio
-    if estimator == "k2":
-        return 0.5 * log_ratio.square()
-    if estimator == "k3":
-        return torch.expm1(-log_ratio) + log_ratio
-    raise ValueError(f"kl_estimator={estimator!r} is not known; choose one of {list(get_args(KLEstimator))}")
-
-
-def token_logprobs(logits: Tensor, ids: Tensor, temperature: float = 1.0, chunk_size: int = 4096) -> Tensor:
-    """Log-probabilities of ``ids [N, T]`` under ``logits [N, T, V]`` divided by ``temperature``.
-
-    Works in chunks of rows so that no float32 ``[N, T, V]`` log-softmax is materialised at once.
-    """
-    flat_logits = logits.reshape(-1, logits.shape[-1])  # [N*T, V]
-    flat_ids = ids.reshape(-1)  # [N*T]
-    out = torch.empty(flat_ids.shape, dtype=torch.float32, device=logits.device)
-    for start in range(0, flat_ids.shape[0], chunk_size):
-        rows = flat_logits[start : start + chunk_size].float() / temperature  # [C, V]
-        picked = rows.gather(-1, flat_ids[start : start + chunk_size, None]).squeeze(-1)  # [C]
-        out[start : start + chunk_size] = picked - torch.logsumexp(rows, dim=-1)
-    return out.view(ids.shape)
-
-
-def chunked_head_logprobs(
-    head: nn.Module,
-    hidden: Tensor,  # [N, T, H]
-    ids: Tensor,  # [N, T]
-    temperature: float = 1.0,
-    chunk_rows: int = 1024,
-    with_entropy: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """Log-probs ``[N, T]`` of ``ids`` under ``head(hidden) / temperature`` (and the entropy ``[N, T]``,
-    without gradient, when asked), ``chunk_rows`` positions at a time.
-
-    No ``[N, T, V]`` tensor exists at any point: each chunk's logits ``[C, V]`` are dropped after use and,
-    when a gradient is needed, recomputed in the backward pass (activation checkpointing per chunk), so
-    peak memory grows with ``chunk_rows * V`` instead of ``N * T * V`` for one extra head matmul.
-    """
-    flat_hidden = hidden.reshape(-1, hidden.shape[-1])  # [N*T, H]
-    flat_ids = ids.reshape(-1)  # [N*T]
-    recompute = torch.is_grad_enabled() and (flat_hidden.requires_grad or head.weight.requires_grad)
-    logps, entropies = [], []
-    for start in range(0, flat_ids.shape[0], chunk_rows):
-        args = (head, flat_hidden[start : start + chunk_rows], flat_ids[start : start + chunk_rows], temperature,
-                with_entropy)
-        logp, entropy = checkpoint(_head_chunk, *args, use_reentrant=False) if recompute else _head_chunk(*args)
-        logps.append(logp)
-        entropies.append(entropy)
-    logp = torch.cat(logps).view(ids.shape)  # [N, T]
-    return logp, torch.cat(entropies).view(ids.shape) if with_entropy else None
-
-
-def _head_chunk(head: nn.Module, hidden: Tensor, ids: Tensor, temperature: float, with_entropy: bool):
-    logits = head(hidden)  # [C, V]
-    return token_logprobs(logits, ids, temperature), token_entropy(logits, temperature) if with_entropy else None
-
-
-@torch.no_grad()
-def token_entropy(logits: Tensor, temperature: float = 1.0, chunk_size: int = 4096) -> Tensor:
-    """Entropy of each position's sampling distribution, ``[N, T]`` (no gradient)."""
-    flat = logits.reshape(-1, logits.shape[-1])
-    out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
-    for start in range(0, flat.shape[0], chunk_size):
-        logp = torch.log_softmax(flat[start : start + chunk_size].float() / temperature, dim=-1)
-        out[start : start + chunk_size] = -(logp.exp() * logp).sum(-1)
-    return out.view(logits.shape[:-1])
-
-
-def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``values`` over ``mask`` (0 when the mask is empty)."""
-    maskf = mask.float()
-    return (values * maskf).sum() / maskf.sum().clamp(min=1.0)

@@ -12,15 +12,9 @@ from lit_grpo import step_metrics
 from lit_grpo.checkpoint import load_module_state, save_module_state, seed_step
 from lit_grpo.diagnostics.degeneracy import degenerate_groups
 from lit_grpo.estimators import GRPO, AdvantageEstimator
+from lit_grpo.logprobs import KLEstimator, kl_estimate, masked_mean, sequence_logprobs
 from lit_grpo.lora import LoraSettings, adapters_disabled
-from lit_grpo.loss import (
-    Aggregation,
-    KLEstimator,
-    clipped_policy_loss,
-    kl_penalty,
-    masked_mean,
-    token_weights,
-)
+from lit_grpo.loss import Aggregation, clipped_policy_loss, token_weights
 from lit_grpo.parallel import (
     check_layout,
     clip_grad_norm,
@@ -29,7 +23,7 @@ from lit_grpo.parallel import (
     reduce_ratios,
 )
 from lit_grpo.perf import PhaseTimer
-from lit_grpo.policy import DType, PolicyModule, load_policy, sequence_logprobs
+from lit_grpo.policy import DType, PolicyModule, load_policy
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows, slice_rows
@@ -255,7 +249,7 @@ class GRPOModule(PolicyModule):
                         token_loss = token_loss * truncated_is_weights(old, mb.logprobs, mb.completion_mask,
                                                                        self.tis, self.tis_cap)
                     if ref_logp is not None:
-                        kl = kl_penalty(logp, ref_logp[start : start + step, :t], self.kl_estimator)
+                        kl = kl_estimate(logp, ref_logp[start : start + step, :t], self.kl_estimator)
                         token_loss = token_loss + self.beta * kl
                         acc["kl"] += (kl.detach() * weights[start : start + step, :t]).sum().item()
                     loss = (token_loss * weights[start : start + step, :t]).sum()

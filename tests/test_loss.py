@@ -3,14 +3,8 @@ import math
 import pytest
 import torch
 
-from lit_grpo.loss import (
-    AGGREGATIONS,
-    clipped_policy_loss,
-    kl_penalty,
-    token_entropy,
-    token_logprobs,
-    token_weights,
-)
+from lit_grpo.logprobs import kl_estimate, token_entropy, token_logprobs
+from lit_grpo.loss import AGGREGATIONS, clipped_policy_loss, token_weights
 
 
 def _batch(seed=0, n=6, t=5):
@@ -111,13 +105,13 @@ def test_kl_estimators():
     logp = torch.tensor([[-1.0, -2.0]])
     ref = torch.tensor([[-1.5, -1.0]])
     d = logp - ref
-    torch.testing.assert_close(kl_penalty(logp, ref, "k1"), d)
-    torch.testing.assert_close(kl_penalty(logp, ref, "k2"), 0.5 * d**2)
-    torch.testing.assert_close(kl_penalty(logp, ref, "k3"), torch.exp(-d) + d - 1)
-    assert torch.all(kl_penalty(logp, ref, "k3") >= 0)
-    assert torch.equal(kl_penalty(logp, logp, "k3"), torch.zeros_like(logp))
+    torch.testing.assert_close(kl_estimate(logp, ref, "k1"), d)
+    torch.testing.assert_close(kl_estimate(logp, ref, "k2"), 0.5 * d**2)
+    torch.testing.assert_close(kl_estimate(logp, ref, "k3"), torch.exp(-d) + d - 1)
+    assert torch.all(kl_estimate(logp, ref, "k3") >= 0)
+    assert torch.equal(kl_estimate(logp, logp, "k3"), torch.zeros_like(logp))
     with pytest.raises(ValueError, match="k3"):
-        kl_penalty(logp, ref, "k4")
+        kl_estimate(logp, ref, "k4")
 
 
 def test_token_logprobs_matches_log_softmax_in_chunks():

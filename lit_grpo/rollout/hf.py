@@ -8,8 +8,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from lit_grpo.logprobs import token_logprobs
 from lit_grpo.lora import base_model
-from lit_grpo.loss import token_logprobs
 from lit_grpo.parallel import generation_view
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import completion_mask

@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lit_grpo.loss import kl_penalty, masked_mean
+from lit_grpo.logprobs import kl_estimate, masked_mean
 
 TISLevel = Literal["token", "sequence"]
 
@@ -31,7 +31,7 @@ def logp_mismatch(logp_train: Tensor, logp_rollout: Tensor, mask: Tensor) -> dic
     return {
         "logp_diff_mean": masked_mean(absdiff, maskb),
         "logp_diff_max": absdiff.max() if absdiff.numel() else absdiff.new_zeros(()),
-        "logp_kl_k3": masked_mean(kl_penalty(logp_rollout.float(), logp_train.float(), "k3"), maskb),
+        "logp_kl_k3": masked_mean(kl_estimate(logp_rollout.float(), logp_train.float(), "k3"), maskb),
     }
 
 

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from lit_grpo.policy import load_policy, load_tokenizer, sequence_logprobs
+from lit_grpo.logprobs import sequence_logprobs
+from lit_grpo.policy import load_policy, load_tokenizer
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.rollout.functional import (
     completion_mask,

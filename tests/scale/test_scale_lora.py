@@ -12,8 +12,9 @@ import torch
 import lit_grpo.module as module_mod
 from callbacks.export import SavePretrained
 from lit_grpo import HFGenerateEngine, SamplingParams
+from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.lora import LoraSettings
-from lit_grpo.policy import load_policy, sequence_logprobs
+from lit_grpo.policy import load_policy
 from lit_grpo.rollout.weights import full_weights, merged_adapters
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
