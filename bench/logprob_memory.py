@@ -37,7 +37,7 @@ def main() -> None:
 
     from lit_grpo import logprobs as logprobs_mod
     from lit_grpo.logprobs import sequence_logprobs
-    from lit_grpo.policy import load_policy, load_tokenizer
+    from lit_grpo.models.loading import load_policy, load_tokenizer
     from lit_grpo.rollout import HFGenerateEngine
     from lit_grpo.types import SamplingParams
 

@@ -15,6 +15,7 @@ from lit_grpo.estimators import GRPO, AdvantageEstimator
 from lit_grpo.logprobs import KLEstimator, kl_estimate, masked_mean, sequence_logprobs
 from lit_grpo.lora import LoraSettings, adapters_disabled
 from lit_grpo.loss import Aggregation, clipped_policy_loss, token_weights
+from lit_grpo.models.loading import DType, load_policy
 from lit_grpo.parallel import (
     check_layout,
     clip_grad_norm,
@@ -23,7 +24,7 @@ from lit_grpo.parallel import (
     reduce_ratios,
 )
 from lit_grpo.perf import PhaseTimer
-from lit_grpo.policy import DType, PolicyModule, load_policy
+from lit_grpo.policy import PolicyModule
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows, slice_rows

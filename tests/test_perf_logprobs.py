@@ -9,7 +9,7 @@ from torch import nn
 import lit_grpo.module as module_mod
 from lit_grpo import logprobs as logprobs_mod
 from lit_grpo.logprobs import chunked_head_logprobs, sequence_logprobs, token_entropy, token_logprobs
-from lit_grpo.policy import load_policy, load_tokenizer
+from lit_grpo.models.loading import load_policy, load_tokenizer
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.types import SamplingParams
 from tests.helpers import tiny_data, tiny_module, tiny_trainer

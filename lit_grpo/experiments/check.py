@@ -81,10 +81,10 @@ def _check_metrics(exp: Experiment, cli, run: Run) -> None:
 
 
 def _check_model(cli, run: Run, prepared: dict[str, Path]) -> None:
-    from lit_grpo.policy import _looks_local
+    from lit_grpo.models.loading import looks_local
 
     name = str(cli.model.model_name)
-    if name in {str(p) for p in prepared.values()} or not _looks_local(name):
+    if name in {str(p) for p in prepared.values()} or not looks_local(name):
         return
     if not Path(name).expanduser().is_dir():
         raise ValueError(

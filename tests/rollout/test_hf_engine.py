@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from lit_grpo.logprobs import sequence_logprobs
-from lit_grpo.policy import load_policy, load_tokenizer
+from lit_grpo.models.loading import load_policy, load_tokenizer
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.rollout.functional import (
     completion_mask,

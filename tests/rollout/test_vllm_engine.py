@@ -10,7 +10,7 @@ pytest.importorskip(
 )
 
 from lit_grpo.logprobs import sequence_logprobs  # noqa: E402
-from lit_grpo.policy import load_policy, load_tokenizer  # noqa: E402
+from lit_grpo.models.loading import load_policy, load_tokenizer  # noqa: E402
 from lit_grpo.rollout import HFGenerateEngine, VLLMEngine  # noqa: E402
 from lit_grpo.types import SamplingParams  # noqa: E402
 

@@ -17,7 +17,7 @@ pytest.importorskip(
 
 from lit_grpo.cli import LitGRPOCLI  # noqa: E402
 from lit_grpo.logprobs import sequence_logprobs  # noqa: E402
-from lit_grpo.policy import load_policy  # noqa: E402
+from lit_grpo.models.loading import load_policy  # noqa: E402
 from lit_grpo.rollout import VLLMEngine  # noqa: E402
 from lit_grpo.types import SamplingParams  # noqa: E402
 from tests.helpers import tiny_data, tiny_module, tiny_trainer  # noqa: E402

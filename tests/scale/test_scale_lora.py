@@ -14,7 +14,7 @@ from callbacks.export import SavePretrained
 from lit_grpo import HFGenerateEngine, SamplingParams
 from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.lora import LoraSettings
-from lit_grpo.policy import load_policy
+from lit_grpo.models.loading import load_policy
 from lit_grpo.rollout.weights import full_weights, merged_adapters
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
