@@ -111,7 +111,6 @@ def main() -> None:
         max_new_tokens=args.new_tokens,
         temperature=1.0,
         lr=1e-5,
-        beta=0.0,
         num_iterations=1,
         aggregation="token-mean",
         filter_degenerate=False,

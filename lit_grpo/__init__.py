@@ -14,6 +14,7 @@ from lit_grpo.data import (
 )
 from lit_grpo.estimators import GRPO, RLOO, AdvantageEstimator, DrGRPO, MaxRL, Sign, SignBalance, SoftmaxGRPO
 from lit_grpo.lora import LoraSettings
+from lit_grpo.losses import PolicyLoss, PPOClip
 from lit_grpo.module import GRPOModule
 from lit_grpo.policy import PolicyModule
 from lit_grpo.rewards import (
@@ -34,6 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdvantageEstimator", "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance",
     "RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
+    "PolicyLoss", "PPOClip",
     "RolloutEngine", "HFGenerateEngine", "LoraSettings",
     "PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule",
     "GSM8K", "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice",

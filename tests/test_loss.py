@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from lit_grpo.logprobs import kl_estimate, token_entropy, token_logprobs
-from lit_grpo.loss import AGGREGATIONS, clipped_policy_loss, token_weights
+from lit_grpo.losses import LossInputs, PPOClip
+from lit_grpo.losses.functional import AGGREGATIONS, clipped_policy_loss, token_weights, truncated_is_weights
 
 
 def _batch(seed=0, n=6, t=5):
@@ -124,3 +125,54 @@ def test_token_logprobs_matches_log_softmax_in_chunks():
     p = torch.softmax(logits, -1)
     torch.testing.assert_close(ent, -(p * p.log()).sum(-1))
     assert ent.max() <= math.log(11) + 1e-5
+
+
+def _inputs(seed=0, **overrides):
+    logp, mask = _batch(seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    fields = {
+        "logp": logp * mask,
+        "old_logp": (logp + 0.3 * torch.randn(logp.shape, generator=g)) * mask,
+        "engine_logp": (logp - 0.5 * torch.rand(logp.shape, generator=g)) * mask,
+        "ref_logp": (logp + 0.2 * torch.randn(logp.shape, generator=g)) * mask,
+        "advantages": torch.randn(logp.shape[0], generator=g),
+        "mask": mask,
+        "weights": token_weights(mask, "token-mean", 8),
+    }
+    return LossInputs(**{**fields, **overrides})
+
+
+def test_ppo_clip_defaults_are_the_clipped_surrogate():
+    batch = _inputs()
+    out = PPOClip()(batch)
+    expected, clipped = clipped_policy_loss(batch.logp, batch.old_logp, batch.advantages, 0.2, 0.2, None)
+    torch.testing.assert_close(out.loss, expected)
+    assert torch.equal(out.means["clip_frac"], clipped.float()) and not out.terms
+    loss = PPOClip()
+    assert loss.needs_old_logp and not loss.needs_ref_logp and not loss.needs_engine_logp
+
+
+def test_ppo_clip_composes_dual_clip_tis_and_kl():
+    batch = _inputs(seed=3)
+    loss = PPOClip(eps_low=0.1, eps_high=0.28, dual_clip=3.0, beta=0.05, kl_estimator="k2", tis="sequence",
+                   tis_cap=1.5)
+    out = loss(batch)
+    surrogate, _ = clipped_policy_loss(batch.logp, batch.old_logp, batch.advantages, 0.1, 0.28, 3.0)
+    is_weights = truncated_is_weights(batch.old_logp, batch.engine_logp, batch.mask, "sequence", 1.5)
+    kl = kl_estimate(batch.logp, batch.ref_logp, "k2")
+    torch.testing.assert_close(out.loss, surrogate * is_weights + 0.05 * kl)
+    torch.testing.assert_close(out.terms["kl"], kl)
+    assert loss.needs_ref_logp and loss.needs_engine_logp
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"eps_low": 1.0}, "eps_low=1.0"),
+    ({"dual_clip": 1.0}, "dual_clip=1.0 must be > 1"),
+    ({"beta": -0.1}, "beta=-0.1 must be >= 0"),
+    ({"kl_estimator": "k4"}, "kl_estimator='k4' is not known; choose one of k1, k2, k3"),
+    ({"tis": "tokens"}, "tis='tokens' is not known"),
+    ({"tis": "token", "tis_cap": 0}, "tis_cap=0 must be > 0"),
+])
+def test_ppo_clip_rejects_bad_options_naming_them(options, message):
+    with pytest.raises(ValueError, match=message):
+        PPOClip(**options)

@@ -1,17 +1,22 @@
-"""Pure functions for the policy loss: clipped ratio, token aggregation.
+"""Pure functions behind the policy losses (METHODS.md section 2): the clipped ratio, truncated importance
+weights, the KL penalty, and the token weights that aggregate token losses into the batch loss.
 
-Shapes: ``N`` completions, ``T`` completion tokens, ``V`` vocabulary (see ``lit_grpo.types``).
+Shapes: ``N`` completions, ``T`` completion tokens (see ``lit_grpo.types``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
+from lit_grpo.logprobs import KLEstimator, kl_estimate
+
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-sum-constant"]
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+TISLevel = Literal["token", "sequence"]
 
 
 def clipped_policy_loss(
@@ -67,3 +72,33 @@ def token_weights(
     if mode == "seq-mean-token-sum":
         return maskf / n_seq
     return maskf / (n_seq * max_new_tokens)  # seq-sum-constant: independent of actual lengths
+
+
+@torch.no_grad()
+def truncated_is_weights(
+    logp_train: Tensor, logp_rollout: Tensor, mask: Tensor, level: TISLevel = "token", cap: float = 2.0
+) -> Tensor:
+    """Truncated importance weights ``[N, T]``: ``min(exp(logp_train - logp_rollout), cap)``, 0 on padding.
+
+    ``level="token"`` weighs each token by its own ratio; ``"sequence"`` weighs every token of a completion
+    by the product of its token ratios. Multiply the per-token policy loss by these (detached) weights.
+    """
+    if not cap > 0:
+        raise ValueError(f"tis_cap={cap} must be > 0 (2 is the usual choice)")
+    maskf = mask.float()
+    log_ratio = (logp_train - logp_rollout).float() * maskf  # [N, T]
+    if level == "token":
+        return torch.exp(log_ratio.clamp(max=math.log(cap))) * maskf
+    if level == "sequence":
+        seq = log_ratio.sum(-1, keepdim=True)  # [N, 1]
+        return torch.exp(seq.clamp(max=math.log(cap))) * maskf
+    raise ValueError(f"tis level={level!r} is not known; choose 'token' or 'sequence'")
+
+
+def kl_penalty(logp: Tensor, ref_logp: Tensor, beta: float, estimator: KLEstimator = "k3") -> tuple[Tensor, Tensor]:
+    """``(beta * kl [N, T], kl [N, T] detached)``: the term to add to the per-token loss, and the estimate to log.
+
+    ``kl`` estimates KL(pi || pi_ref) per token from samples of pi (:func:`lit_grpo.logprobs.kl_estimate`).
+    """
+    kl = kl_estimate(logp, ref_logp, estimator)  # [N, T]
+    return beta * kl, kl.detach()
