@@ -10,8 +10,8 @@ from torch import Tensor
 
 from lit_grpo import step_metrics
 from lit_grpo.checkpoint import load_module_state, save_module_state, seed_step
-from lit_grpo.diagnostics.degeneracy import degenerate_groups
 from lit_grpo.estimators import GRPO, AdvantageEstimator
+from lit_grpo.estimators.functional import constant_groups
 from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.lora import LoraSettings, adapters_disabled
 from lit_grpo.losses import Aggregation, LossInputs, PolicyLoss, PPOClip, token_weights
@@ -70,8 +70,9 @@ class GRPOModule(PolicyModule):
         betas: AdamW betas.
         warmup_steps: Linear learning-rate warm-up in optimizer steps.
         max_grad_norm: Gradient clipping by global norm (null = off; the norm is logged either way).
-        filter_degenerate: Dynamic sampling: drop groups whose rewards are all equal and draw further
-            prompts (``DataModule.refill``) until ``P`` groups are kept or ``max_refill_batches`` is reached.
+        filter_degenerate: Dynamic sampling: drop groups whose rewards are all equal (within the tolerance
+            of the estimators, so every kept group can get a non-zero advantage) and draw further prompts
+            (``DataModule.refill``) until ``P`` groups are kept or ``max_refill_batches`` is reached.
         max_refill_batches: Most refill draws per step when ``filter_degenerate``.
         on_nonfinite: What a non-finite loss or gradient norm does: ``skip`` the step (counted in
             ``train/nonfinite_steps``) or ``raise``.
@@ -180,7 +181,7 @@ class GRPOModule(PolicyModule):
                 rewards, out = self.score(batch, rollouts)
             drawn += len(batch)
             if self.filter_degenerate:
-                keep = (~degenerate_groups(rewards)["degenerate"]).nonzero().flatten().tolist()
+                keep = (~constant_groups(rewards)).nonzero()[:, 0].tolist()  # groups the estimator can use
                 batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, keep)
             parts.append((batch, rollouts, rewards, out))
             have = sum(len(p[0]) for p in parts)

@@ -239,6 +239,33 @@ def test_filter_degenerate_keeps_informative_groups(tmp_path, sft_model_path):
     assert torch.all(spread > 0)  # every kept group varies
 
 
+class NearlyConstantAboveOne(RewardFunction):
+    """Rewards around 5: even groups spread by 3e-6 (constant for the estimators' relative tolerance, though above
+    an absolute 1e-6), odd groups by 1."""
+
+    def __call__(self, completions, references, **columns):
+        g = 4  # tiny_module's group_size
+        spread = torch.tensor([3e-6 if (i // g) % 2 == 0 else 1.0 for i in range(len(completions))])
+        first = torch.tensor([i % g == 0 for i in range(len(completions))])
+        return RewardOutput((5.0 + spread * first).float(), {}, {})
+
+
+def test_filter_degenerate_keeps_exactly_the_groups_the_estimator_can_use(tmp_path, sft_model_path):
+    L.seed_everything(0)
+    module = tiny_module(sft_model_path, reward=NearlyConstantAboveOne(), filter_degenerate=True,
+                         max_refill_batches=0)
+    outputs = {}
+
+    class Grab(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, out, batch, batch_idx):
+            outputs["rollout"] = out["rollout"]
+
+    tiny_trainer(tmp_path, max_steps=1, callbacks=[Grab()]).fit(module, datamodule=tiny_data(prompts_per_step=4))
+    stats = outputs["rollout"]
+    assert stats.rewards.shape[0] == 2 and torch.all(stats.rewards.max(1).values - stats.rewards.min(1).values > 0.5)
+    assert torch.all(stats.advantages.abs().sum(1) > 0)  # no kept group is wasted on zero advantages
+
+
 def test_non_finite_rewards_are_a_clear_error(tmp_path, sft_model_path):
     class InfReward(RewardFunction):
         def __call__(self, completions, references, **columns):
