@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from dataclasses import asdict
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
 from lit_grpo import step_metrics
-from lit_grpo.checkpoint import load_module_state, save_module_state, seed_step
+from lit_grpo.checkpoint import check_fingerprint, gather_objects, rng_states, seed_step, set_rng_states
 from lit_grpo.estimators import GRPO, AdvantageEstimator
 from lit_grpo.estimators.functional import constant_groups
 from lit_grpo.logprobs import sequence_logprobs
@@ -305,11 +306,27 @@ class GRPOModule(PolicyModule):
         self.log("rollout/reward_mean", metrics.pop("rollout/reward_mean"), prog_bar=True, batch_size=len(stats.batch))
         self.log_dict(metrics, batch_size=max(len(stats.batch), 1))
 
+    # ---- checkpoints: Lightning saves weights, optimizer, scheduler, data position; this module the rest ----
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings a checkpoint's state depends on: the model, group size, estimator, aggregation, LoRA."""
+        return {"model": self.model_name, "group_size": self.group_size, "estimator": repr(self.estimator),
+                "aggregation": self.aggregation, "lora": asdict(self.lora) if self.lora is not None else None}
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["lit_grpo"] = save_module_state(self)  # config fingerprint, counters, seed, random states
+        """The fingerprint, counters, rollout seed and every rank's random states (gathered on every rank)."""
+        checkpoint["lit_grpo"] = {"fingerprint": self.fingerprint(), "nonfinite_steps": self.nonfinite_steps,
+                                  "rollout_seed": self.rollout_seed, "rng": gather_objects(rng_states())}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        load_module_state(self, checkpoint.get("lit_grpo", {}), self.global_rank)  # raises on a config mismatch
+        """Raise when the checkpoint was written with other settings; then restore what was saved."""
+        state = checkpoint.get("lit_grpo", {})
+        if "fingerprint" in state:
+            check_fingerprint(state["fingerprint"], self.fingerprint())
+        self.nonfinite_steps = state.get("nonfinite_steps", 0)
+        self.rollout_seed = state.get("rollout_seed", self.rollout_seed)
+        rng = state.get("rng") or []
+        if rng:
+            set_rng_states(rng[self.global_rank] if self.global_rank < len(rng) else rng[0])
 
 
 def _check(ok: bool, message: str) -> None:
