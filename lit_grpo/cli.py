@@ -1,4 +1,8 @@
-"""``lit-grpo fit|validate|test --config ...``: LightningCLI over the GRPO and SFT modules."""
+"""``lit-grpo fit|validate|test --config ...``: LightningCLI over the GRPO and SFT modules.
+
+The command line sits above everything: it imports the experiment tool for ``lit-grpo compare`` and hands it
+:class:`LitGRPOCLI`, so nothing below imports this module.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,14 @@ import yaml
 from lightning import LightningModule
 from lightning.pytorch.cli import LightningCLI
 
+# The component packages, imported for their classes: LightningCLI resolves short names such as
+# --model.estimator=Sign, --model.loss=PPOClip or --model.reward=ExactMatch among the imported subclasses.
+import lit_grpo.estimators
+import lit_grpo.losses
+import lit_grpo.module
+import lit_grpo.rewards
+import lit_grpo.rollout
+import lit_grpo.sft  # noqa: F401
 from lit_grpo.checkpoint import SaveOnInterrupt
 from lit_grpo.data import PromptDataModule
 
@@ -93,16 +105,12 @@ def _moved_in_config(path: str) -> list[str]:
 
 def main(args: list[str] | None = None) -> None:
     """Console entry point of ``lit-grpo``."""
-    import sys
-
     argv = sys.argv[1:] if args is None else args
     if argv and argv[0] == "compare":
         from lit_grpo.experiments.cli import compare_main
 
-        raise SystemExit(compare_main(argv[1:]))
+        raise SystemExit(compare_main(argv[1:], LitGRPOCLI))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import lit_grpo  # noqa: F401  (registers every component for short names)
-
     LitGRPOCLI(args=args)
 
 
