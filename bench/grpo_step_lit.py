@@ -41,7 +41,7 @@ def full_logits_engine():
                 top_k=None,
                 max_new_tokens=sampling.max_new_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self._eos_ids(),
+                eos_token_id=self.eos_ids() or None,
                 use_cache=self.use_cache,
                 return_dict_in_generate=True,
                 output_logits=True,

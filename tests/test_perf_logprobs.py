@@ -92,7 +92,7 @@ def test_engine_logprobs_equal_those_of_the_whole_generation_logits(tiny_model_p
         top_k=None,  # no top-k filter (left out, generate would apply its default of 50)
         max_new_tokens=10,
         pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=engine._eos_ids(),
+        eos_token_id=engine.eos_ids(),
         use_cache=use_cache,
         return_dict_in_generate=True,
         output_logits=True,

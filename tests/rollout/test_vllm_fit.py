@@ -131,7 +131,6 @@ def test_ddp_ranks_each_run_an_engine_in_the_trainers_world(tmp_path, sft_model_
 
 def test_fsdp2_with_lora_keeps_every_ranks_engine_in_sync(tmp_path):
     """FSDP2 shards and LoRA adapters: each rank gathers, merges, syncs and unmerges (tests/rollout/vllm_sharded_run.py)."""
-    pytest.importorskip("lit_grpo.lora", reason="LoRA support (lit_grpo.lora) is not in this tree")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [
         sys.executable,
