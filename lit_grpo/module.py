@@ -201,7 +201,8 @@ class GRPOModule(PolicyModule):
         then per micro-batch the log-prob forward, the loss and its backward, then the optimizer step."""
         n = len(rollouts)
         if n == 0:  # every group was filtered out: count the steps, change nothing
-            return UpdateStats(grad_norm=[self._optimizer_step(0.0) for _ in range(self.num_iterations)][-1])
+            grad_norms = [self._optimizer_step(0.0) for _ in range(self.num_iterations)]
+            return UpdateStats(grad_norm=grad_norms[-1])
         step = self.micro_batch_size or n
         if step < n:  # micro-batches of similar lengths pad less; the sums, so the update, stay the same
             rollouts, advantages = _by_length(rollouts, advantages)
@@ -220,7 +221,7 @@ class GRPOModule(PolicyModule):
                 with timer("forward_s"):
                     logp, entropy = sequence_logprobs(self.policy, mb, self.sampling.temperature,
                                                       with_entropy=iteration == 0)  # [n, t]
-                    batch = self._loss_inputs(logp, mb, adv[rows], weights[rows], old_logp, ref_logp, rows)
+                    batch = self._loss_inputs(logp, mb, rows, adv, weights, old_logp, ref_logp)
                     out = self.loss(batch)
                     loss = (out.loss * batch.weights).sum()
                 with timer("backward_s"):
@@ -235,19 +236,26 @@ class GRPOModule(PolicyModule):
         return stats
 
     # ---- pieces ------------------------------------------------------------------------------------
-    def _loss_inputs(self, logp: Tensor, mb: Rollouts, adv: Tensor, weights: Tensor, old_logp: Tensor | None,
-                     ref_logp: Tensor | None, rows: slice) -> LossInputs:
-        """The micro-batch ``rows`` of the rollout batch as the loss reads it, trimmed to its ``t`` tokens."""
-        t, needs = logp.shape[1], self.loss
-        old = old_logp[rows, :t] if old_logp is not None else logp.detach() if needs.needs_old_logp else None
+    def _loss_inputs(self, logp: Tensor, mb: Rollouts, rows: slice, advantages: Tensor, weights: Tensor,
+                     old_logp: Tensor | None, ref_logp: Tensor | None) -> LossInputs:
+        """Micro-batch ``mb`` (rows ``rows`` of the rollout batch, ``t`` tokens) as the loss reads it: the
+        batch-wide ``advantages [N]``, ``weights``, ``old_logp`` and ``ref_logp [N, T]`` cut to it, and only the
+        log-probs the loss declares. Without frozen old log-probs (one optimizer step) they are ``logp``."""
+        t = logp.shape[1]
+        old = old_logp[rows, :t] if old_logp is not None else logp.detach()
         return LossInputs(
-            logp=logp, old_logp=old, engine_logp=mb.logprobs if needs.needs_engine_logp else None,
-            ref_logp=ref_logp[rows, :t] if ref_logp is not None else None, advantages=adv,
-            mask=mb.completion_mask, weights=weights[:, :t],
+            logp=logp,
+            old_logp=old if self.loss.needs_old_logp else None,
+            engine_logp=mb.logprobs if self.loss.needs_engine_logp else None,
+            ref_logp=ref_logp[rows, :t] if ref_logp is not None else None,
+            advantages=advantages[rows],
+            mask=mb.completion_mask,
+            weights=weights[rows, :t],
         )
 
     @torch.no_grad()
     def _frozen_logprobs(self, policy, rollouts: Rollouts, timer: PhaseTimer, phase: str) -> Tensor:
+        """Log-probs ``[N, T]`` of ``rollouts`` under ``policy``, without gradient, a micro-batch at a time."""
         step = self.micro_batch_size or len(rollouts)
         out = torch.zeros(rollouts.completion_ids.shape, device=self.device)  # [N, T]
         with timer(phase):
