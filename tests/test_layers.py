@@ -36,6 +36,47 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+#: docs/design.md's layers, top first: a file imports only from lower layers or from its own package.
+LAYERS = [
+    ["cli"], ["experiments"], ["module", "sft"], ["step_metrics", "checkpoint"], ["policy", "data"],
+    ["diagnostics"], ["rollout", "rewards"], ["losses", "estimators"], ["logprobs"], ["models", "parallel"],
+    ["lora", "perf", "types"],
+]
+RANK = {part: len(LAYERS) - i for i, parts in enumerate(LAYERS) for part in parts}
+
+
+def _part(module: str) -> str | None:
+    """The top-level part of ``lit_grpo`` a module name belongs to (``lit_grpo.rollout.hf`` -> ``rollout``)."""
+    names = module.split(".")
+    return names[1] if names[0] == "lit_grpo" and len(names) > 1 else None
+
+
+def test_every_file_sits_in_a_layer():
+    parts = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir() if not p.name.startswith(("_", "."))}
+    assert parts == set(RANK), sorted(parts ^ set(RANK))
+
+
+def test_no_file_imports_a_layer_above_its_own():
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).with_suffix("")
+        own = rel.parts[0]
+        if own == "__init__":
+            continue
+        tree = ast.parse(path.read_text())
+        targets = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets.update(_part(a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                part = _part(node.module)
+                targets.update([part] if part else [a.name for a in node.names] if node.module == "lit_grpo" else [])
+        for target in sorted(t for t in targets if t and t != own):
+            if RANK[target] >= RANK[own]:
+                upward.append(f"{rel}: imports lit_grpo.{target}")
+    assert upward == []
+
+
 def _importers(folder: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
     found = {}
     for path in sorted((PACKAGE / folder).rglob("*.py")):
