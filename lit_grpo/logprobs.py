@@ -2,8 +2,8 @@
 
 The one home of these functions: the module's update, the rollout engines (sampling log-probs), the losses
 and the diagnostics import them from here. Besides torch, only the LoRA and sharding helpers are used, so
-importing this module never imports Lightning. ``masked_mean`` and the KL estimators between two policies'
-log-probs live here too: the loss (KL penalty) and the rollout/trainer mismatch statistics both use them.
+importing this module never imports Lightning. ``masked_mean``, the KL estimators between two policies'
+log-probs (the loss's KL penalty uses them) and the rollout/trainer mismatch statistics live here too.
 
 Shapes: ``N`` completions, ``T`` completion tokens, ``H`` hidden size, ``V`` vocabulary (see ``lit_grpo.types``).
 """
@@ -157,3 +157,22 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: KLEstimator = "k3") -
     if estimator == "k3":
         return torch.expm1(-log_ratio) + log_ratio
     raise ValueError(f"kl_estimator={estimator!r} is not known; choose one of {list(get_args(KLEstimator))}")
+
+
+@torch.no_grad()
+def logp_mismatch(logp_train: Tensor, logp_rollout: Tensor, mask: Tensor) -> dict[str, Tensor]:
+    """Rollout/trainer mismatch: mean and max ``|logp_train - logp_rollout|`` and the k3 estimate of
+    KL(engine || trainer), logged as ``rollout/logp_diff_mean``, ``rollout/logp_diff_max`` and
+    ``rollout/logp_kl_k3`` (METHODS section 2).
+
+    ``logp_* [N, T]`` are the log-probs of the sampled tokens, ``mask [N, T]`` marks generated tokens.
+    The k3 estimator uses the engine's samples: ``exp(d) - d - 1`` with ``d = logp_train - logp_rollout``.
+    """
+    diff = (logp_train - logp_rollout).float()  # [N, T]
+    maskb = mask.bool()
+    absdiff = diff.abs().masked_fill(~maskb, 0.0)
+    return {
+        "logp_diff_mean": masked_mean(absdiff, maskb),
+        "logp_diff_max": absdiff.max() if absdiff.numel() else absdiff.new_zeros(()),
+        "logp_kl_k3": masked_mean(kl_estimate(logp_rollout.float(), logp_train.float(), "k3"), maskb),
+    }

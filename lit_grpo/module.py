@@ -13,7 +13,7 @@ from lit_grpo import step_metrics
 from lit_grpo.checkpoint import check_fingerprint, gather_objects, rng_states, seed_step, set_rng_states
 from lit_grpo.estimators import GRPO, AdvantageEstimator
 from lit_grpo.estimators.functional import constant_groups
-from lit_grpo.logprobs import sequence_logprobs
+from lit_grpo.logprobs import logp_mismatch, sequence_logprobs
 from lit_grpo.lora import LoraSettings, adapters_disabled
 from lit_grpo.losses import Aggregation, LossInputs, PolicyLoss, PPOClip, token_weights
 from lit_grpo.models.loading import DType, load_policy
@@ -29,7 +29,6 @@ from lit_grpo.policy import PolicyModule
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows, slice_rows
-from lit_grpo.rollout.mismatch import logp_mismatch
 from lit_grpo.step_metrics import UpdateStats
 from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats
 
