@@ -37,6 +37,11 @@ class UpdateStats:
         maskf = batch.mask.float()  # [n, T]
         self.loss += loss.item()
         for name, value in out.means.items():  # [n, T]: over tokens; [n]: over completions
+            if value.shape not in (batch.mask.shape, batch.mask.shape[:1]):
+                raise ValueError(
+                    f"the loss statistic {name!r} has shape {tuple(value.shape)}; a mean is [n, T] (over tokens, "
+                    f"here {tuple(batch.mask.shape)}) or [n] (over completions)"
+                )
             num, den = (value.sum(), value.numel()) if value.dim() == 1 else ((value * maskf).sum(), maskf.sum())
             old = self.means.get(name, (0.0, 0.0))
             self.means[name] = (old[0] + float(num), old[1] + float(den))
