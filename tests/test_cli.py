@@ -99,6 +99,14 @@ def test_quickstart_runs_a_few_steps_with_each_estimator(tmp_path, estimator, ca
     assert saved["model"]["init_args"]["estimator"]["class_path"].endswith(estimator)
 
 
+@pytest.mark.parametrize(("option", "name"), [("--model.loss=PPOClip", "PPOClip"),
+                                             ("--model.reward=ChoiceLetter", "ChoiceLetter")])
+def test_short_component_names_resolve(option, name):
+    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", option], run=False)
+    component = cli.model.loss if option.startswith("--model.loss") else cli.model.reward
+    assert type(component).__name__ == name
+
+
 def test_loss_options_on_the_command_line():
     cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.loss.eps_high=0.28",
                            "--model.loss.tis=token"], run=False)
