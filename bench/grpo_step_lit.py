@@ -27,7 +27,7 @@ def full_logits_engine():
     """The HF engine as it was: ``output_logits=True`` keeps ``[n, V]`` logits for every new token."""
     import torch
 
-    from lit_grpo.loss import token_logprobs
+    from lit_grpo.logprobs import token_logprobs
     from lit_grpo.rollout.hf import HFGenerateEngine
 
     class FullLogitsEngine(HFGenerateEngine):
@@ -41,7 +41,7 @@ def full_logits_engine():
                 top_k=None,
                 max_new_tokens=sampling.max_new_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self._eos_ids(),
+                eos_token_id=self.eos_ids() or None,
                 use_cache=self.use_cache,
                 return_dict_in_generate=True,
                 output_logits=True,
@@ -65,7 +65,7 @@ def main() -> None:
     import lightning as L
     import torch
 
-    from lit_grpo import GRPOModule, PromptDataModule, policy
+    from lit_grpo import GRPOModule, PromptDataModule, logprobs
     from lit_grpo.data.sources import PromptSource
     from lit_grpo.rewards.base import RewardFunction
     from lit_grpo.types import RewardOutput
@@ -100,7 +100,7 @@ def main() -> None:
             clock.end_step()
 
     if args.full_logits:
-        policy.MAX_LOGITS_ELEMENTS = math.inf
+        logprobs.MAX_LOGITS_ELEMENTS = math.inf
     L.seed_everything(args.seed, verbose=False)
     options = json.loads(args.module_options) if args.module_options else {}
     module = GRPOModule(
@@ -111,7 +111,6 @@ def main() -> None:
         max_new_tokens=args.new_tokens,
         temperature=1.0,
         lr=1e-5,
-        beta=0.0,
         num_iterations=1,
         aggregation="token-mean",
         filter_degenerate=False,

@@ -35,8 +35,9 @@ def main() -> None:
     from grpo_step import build_large_vocab_model
     from grpo_step_lit import full_logits_engine
 
-    from lit_grpo import policy as policy_mod
-    from lit_grpo.policy import load_policy, load_tokenizer, sequence_logprobs
+    from lit_grpo import logprobs as logprobs_mod
+    from lit_grpo.logprobs import sequence_logprobs
+    from lit_grpo.models.loading import load_policy, load_tokenizer
     from lit_grpo.rollout import HFGenerateEngine
     from lit_grpo.types import SamplingParams
 
@@ -67,7 +68,7 @@ def main() -> None:
     for precision in ("fp32", "bf16"):
         results = {}
         for name, limit in (("chunked", 2**24), ("full_logits", math.inf)):
-            policy_mod.MAX_LOGITS_ELEMENTS = limit
+            logprobs_mod.MAX_LOGITS_ELEMENTS = limit
             policy.zero_grad(set_to_none=True)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
                 mib, results[name] = peak_mib(train)

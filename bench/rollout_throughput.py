@@ -19,8 +19,9 @@ import time
 
 import torch
 
+from lit_grpo.logprobs import sequence_logprobs
+from lit_grpo.models.loading import load_policy, load_tokenizer
 from lit_grpo.models.tiny import SIZES, build_tiny_model
-from lit_grpo.policy import load_policy, load_tokenizer, sequence_logprobs
 from lit_grpo.rollout import HFGenerateEngine, VLLMEngine
 from lit_grpo.types import SamplingParams
 

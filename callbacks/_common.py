@@ -61,26 +61,10 @@ def tensorboard(trainer: Trainer) -> Any | None:
 
 
 def reward_is_binary(reward: Any) -> bool | None:
-    """Whether a reward function only scores 0 or 1: ``True``/``False`` when known, ``None`` otherwise.
-
-    A reward may declare it with a ``binary`` attribute. Exact-match and math-verify rewards are
-    binary; a weighted sum is binary when exactly one binary component has a non-zero weight, 1.
-    """
+    """Whether a reward function only scores 0 or 1 (its ``binary`` attribute, see ``RewardFunction.binary``):
+    ``True``/``False`` when the reward declares it, ``None`` otherwise."""
     declared = getattr(reward, "binary", None)
-    if isinstance(declared, bool):
-        return declared
-    from lit_grpo.rewards import ExactMatch, MathVerify, WeightedSum
-
-    if isinstance(reward, ExactMatch | MathVerify):
-        return True
-    if isinstance(reward, WeightedSum):
-        used = [(r, w) for r, w in zip(reward.rewards, reward.weights, strict=True) if w != 0]
-        parts = [reward_is_binary(r) for r, _ in used]
-        if len(used) == 1 and used[0][1] == 1.0:
-            return parts[0]
-        if used and all(p is True for p in parts):
-            return False  # partial sums such as 0.5 or 2 occur
-    return None
+    return declared if isinstance(declared, bool) else None
 
 
 def require_binary_reward(name: str, pl_module: LightningModule) -> None:

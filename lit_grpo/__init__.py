@@ -1,55 +1,52 @@
-"""lit-grpo: GRPO-family reinforcement learning from verifiable rewards on PyTorch Lightning."""
+"""lit-grpo: GRPO-family reinforcement learning from verifiable rewards on PyTorch Lightning.
 
-from lit_grpo.data import (
-    GSM8K,
-    MATH500,
-    FileSource,
-    HubSource,
-    MultipleChoice,
-    PromptDataModule,
-    PromptSource,
-    ReferenceText,
-    SyntheticArithmetic,
-    SyntheticChoice,
-)
-from lit_grpo.estimators import (
-    GPG,
-    GRPO,
-    RLOO,
-    AdvantageEstimator,
-    DrGRPO,
-    MaxRL,
-    PassAtK,
-    ReinforcePlusPlus,
-    Sign,
-    SignBalance,
-    SoftmaxGRPO,
-)
-from lit_grpo.lora import LoraSettings
-from lit_grpo.module import GRPOModule
-from lit_grpo.policy import PolicyModule
-from lit_grpo.rewards import (
-    ChoiceLetter,
-    ExactMatch,
-    Format,
-    MathVerify,
-    RewardFunction,
-    TextSimilarity,
-    WeightedSum,
-)
-from lit_grpo.rollout import HFGenerateEngine, RolloutEngine
-from lit_grpo.sft import SFTModule
-from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats, SamplingParams
+The names below are imported on first use (PEP 562), so ``import lit_grpo.estimators`` (or the losses, the
+log-prob maths, the diagnostics) loads neither Lightning nor the data package; ``lit_grpo.GRPOModule``
+and ``class_path: lit_grpo.GRPOModule`` work as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AdvantageEstimator", "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance",
-    "ReinforcePlusPlus", "GPG", "PassAtK",
-    "RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
-    "RolloutEngine", "HFGenerateEngine", "LoraSettings",
-    "PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule",
-    "GSM8K", "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice",
-    "PolicyModule", "GRPOModule", "SFTModule",
-    "PromptBatch", "Rollouts", "RolloutStats", "RewardOutput", "SamplingParams",
-]
+#: Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(
+        ["AdvantageEstimator", "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance",
+         "ReinforcePlusPlus", "GPG", "PassAtK"],
+        "lit_grpo.estimators",
+    ),
+    **dict.fromkeys(["PolicyLoss", "PPOClip"], "lit_grpo.losses"),
+    **dict.fromkeys(
+        ["RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format"],
+        "lit_grpo.rewards",
+    ),
+    **dict.fromkeys(["RolloutEngine", "HFGenerateEngine"], "lit_grpo.rollout"),
+    "LoraSettings": "lit_grpo.lora",
+    **dict.fromkeys(
+        ["PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule", "GSM8K",
+         "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice"],
+        "lit_grpo.data",
+    ),
+    "PolicyModule": "lit_grpo.policy",
+    "GRPOModule": "lit_grpo.module",
+    "SFTModule": "lit_grpo.sft",
+    **dict.fromkeys(["PromptBatch", "Rollouts", "RolloutStats", "RewardOutput", "SamplingParams"], "lit_grpo.types"),
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'lit_grpo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

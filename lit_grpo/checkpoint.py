@@ -3,7 +3,8 @@
 A resumed run reproduces the uninterrupted one exactly on the CPU: parameters, optimizer and scheduler
 (Lightning), the data position (``PromptDataModule.state_dict``), callback state (Lightning), and the
 randomness, because :meth:`GRPOModule.on_train_batch_start` reseeds torch, numpy and ``random`` from
-``(rollout seed, step, rank)`` before every step (:func:`seed_step`) and the rollout seed is saved here.
+``(rollout seed, step, rank)`` before every step (:func:`seed_step`) and saves the rollout seed, its counters
+and the random states in :meth:`GRPOModule.on_save_checkpoint` with the helpers below.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import os
 import random
 import signal
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,7 @@ class SaveOnInterrupt(Callback):
         self._installed = False
 
 
-# ---- the GRPO module's own checkpoint state ----------------------------------------------------------
+# ---- helpers for the GRPO module's own checkpoint state (GRPOModule.on_save_checkpoint) ----------------
 def seed_step(seed: int, step: int, rank: int) -> None:
     """Seed torch (every device), numpy and ``random`` for one training step of one rank."""
     state = np.random.SeedSequence([seed % 2**63, step, rank]).generate_state(2, dtype=np.uint32)
@@ -165,6 +165,7 @@ def rng_states() -> dict[str, Any]:
 
 
 def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what :func:`rng_states` returned."""
     torch.set_rng_state(states["torch"])
     name, keys, pos, has_gauss, gauss = states["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
@@ -173,19 +174,9 @@ def set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def fingerprint(module: Any) -> dict[str, Any]:
-    """The settings a checkpoint's state depends on: the model, group size, estimator, aggregation, LoRA."""
-    return {
-        "model": module.model_name,
-        "group_size": module.group_size,
-        "estimator": repr(module.estimator),
-        "aggregation": module.aggregation,
-        "lora": asdict(module.lora) if module.lora is not None else None,
-    }
-
-
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any]) -> None:
-    """Raise a ``ValueError`` naming every setting that differs between a checkpoint and this run."""
+    """Raise a ``ValueError`` naming every setting that differs between a checkpoint and this run (settings
+    only one of them has are not compared: older checkpoints lack newer ones)."""
     differ = [
         f"{k}: checkpoint {_show(saved[k])}, this run {_show(current[k])}"
         for k in current
@@ -211,28 +202,3 @@ def gather_objects(obj: Any) -> list[Any]:
     out: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(out, obj)
     return out
-
-
-def save_module_state(module: Any) -> dict[str, Any]:
-    """The GRPO module's part of a checkpoint (called on every rank: the random states are gathered)."""
-    estimator_state = getattr(module.estimator, "state_dict", None)
-    return {
-        "fingerprint": fingerprint(module),
-        "nonfinite_steps": module.nonfinite_steps,
-        "rollout_seed": module.rollout_seed,
-        "rng": gather_objects(rng_states()),
-        "estimator": estimator_state() if callable(estimator_state) else None,
-    }
-
-
-def load_module_state(module: Any, state: dict[str, Any], rank: int) -> None:
-    """Check the fingerprint, then restore the counters, seed, random states and estimator state."""
-    if "fingerprint" in state:
-        check_fingerprint(state["fingerprint"], fingerprint(module))
-    module.nonfinite_steps = state.get("nonfinite_steps", 0)
-    module.rollout_seed = state.get("rollout_seed", module.rollout_seed)
-    rng = state.get("rng") or []
-    if rng:
-        set_rng_states(rng[rank] if rank < len(rng) else rng[0])
-    if state.get("estimator") is not None and hasattr(module.estimator, "load_state_dict"):
-        module.estimator.load_state_dict(state["estimator"])

@@ -1,12 +1,28 @@
-"""``lit-grpo fit|validate|test --config ...``: LightningCLI over the GRPO and SFT modules."""
+"""``lit-grpo fit|validate|test --config ...``: LightningCLI over the GRPO and SFT modules.
+
+The command line sits above everything: it imports the experiment tool for ``lit-grpo compare`` and hands it
+:class:`LitGRPOCLI`, so nothing below imports this module.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
+from typing import Any
 
+import yaml
 from lightning import LightningModule
 from lightning.pytorch.cli import LightningCLI
 
+# The component packages, imported for their classes: LightningCLI resolves short names such as
+# --model.estimator=Sign, --model.loss=PPOClip or --model.reward=ExactMatch among the imported subclasses.
+import lit_grpo.estimators
+import lit_grpo.losses
+import lit_grpo.module
+import lit_grpo.rewards
+import lit_grpo.rollout
+import lit_grpo.sft  # noqa: F401
 from lit_grpo.checkpoint import SaveOnInterrupt
 from lit_grpo.data import PromptDataModule
 
@@ -22,6 +38,10 @@ TRAINER_DEFAULTS = {
 }
 
 
+#: ``GRPOModule`` options that are now options of its loss component (``--model.loss``).
+MOVED_TO_LOSS = ("eps_low", "eps_high", "dual_clip", "beta", "kl_estimator", "tis", "tis_cap")
+
+
 class LitGRPOCLI(LightningCLI):
     """LightningCLI with lit-grpo's defaults: TensorBoard logging under ``runs/``, the prompt DataModule,
     atomic checkpoint writes (:class:`~lit_grpo.checkpoint.AtomicCheckpointIO`) and a checkpoint on Ctrl-C
@@ -32,6 +52,7 @@ class LitGRPOCLI(LightningCLI):
     """
 
     def __init__(self, args=None, run: bool = True, **kwargs) -> None:
+        check_moved_options(sys.argv[1:] if args is None else args)
         # Ctrl-C finishes the step, writes last.ckpt and stops: appended to the config's callbacks
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
@@ -41,18 +62,55 @@ class LitGRPOCLI(LightningCLI):
         )
 
 
+def check_moved_options(args: Any) -> None:
+    """Exit with a message giving the new spelling when the command line or a ``--config`` file sets a loss
+    option on the module (``model.beta`` is now ``model.loss.beta``)."""
+    if not isinstance(args, list | tuple):
+        return
+    args = [str(a) for a in args]
+    found: list[tuple[str, str]] = []  # (where, option)
+    for i, arg in enumerate(args):
+        key, _, value = arg.partition("=")
+        if key in ("--config", "-c"):
+            path = value or (args[i + 1] if i + 1 < len(args) else "")
+            found += [(f"model.{name} in {path}", name) for name in _moved_in_config(path)]
+        elif key.startswith("--model."):
+            name = key.removeprefix("--model.").removeprefix("init_args.")
+            if name in MOVED_TO_LOSS:
+                found.append((key, name))
+    if found:
+        name = found[0][1]
+        print(
+            f"error: {', '.join(w for w, _ in found)}: {', '.join(MOVED_TO_LOSS)} are options of the loss "
+            f"component now. Write --model.loss.{name}=... (after --model.loss=PPOClip when the config names no "
+            f"loss), or in YAML under model.init_args: loss: {{class_path: lit_grpo.PPOClip, init_args: "
+            f"{{{name}: ...}}}}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+def _moved_in_config(path: str) -> list[str]:
+    """Options of :data:`MOVED_TO_LOSS` set under ``model`` in a YAML config (none when it cannot be read)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict):
+        return []
+    init_args = model.get("init_args") if isinstance(model.get("init_args"), dict) else model
+    return [name for name in MOVED_TO_LOSS if name in init_args]
+
+
 def main(args: list[str] | None = None) -> None:
     """Console entry point of ``lit-grpo``."""
-    import sys
-
     argv = sys.argv[1:] if args is None else args
     if argv and argv[0] == "compare":
         from lit_grpo.experiments.cli import compare_main
 
-        raise SystemExit(compare_main(argv[1:]))
+        raise SystemExit(compare_main(argv[1:], LitGRPOCLI))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import lit_grpo  # noqa: F401  (registers every component for short names)
-
     LitGRPOCLI(args=args)
 
 

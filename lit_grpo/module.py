@@ -1,26 +1,22 @@
-"""GRPOModule: rollout -> reward -> advantage -> clipped policy loss, one optimizer step per pass."""
+"""GRPOModule: rollout -> reward -> advantage -> policy loss, one optimizer step per pass."""
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from dataclasses import asdict
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
 from lit_grpo import step_metrics
-from lit_grpo.checkpoint import load_module_state, save_module_state, seed_step
-from lit_grpo.diagnostics.degeneracy import degenerate_groups
+from lit_grpo.checkpoint import check_fingerprint, gather_objects, rng_states, seed_step, set_rng_states
 from lit_grpo.estimators import GRPO, AdvantageEstimator
+from lit_grpo.estimators.functional import constant_groups
+from lit_grpo.logprobs import logp_mismatch, sequence_logprobs
 from lit_grpo.lora import LoraSettings, adapters_disabled
-from lit_grpo.loss import (
-    Aggregation,
-    KLEstimator,
-    clipped_policy_loss,
-    kl_penalty,
-    masked_mean,
-    token_weights,
-)
+from lit_grpo.losses import Aggregation, LossInputs, PolicyLoss, PPOClip, token_weights
+from lit_grpo.models.loading import DType, load_policy
 from lit_grpo.parallel import (
     check_layout,
     clip_grad_norm,
@@ -29,11 +25,11 @@ from lit_grpo.parallel import (
     reduce_ratios,
 )
 from lit_grpo.perf import PhaseTimer
-from lit_grpo.policy import DType, PolicyModule, load_policy, sequence_logprobs
+from lit_grpo.policy import PolicyModule
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows, slice_rows
-from lit_grpo.rollout.mismatch import TISLevel, logp_mismatch, truncated_is_weights
+from lit_grpo.step_metrics import UpdateStats
 from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats
 
 
@@ -42,14 +38,15 @@ class GRPOModule(PolicyModule):
 
     Each training step draws ``P`` prompts from the DataModule, samples ``group_size`` completions per
     prompt, scores them, turns the rewards ``[P, G]`` into advantages with the estimator and takes
-    ``num_iterations`` optimizer steps on the clipped policy loss (micro-batched, gradients accumulated).
+    ``num_iterations`` optimizer steps on the policy loss (micro-batched, gradients accumulated).
     ``trainer.max_steps`` counts optimizer steps. With several processes (DDP, or FSDP2 through
     ``ModelParallelStrategy``) each rank draws its own ``P`` prompts and the loss divisors are summed over
     ranks, so the update is the one-process update of the global batch; metrics are global too.
     Randomness is reseeded from ``(seed, step, rank)`` before every step, so a resumed run is exact.
 
-    Logged every step: ``train/loss``, ``train/clip_frac``, ``train/entropy``, ``train/grad_norm``,
-    ``train/lr``, ``train/kl`` (when ``beta > 0``), ``train/nonfinite_steps``; ``rollout/reward_mean``,
+    Logged every step: ``train/loss``, ``train/entropy``, ``train/grad_norm``, ``train/lr``,
+    ``train/nonfinite_steps``, the loss's statistics as ``train/<name>`` (PPOClip: ``train/clip_frac``, and
+    ``train/kl`` when ``beta > 0``); ``rollout/reward_mean``,
     ``rollout/reward_std``, ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``,
     ``rollout/prompts_drawn``; ``reward/<term>`` and ``reward/<counter>``; ``perf/<phase>_s``,
     ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged);
@@ -61,34 +58,26 @@ class GRPOModule(PolicyModule):
         reward: Reward function.
         estimator: Advantage estimator (default ``GRPO()``); short names work: ``--model.estimator=Sign``.
         engine: Rollout engine (default ``HFGenerateEngine()``).
+        loss: Policy loss (default ``PPOClip()``: clip ranges, dual clip, KL to a reference, truncated
+            importance sampling); options on the command line: ``--model.loss.eps_high=0.28``.
         group_size: Completions per prompt (G).
-        aggregation: How token losses become the batch loss (see METHODS: section 2).
-        eps_low: Lower clip range of the ratio.
-        eps_high: Upper clip range of the ratio (0.28 = "clip-higher").
-        dual_clip: Dual-clip bound c for negative advantages (null = off).
-        beta: KL coefficient to the initial policy (0 = no reference model is loaded; with LoRA the
-            reference is the base model with the adapters disabled, never a second copy).
-        kl_estimator: KL estimator used when ``beta > 0``.
+        aggregation: How token losses become the batch loss, whatever the loss (see METHODS: section 2).
         num_iterations: Optimizer steps per rollout batch (mu). Old log-probs are computed once per batch
-            when ``> 1``; with 1 the update is on-policy and the ratio is exactly 1.
+            when ``> 1`` and the loss reads them; with 1 the update is on-policy and the ratio is exactly 1.
         micro_batch_size: Completions per forward/backward (null = the whole batch); gradients accumulate.
         lr: AdamW learning rate.
         weight_decay: AdamW weight decay.
         betas: AdamW betas.
         warmup_steps: Linear learning-rate warm-up in optimizer steps.
         max_grad_norm: Gradient clipping by global norm (null = off; the norm is logged either way).
-        filter_degenerate: Dynamic sampling: drop groups whose rewards are all equal and draw further
-            prompts (``DataModule.refill``) until ``P`` groups are kept or ``max_refill_batches`` is reached.
+        filter_degenerate: Dynamic sampling: drop groups whose rewards are all equal (within the tolerance
+            of the estimators, so every kept group can get a non-zero advantage) and draw further prompts
+            (``DataModule.refill``) until ``P`` groups are kept or ``max_refill_batches`` is reached.
         max_refill_batches: Most refill draws per step when ``filter_degenerate``.
         on_nonfinite: What a non-finite loss or gradient norm does: ``skip`` the step (counted in
             ``train/nonfinite_steps``) or ``raise``.
         lora: Train LoRA adapters (peft: rank, alpha, dropout, target modules) instead of all weights.
         gradient_checkpointing: Recompute block activations in the backward pass to save memory.
-        tis: Truncated importance sampling against the engine's sampling log-probs: ``off``, ``token``
-            (each token weighted by ``min(exp(logp_train - logp_engine), tis_cap)``) or ``sequence`` (every
-            token by its completion's capped product). Corrects for an engine (vLLM) whose numerics differ
-            from the trainer's.
-        tis_cap: The truncation C of the importance weights.
     """
 
     def __init__(
@@ -97,13 +86,9 @@ class GRPOModule(PolicyModule):
         reward: RewardFunction,
         estimator: AdvantageEstimator | None = None,
         engine: RolloutEngine | None = None,
+        loss: PolicyLoss | None = None,
         group_size: int = 8,
         aggregation: Aggregation = "token-mean",
-        eps_low: float = 0.2,
-        eps_high: float = 0.2,
-        dual_clip: float | None = None,
-        beta: float = 0.0,
-        kl_estimator: KLEstimator = "k3",
         num_iterations: int = 1,
         micro_batch_size: int | None = None,
         lr: float = 1e-5,
@@ -122,34 +107,24 @@ class GRPOModule(PolicyModule):
         val_samples: int = 1,
         lora: LoraSettings | None = None,
         gradient_checkpointing: bool = False,
-        tis: Literal["off"] | TISLevel = "off",
-        tis_cap: float = 2.0,
     ) -> None:
         super().__init__(model, reward, engine, dtype, False, temperature, top_p, top_k, max_new_tokens, val_samples,
                          lora=lora, gradient_checkpointing=gradient_checkpointing)
         self.estimator = estimator if estimator is not None else GRPO()
+        self.loss = loss if loss is not None else PPOClip()
         _check(group_size >= max(1, self.estimator.min_group_size),
                f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
                f"{self.estimator.min_group_size}; raise group_size")
-        _check(0 <= eps_low < 1 and eps_high >= 0, f"eps_low={eps_low}, eps_high={eps_high}: need 0 <= eps_low < 1 "
-               "and eps_high >= 0")
-        _check(dual_clip is None or dual_clip > 1, f"dual_clip={dual_clip} must be > 1 (typically 3) or null")
-        _check(beta >= 0, f"beta={beta} must be >= 0")
         _check(num_iterations >= 1, f"num_iterations={num_iterations} must be >= 1")
         _check(micro_batch_size is None or micro_batch_size >= 1, f"micro_batch_size={micro_batch_size} must be >= 1")
         _check(lr > 0, f"lr={lr} must be > 0")
         _check(max_refill_batches >= 0, f"max_refill_batches={max_refill_batches} must be >= 0")
-        _check(tis in ("off", "token", "sequence"), f"tis={tis!r} is not known; choose off, token or sequence")
-        _check(tis_cap > 0, f"tis_cap={tis_cap} must be > 0 (2 is the usual choice)")
         self.group_size, self.aggregation = group_size, aggregation
-        self.eps_low, self.eps_high, self.dual_clip = eps_low, eps_high, dual_clip
-        self.beta, self.kl_estimator = beta, kl_estimator
         self.num_iterations, self.micro_batch_size = num_iterations, micro_batch_size
         self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
         self.max_grad_norm = max_grad_norm
         self.filter_degenerate, self.max_refill_batches = filter_degenerate, max_refill_batches
         self.on_nonfinite = on_nonfinite
-        self.tis, self.tis_cap = tis, tis_cap
         self.ref_policy = None
         self.nonfinite_steps = 0
         self.rollout_seed: int | None = None  # base of the per-step seeds; saved in checkpoints
@@ -163,7 +138,7 @@ class GRPOModule(PolicyModule):
 
     def configure_model(self) -> None:
         super().configure_model()
-        if self.beta > 0 and self.lora is None and self.ref_policy is None:
+        if self.loss.needs_ref_logp and self.lora is None and self.ref_policy is None:
             self.ref_policy = load_policy(self.model_name, self.dtype_name).eval().requires_grad_(False)
         if self.ref_policy is not None:
             self.ref_policy = self._shard(self.ref_policy)
@@ -186,14 +161,14 @@ class GRPOModule(PolicyModule):
         timer = PhaseTimer()
         batch, rollouts, rewards, reward_out, drawn = self.collect(batch, timer)  # [P], [N, T], [P, G]
         advantages = self.estimator(rewards)  # [P, G]
-        losses = self.update(rollouts, advantages.reshape(-1), timer)  # num_iterations optimizer steps
+        update = self.update(rollouts, advantages.reshape(-1), timer)  # num_iterations optimizer steps
         with timer("weight_sync_s"):
             self.engine.sync_weights(self.policy)
         stats = RolloutStats(batch, rollouts.texts, rewards.cpu(), advantages.cpu(), rollouts.lengths.cpu(),
                              rollouts.truncated.cpu(), {k: v.cpu() for k, v in reward_out.terms.items()},
                              reward_out.counters, drawn, rollouts)
-        self.log_step(stats, losses, timer)
-        return {"loss": torch.tensor(losses["loss"]), "rollout": stats}
+        self.log_step(stats, update, timer)
+        return {"loss": torch.tensor(update.loss), "rollout": stats}
 
     def collect(self, batch: PromptBatch, timer: PhaseTimer):
         """Generate and score groups; with ``filter_degenerate``, refill until ``P`` groups vary (on every
@@ -206,7 +181,7 @@ class GRPOModule(PolicyModule):
                 rewards, out = self.score(batch, rollouts)
             drawn += len(batch)
             if self.filter_degenerate:
-                keep = (~degenerate_groups(rewards)["degenerate"]).nonzero().flatten().tolist()
+                keep = (~constant_groups(rewards)).nonzero()[:, 0].tolist()  # groups the estimator can use
                 batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, keep)
             parts.append((batch, rollouts, rewards, out))
             have = sum(len(p[0]) for p in parts)
@@ -220,13 +195,13 @@ class GRPOModule(PolicyModule):
             batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, list(range(min(want, have))))
         return batch, rollouts.to(self.device), rewards, out, drawn
 
-    def update(self, rollouts: Rollouts, advantages: Tensor, timer: PhaseTimer) -> dict[str, float]:
-        """``num_iterations`` optimizer steps on the clipped loss over micro-batches of ``rollouts``."""
+    def update(self, rollouts: Rollouts, advantages: Tensor, timer: PhaseTimer) -> UpdateStats:
+        """``num_iterations`` optimizer steps on the loss: token weights and the frozen log-probs the loss reads,
+        then per micro-batch the log-prob forward, the loss and its backward, then the optimizer step."""
         n = len(rollouts)
         if n == 0:  # every group was filtered out: count the steps, change nothing
-            for _ in range(self.num_iterations):
-                stats = self._optimizer_step(0.0)
-            return {"loss": 0.0, **stats}
+            grad_norms = [self._optimizer_step(0.0) for _ in range(self.num_iterations)]
+            return UpdateStats(grad_norm=grad_norms[-1])
         step = self.micro_batch_size or n
         if step < n:  # micro-batches of similar lengths pad less; the sums, so the update, stay the same
             rollouts, advantages = _by_length(rollouts, advantages)
@@ -234,47 +209,52 @@ class GRPOModule(PolicyModule):
         weights = token_weights(rollouts.completion_mask, self.aggregation, self.sampling.max_new_tokens,
                                 **self._global_counts(rollouts.completion_mask))  # [N, T]
         old_logp = self._frozen_logprobs(self.policy, rollouts, timer, "old_logprob_s") \
-            if self.num_iterations > 1 else None
-        ref_logp = self._reference_logprobs(rollouts, timer) if self.beta > 0 else None
+            if self.num_iterations > 1 and self.loss.needs_old_logp else None  # [N, T]
+        ref_logp = self._reference_logprobs(rollouts, timer) if self.loss.needs_ref_logp else None  # [N, T]
         train_logp = torch.zeros(rollouts.completion_ids.shape, device=self.device)  # [N, T], before the update
-        totals: dict[str, float] = {}
+        stats = UpdateStats()
         for iteration in range(self.num_iterations):
-            acc = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0}
+            stats = UpdateStats(entropy=stats.entropy)  # the loss of the last pass, the entropy of the first
             for start in range(0, n, step):
-                mb = slice_rows(rollouts, start, start + step)
-                t = mb.completion_ids.shape[1]
+                mb, rows = slice_rows(rollouts, start, start + step), slice(start, start + step)
                 with timer("forward_s"):
                     logp, entropy = sequence_logprobs(self.policy, mb, self.sampling.temperature,
-                                                      with_entropy=iteration == 0)
-                    old = old_logp[start : start + step, :t] if old_logp is not None else logp.detach()
-                    if iteration == 0:
-                        train_logp[start : start + step, :t] = old
-                    token_loss, clipped = clipped_policy_loss(logp, old, adv[start : start + step],
-                                                              self.eps_low, self.eps_high, self.dual_clip)
-                    if self.tis != "off":  # the engine drew the tokens: reweight towards the trainer's policy
-                        token_loss = token_loss * truncated_is_weights(old, mb.logprobs, mb.completion_mask,
-                                                                       self.tis, self.tis_cap)
-                    if ref_logp is not None:
-                        kl = kl_penalty(logp, ref_logp[start : start + step, :t], self.kl_estimator)
-                        token_loss = token_loss + self.beta * kl
-                        acc["kl"] += (kl.detach() * weights[start : start + step, :t]).sum().item()
-                    loss = (token_loss * weights[start : start + step, :t]).sum()
+                                                      with_entropy=iteration == 0)  # [n, t]
+                    batch = self._loss_inputs(logp, mb, rows, adv, weights, old_logp, ref_logp)
+                    out = self.loss(batch)
+                    loss = (out.loss * batch.weights).sum()
                 with timer("backward_s"):
                     self.manual_backward(loss)
-                share = mb.completion_mask.sum().item() / max(rollouts.completion_mask.sum().item(), 1)
-                acc["loss"] += loss.item()
-                acc["clip_frac"] += masked_mean(clipped.float(), mb.completion_mask).item() * share
-                if entropy is not None:
-                    acc["entropy"] += masked_mean(entropy, mb.completion_mask).item() * share
+                if iteration == 0:
+                    train_logp[rows, : logp.shape[1]] = logp.detach()
+                stats.add(loss, out, batch, entropy)
             with timer("optimizer_s"):
-                acc.update(self._optimizer_step(acc["loss"]))
-            totals = acc if iteration == 0 else {**acc, "entropy": totals["entropy"]}
+                stats.grad_norm = self._optimizer_step(stats.loss)
         mismatch = logp_mismatch(train_logp, rollouts.logprobs, rollouts.completion_mask)
-        return {**totals, **{f"mismatch/{k}": v.item() for k, v in mismatch.items()}}
+        stats.mismatch = {k: v.item() for k, v in mismatch.items()}
+        return stats
 
     # ---- pieces ------------------------------------------------------------------------------------
+    def _loss_inputs(self, logp: Tensor, mb: Rollouts, rows: slice, advantages: Tensor, weights: Tensor,
+                     old_logp: Tensor | None, ref_logp: Tensor | None) -> LossInputs:
+        """Micro-batch ``mb`` (rows ``rows`` of the rollout batch, ``t`` tokens) as the loss reads it: the
+        batch-wide ``advantages [N]``, ``weights``, ``old_logp`` and ``ref_logp [N, T]`` cut to it, and only the
+        log-probs the loss declares. Without frozen old log-probs (one optimizer step) they are ``logp``."""
+        t = logp.shape[1]
+        old = old_logp[rows, :t] if old_logp is not None else logp.detach()
+        return LossInputs(
+            logp=logp,
+            old_logp=old if self.loss.needs_old_logp else None,
+            engine_logp=mb.logprobs if self.loss.needs_engine_logp else None,
+            ref_logp=ref_logp[rows, :t] if ref_logp is not None else None,
+            advantages=advantages[rows],
+            mask=mb.completion_mask,
+            weights=weights[rows, :t],
+        )
+
     @torch.no_grad()
     def _frozen_logprobs(self, policy, rollouts: Rollouts, timer: PhaseTimer, phase: str) -> Tensor:
+        """Log-probs ``[N, T]`` of ``rollouts`` under ``policy``, without gradient, a micro-batch at a time."""
         step = self.micro_batch_size or len(rollouts)
         out = torch.zeros(rollouts.completion_ids.shape, device=self.device)  # [N, T]
         with timer(phase):
@@ -300,7 +280,7 @@ class GRPOModule(PolicyModule):
         seqs = self.trainer.strategy.reduce(torch.tensor(float(mask.shape[0]), device=mask.device), reduce_op="sum")
         return {"num_tokens": tokens / world, "num_sequences": seqs / world}
 
-    def _optimizer_step(self, loss: float) -> dict[str, float]:
+    def _optimizer_step(self, loss: float) -> float:
         """Clip, then step; a non-finite loss or gradient skips the update (parameters without grads)."""
         opt, sched = self.optimizers(), self.lr_schedulers()
         params = [p for p in self.policy.parameters() if p.grad is not None]
@@ -317,27 +297,43 @@ class GRPOModule(PolicyModule):
         opt.step()  # always called, so that trainer.global_step counts skipped steps too
         opt.zero_grad(set_to_none=True)
         sched.step()
-        return {"grad_norm": grad_norm}
+        return grad_norm
 
-    def log_step(self, stats: RolloutStats, losses: dict[str, float], timer: PhaseTimer) -> None:
+    def log_step(self, stats: RolloutStats, update: UpdateStats, timer: PhaseTimer) -> None:
         """Log the step's metrics, reduced over ranks (one all-reduce) to the global batch's values."""
         world, tokens = self.trainer.world_size, float(stats.lengths.sum())
-        pairs = {**step_metrics.rollout_pairs(stats, world), **step_metrics.train_pairs(losses, tokens, self.beta > 0),
-                 **step_metrics.mismatch_pairs(losses, tokens), **step_metrics.perf_pairs(timer, tokens, world)}
+        pairs = {**step_metrics.rollout_pairs(stats, world), **step_metrics.train_pairs(update),
+                 **step_metrics.mismatch_pairs(update, tokens), **step_metrics.perf_pairs(timer, tokens, world)}
         metrics = step_metrics.finish(reduce_ratios(pairs, self.trainer.strategy, world))
-        if "mismatch/logp_diff_max" in losses:
-            metrics["rollout/logp_diff_max"] = max_over_ranks(losses["mismatch/logp_diff_max"], self.trainer.strategy,
+        if "logp_diff_max" in update.mismatch:
+            metrics["rollout/logp_diff_max"] = max_over_ranks(update.mismatch["logp_diff_max"], self.trainer.strategy,
                                                               world)
         metrics["train/lr"] = self.optimizers().param_groups[0]["lr"]
         metrics["train/nonfinite_steps"] = float(self.nonfinite_steps)
         self.log("rollout/reward_mean", metrics.pop("rollout/reward_mean"), prog_bar=True, batch_size=len(stats.batch))
         self.log_dict(metrics, batch_size=max(len(stats.batch), 1))
 
+    # ---- checkpoints: Lightning saves weights, optimizer, scheduler, data position; this module the rest ----
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings a checkpoint's state depends on: the model, group size, estimator, aggregation, LoRA."""
+        return {"model": self.model_name, "group_size": self.group_size, "estimator": repr(self.estimator),
+                "aggregation": self.aggregation, "lora": asdict(self.lora) if self.lora is not None else None}
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["lit_grpo"] = save_module_state(self)  # config fingerprint, counters, seed, random states
+        """The fingerprint, counters, rollout seed and every rank's random states (gathered on every rank)."""
+        checkpoint["lit_grpo"] = {"fingerprint": self.fingerprint(), "nonfinite_steps": self.nonfinite_steps,
+                                  "rollout_seed": self.rollout_seed, "rng": gather_objects(rng_states())}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        load_module_state(self, checkpoint.get("lit_grpo", {}), self.global_rank)  # raises on a config mismatch
+        """Raise when the checkpoint was written with other settings; then restore what was saved."""
+        state = checkpoint.get("lit_grpo", {})
+        if "fingerprint" in state:
+            check_fingerprint(state["fingerprint"], self.fingerprint())
+        self.nonfinite_steps = state.get("nonfinite_steps", 0)
+        self.rollout_seed = state.get("rollout_seed", self.rollout_seed)
+        rng = state.get("rng") or []
+        if rng:
+            set_rng_states(rng[self.global_rank] if self.global_rank < len(rng) else rng[0])
 
 
 def _check(ok: bool, message: str) -> None:

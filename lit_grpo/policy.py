@@ -1,10 +1,8 @@
-"""Loading a policy and its tokenizer, its log-prob forward, and the base LightningModule for held-out scoring."""
+"""The base LightningModule: a causal-LM policy with a rollout engine and a reward, scored on held-out prompts."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Literal
 
 import torch
 from lightning import LightningModule
@@ -13,117 +11,13 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from lit_grpo.lora import LoraSettings, apply_lora, base_model, is_peft, meta_copy
-from lit_grpo.loss import chunked_head_logprobs, token_entropy, token_logprobs
-from lit_grpo.parallel import is_fsdp1, is_sharded, shard_policy, wrap_fsdp1
+from lit_grpo.models.loading import DType, load_policy, load_tokenizer
+from lit_grpo.parallel import is_fsdp1, shard_policy, wrap_fsdp1
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.scoring import call_reward
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.hf import HFGenerateEngine
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
-
-DType = Literal["float32", "bfloat16", "float16"]
-
-
-def _looks_local(name: str) -> bool:
-    """A path rather than a hub id (``org/name``)."""
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or os.path.exists(name)
-
-
-def load_tokenizer(model: str):
-    """The tokenizer of a hub id or local directory, with a clear error when it cannot be found."""
-    from transformers import AutoTokenizer
-
-    _check_model_path(model)
-    try:
-        return AutoTokenizer.from_pretrained(model)
-    except OSError as err:
-        raise OSError(_not_found_message(model)) from err
-
-
-def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False, seed: int = 0) -> nn.Module:
-    """A causal LM from a hub id or local directory; ``from_scratch`` initialises its config randomly."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    _check_model_path(model)
-    torch_dtype = getattr(torch, dtype)
-    try:
-        if from_scratch:
-            torch.manual_seed(seed)
-            config = AutoConfig.from_pretrained(model)
-            return AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
-        return AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
-    except OSError as err:
-        raise OSError(_not_found_message(model)) from err
-
-
-def _check_model_path(model: str) -> None:
-    if _looks_local(model) and not Path(model).expanduser().is_dir():
-        raise FileNotFoundError(
-            f"model={model!r}: no such directory. Give a local directory saved with save_pretrained() "
-            "or a Hugging Face hub id (available offline in the hub cache)."
-        )
-
-
-def _not_found_message(model: str) -> str:
-    return (
-        f"model={model!r} could not be loaded: it is neither a local model directory nor a hub id present in "
-        "the local cache (HF_HUB_OFFLINE may be set). Download it first or point model to a local directory."
-    )
-
-
-#: Largest logits tensor (elements) :func:`sequence_logprobs` materialises at once. Above it the LM head
-#: runs over chunks of completion positions, each recomputed in the backward pass, so memory does not grow
-#: with ``N * T * V`` (2**24 elements: 64 MiB of float32; ``math.inf``: always the whole ``[N, T, V]``).
-MAX_LOGITS_ELEMENTS: float = 2**24
-
-#: Config attributes of models whose logits are more than ``lm_head(hidden)``; those keep the plain path.
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier",
-                     "logits_scaling")
-
-
-def sequence_logprobs(
-    policy: nn.Module, rollouts: Rollouts, temperature: float = 1.0, with_entropy: bool = False
-) -> tuple[Tensor, Tensor | None]:
-    """Log-probs ``[N, T]`` of the completion tokens under ``policy`` (and their entropy when asked).
-
-    Prompts are left padded and completions right padded, so position ids come from the attention mask.
-    Only the ``T + 1`` last positions go through the LM head; when their logits would exceed
-    :data:`MAX_LOGITS_ELEMENTS` the head runs over chunks of positions (:func:`chunked_head_logprobs`),
-    with the same result.
-    """
-    ids = torch.cat([rollouts.prompt_ids, rollouts.completion_ids], dim=1)  # [N, Tp + T]
-    attn = torch.cat([rollouts.prompt_mask, rollouts.completion_mask], dim=1).long()  # [N, Tp + T]
-    positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    n, t = rollouts.completion_ids.shape
-    model = base_model(policy)
-    rows = None if is_sharded(policy) else _head_chunk_rows(model, n * t)
-    if rows is not None:
-        hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=positions,
-                                     use_cache=False).last_hidden_state[:, -(t + 1) : -1]  # [N, T, H]
-        head = model.get_output_embeddings()
-        return chunked_head_logprobs(head, hidden, rollouts.completion_ids, temperature, rows, with_entropy)
-    logits = policy(input_ids=ids, attention_mask=attn, position_ids=positions, logits_to_keep=t + 1,
-                    use_cache=False).logits
-    logits = logits[:, :-1]  # [N, T, V]: position j predicts completion token j
-    logp = token_logprobs(logits, rollouts.completion_ids, temperature)  # [N, T]
-    entropy = token_entropy(logits.detach(), temperature) if with_entropy else None
-    return logp, entropy
-
-
-def _head_chunk_rows(model: nn.Module, positions: int) -> int | None:
-    """Positions per LM-head chunk when ``positions`` rows of logits would exceed :data:`MAX_LOGITS_ELEMENTS`
-    and the logits are exactly ``lm_head(decoder(...))`` with the two callable apart; else None. The caller
-    skips sharded policies (FSDP2 and FSDP1 root units gather the head's weights only inside the whole
-    model's forward)."""
-    head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
-    if not isinstance(head, nn.Linear) or positions * head.out_features <= MAX_LOGITS_ELEMENTS:
-        return None
-    config = getattr(model, "config", None)
-    if any(getattr(config, name, None) is not None for name in _LOGIT_TRANSFORMS):
-        return None
-    if not callable(getattr(model, "get_decoder", None)):
-        return None
-    return max(1, int(MAX_LOGITS_ELEMENTS // head.out_features))
 
 
 class PolicyModule(LightningModule):

@@ -9,11 +9,47 @@ the gradient norm) stay as they are.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
+from torch import Tensor
+
+from lit_grpo.losses import LossInputs, LossOutput
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.types import RolloutStats
 
 Pairs = dict[str, tuple[float, float]]
+
+
+@dataclass
+class UpdateStats:
+    """What the update on one rollout batch measured on this rank: the loss, gradient norm and loss statistics
+    of its last optimizer step, the entropy of its first pass, and the engine/trainer mismatch before it."""
+
+    loss: float = 0.0  # sum of (loss * weights) over the micro-batches: global, as the weights' divisors are
+    grad_norm: float = 0.0
+    means: Pairs = field(default_factory=dict)  # name -> (sum, count) over this rank's tokens or completions
+    terms: dict[str, float] = field(default_factory=dict)  # name -> sum of (term * weights), like the loss
+    entropy: tuple[float, float] | None = None  # (sum, tokens), None when nothing was trained on
+    mismatch: dict[str, float] = field(default_factory=dict)  # logp_diff_mean, logp_diff_max, logp_kl_k3
+
+    def add(self, loss: Tensor, out: LossOutput, batch: LossInputs, entropy: Tensor | None) -> None:
+        """Fold in one micro-batch: its weighted loss, the loss's statistics and the entropy ``[n, T]``."""
+        maskf = batch.mask.float()  # [n, T]
+        self.loss += loss.item()
+        for name, value in out.means.items():  # [n, T]: over tokens; [n]: over completions
+            if value.shape not in (batch.mask.shape, batch.mask.shape[:1]):
+                raise ValueError(
+                    f"the loss statistic {name!r} has shape {tuple(value.shape)}; a mean is [n, T] (over tokens, "
+                    f"here {tuple(batch.mask.shape)}) or [n] (over completions)"
+                )
+            num, den = (value.sum(), value.numel()) if value.dim() == 1 else ((value * maskf).sum(), maskf.sum())
+            old = self.means.get(name, (0.0, 0.0))
+            self.means[name] = (old[0] + float(num), old[1] + float(den))
+        for name, value in out.terms.items():
+            self.terms[name] = self.terms.get(name, 0.0) + (value * batch.weights).sum().item()
+        if entropy is not None:
+            old = self.entropy or (0.0, 0.0)
+            self.entropy = (old[0] + (entropy * maskf).sum().item(), old[1] + maskf.sum().item())
 
 
 def rollout_pairs(stats: RolloutStats, world_size: int) -> Pairs:
@@ -38,24 +74,24 @@ def rollout_pairs(stats: RolloutStats, world_size: int) -> Pairs:
     return pairs
 
 
-def train_pairs(losses: dict[str, float], tokens: float, with_kl: bool) -> Pairs:
-    """``train/*`` pairs: token-weighted clip fraction and entropy, rank-averaged loss, KL and grad norm."""
-    pairs: Pairs = {}
-    for name, value in losses.items():
-        if (name == "kl" and not with_kl) or name.startswith("mismatch/"):
-            continue
-        weighted = name in ("clip_frac", "entropy")
-        pairs[f"train/{name}"] = (value * tokens, tokens) if weighted else (value, 1.0)
+def train_pairs(update: UpdateStats) -> Pairs:
+    """``train/*`` pairs: the loss's means and the entropy over the global batch; the loss, its terms (KL) and
+    the gradient norm, which are global already, averaged over ranks."""
+    pairs: Pairs = {"train/loss": (update.loss, 1.0), "train/grad_norm": (update.grad_norm, 1.0)}
+    pairs.update({f"train/{name}": value for name, value in update.means.items()})
+    pairs.update({f"train/{name}": (value, 1.0) for name, value in update.terms.items()})
+    if update.entropy is not None:
+        pairs["train/entropy"] = update.entropy
     return pairs
 
 
-def mismatch_pairs(losses: dict[str, float], tokens: float) -> Pairs:
+def mismatch_pairs(update: UpdateStats, tokens: float) -> Pairs:
     """``rollout/logp_diff_mean`` and ``rollout/logp_kl_k3``, token-weighted over ranks. The maximum is
-    not a ratio of sums: the caller reduces ``losses["mismatch/logp_diff_max"]`` with a max."""
+    not a ratio of sums: the caller reduces ``update.mismatch["logp_diff_max"]`` with a max."""
     return {
-        f"rollout/{name}": (losses[f"mismatch/{name}"] * tokens, tokens)
+        f"rollout/{name}": (update.mismatch[name] * tokens, tokens)
         for name in ("logp_diff_mean", "logp_kl_k3")
-        if f"mismatch/{name}" in losses
+        if name in update.mismatch
     }
 
 

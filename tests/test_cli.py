@@ -99,3 +99,40 @@ def test_quickstart_runs_a_few_steps_with_each_estimator(tmp_path, estimator, ca
     assert run_dirs and glob.glob(f"{run_dirs[0]}/events*")
     saved = yaml.safe_load(Path(run_dirs[0], "config.yaml").read_text())  # the resolved config
     assert saved["model"]["init_args"]["estimator"]["class_path"].endswith(estimator)
+
+
+@pytest.mark.parametrize(("option", "name"), [("--model.loss=PPOClip", "PPOClip"),
+                                             ("--model.reward=ChoiceLetter", "ChoiceLetter")])
+def test_short_component_names_resolve(option, name):
+    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", option], run=False)
+    component = cli.model.loss if option.startswith("--model.loss") else cli.model.reward
+    assert type(component).__name__ == name
+
+
+def test_loss_options_on_the_command_line():
+    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.loss.eps_high=0.28",
+                           "--model.loss.tis=token"], run=False)
+    assert type(cli.model.loss).__name__ == "PPOClip"
+    assert (cli.model.loss.eps_high, cli.model.loss.tis) == (0.28, "token")
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("--model.eps_high=0.28", "--model.loss.eps_high="),
+    ("--model.init_args.tis=token", "--model.loss.tis="),
+])
+def test_loss_options_in_their_old_place_fail_with_the_new_spelling(capsys, old, new):
+    with pytest.raises(SystemExit):
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", old], run=False)
+    assert new in capsys.readouterr().err
+
+
+def test_old_config_files_fail_with_the_new_spelling(capsys, tmp_path):
+    config = yaml.safe_load((ROOT / "configs/quickstart.yaml").read_text())
+    del config["model"]["init_args"]["loss"]
+    config["model"]["init_args"]["beta"] = 0.01
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit):
+        LitGRPOCLI(args=["--config", str(path)], run=False)
+    err = capsys.readouterr().err
+    assert f"model.beta in {path}" in err and "--model.loss.beta=" in err and "init_args: {beta:" in err

@@ -3,14 +3,10 @@ import math
 import pytest
 import torch
 
-from lit_grpo.loss import (
-    AGGREGATIONS,
-    clipped_policy_loss,
-    kl_penalty,
-    token_entropy,
-    token_logprobs,
-    token_weights,
-)
+from lit_grpo.logprobs import kl_estimate, token_entropy, token_logprobs
+from lit_grpo.losses import LossInputs, LossOutput, PPOClip
+from lit_grpo.losses.functional import AGGREGATIONS, clipped_policy_loss, token_weights, truncated_is_weights
+from lit_grpo.step_metrics import UpdateStats
 
 
 def _batch(seed=0, n=6, t=5):
@@ -111,13 +107,13 @@ def test_kl_estimators():
     logp = torch.tensor([[-1.0, -2.0]])
     ref = torch.tensor([[-1.5, -1.0]])
     d = logp - ref
-    torch.testing.assert_close(kl_penalty(logp, ref, "k1"), d)
-    torch.testing.assert_close(kl_penalty(logp, ref, "k2"), 0.5 * d**2)
-    torch.testing.assert_close(kl_penalty(logp, ref, "k3"), torch.exp(-d) + d - 1)
-    assert torch.all(kl_penalty(logp, ref, "k3") >= 0)
-    assert torch.equal(kl_penalty(logp, logp, "k3"), torch.zeros_like(logp))
+    torch.testing.assert_close(kl_estimate(logp, ref, "k1"), d)
+    torch.testing.assert_close(kl_estimate(logp, ref, "k2"), 0.5 * d**2)
+    torch.testing.assert_close(kl_estimate(logp, ref, "k3"), torch.exp(-d) + d - 1)
+    assert torch.all(kl_estimate(logp, ref, "k3") >= 0)
+    assert torch.equal(kl_estimate(logp, logp, "k3"), torch.zeros_like(logp))
     with pytest.raises(ValueError, match="k3"):
-        kl_penalty(logp, ref, "k4")
+        kl_estimate(logp, ref, "k4")
 
 
 def test_token_logprobs_matches_log_softmax_in_chunks():
@@ -130,3 +126,65 @@ def test_token_logprobs_matches_log_softmax_in_chunks():
     p = torch.softmax(logits, -1)
     torch.testing.assert_close(ent, -(p * p.log()).sum(-1))
     assert ent.max() <= math.log(11) + 1e-5
+
+
+def _inputs(seed=0, **overrides):
+    logp, mask = _batch(seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    fields = {
+        "logp": logp * mask,
+        "old_logp": (logp + 0.3 * torch.randn(logp.shape, generator=g)) * mask,
+        "engine_logp": (logp - 0.5 * torch.rand(logp.shape, generator=g)) * mask,
+        "ref_logp": (logp + 0.2 * torch.randn(logp.shape, generator=g)) * mask,
+        "advantages": torch.randn(logp.shape[0], generator=g),
+        "mask": mask,
+        "weights": token_weights(mask, "token-mean", 8),
+    }
+    return LossInputs(**{**fields, **overrides})
+
+
+def test_ppo_clip_defaults_are_the_clipped_surrogate():
+    batch = _inputs()
+    out = PPOClip()(batch)
+    expected, clipped = clipped_policy_loss(batch.logp, batch.old_logp, batch.advantages, 0.2, 0.2, None)
+    torch.testing.assert_close(out.loss, expected)
+    assert torch.equal(out.means["clip_frac"], clipped.float()) and not out.terms
+    loss = PPOClip()
+    assert loss.needs_old_logp and not loss.needs_ref_logp and not loss.needs_engine_logp
+
+
+def test_ppo_clip_composes_dual_clip_tis_and_kl():
+    batch = _inputs(seed=3)
+    loss = PPOClip(eps_low=0.1, eps_high=0.28, dual_clip=3.0, beta=0.05, kl_estimator="k2", tis="sequence",
+                   tis_cap=1.5)
+    out = loss(batch)
+    surrogate, _ = clipped_policy_loss(batch.logp, batch.old_logp, batch.advantages, 0.1, 0.28, 3.0)
+    is_weights = truncated_is_weights(batch.old_logp, batch.engine_logp, batch.mask, "sequence", 1.5)
+    kl = kl_estimate(batch.logp, batch.ref_logp, "k2")
+    torch.testing.assert_close(out.loss, surrogate * is_weights + 0.05 * kl)
+    torch.testing.assert_close(out.terms["kl"], kl)
+    assert loss.needs_ref_logp and loss.needs_engine_logp
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"eps_low": 1.0}, "eps_low=1.0"),
+    ({"dual_clip": 1.0}, "dual_clip=1.0 must be > 1"),
+    ({"beta": -0.1}, "beta=-0.1 must be >= 0"),
+    ({"kl_estimator": "k4"}, "kl_estimator='k4' is not known; choose one of k1, k2, k3"),
+    ({"tis": "tokens"}, "tis='tokens' is not known"),
+    ({"tis": "token", "tis_cap": 0}, "tis_cap=0 must be > 0"),
+])
+def test_ppo_clip_rejects_bad_options_naming_them(options, message):
+    with pytest.raises(ValueError, match=message):
+        PPOClip(**options)
+
+
+def test_loss_statistics_are_means_over_tokens_or_completions():
+    batch = _inputs()
+    mask = batch.mask.float()
+    stats = UpdateStats()
+    stats.add(torch.tensor(1.0), LossOutput(batch.logp, means={"tok": mask * 2, "seq": torch.arange(6.0)}), batch, None)
+    assert stats.means["tok"] == (2 * mask.sum().item(), mask.sum().item())  # padding left out
+    assert stats.means["seq"] == (15.0, 6.0)
+    with pytest.raises(ValueError, match=r"'bad' has shape \(6, 1\); a mean is \[n, T\]"):
+        stats.add(torch.tensor(1.0), LossOutput(batch.logp, means={"bad": torch.ones(6, 1)}), batch, None)

@@ -8,9 +8,10 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import lit_grpo.losses.ppo_clip as ppo_clip_mod
 import lit_grpo.module as module_mod
 from lit_grpo import GRPO, RLOO, MaxRL, RewardFunction, Sign, SoftmaxGRPO
-from lit_grpo.loss import AGGREGATIONS
+from lit_grpo.losses import AGGREGATIONS, LossOutput, PolicyLoss, PPOClip
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.types import RewardOutput
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
@@ -117,7 +118,8 @@ def _first_step(tmp_path, model_path, **kwargs):
 ])
 def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_model_path, shift, tis, tis_cap, scale):
     plain, metrics = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift))
-    weighted, _ = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift), tis=tis, tis_cap=tis_cap)
+    weighted, _ = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift),
+                              loss=PPOClip(tis=tis, tis_cap=tis_cap))
     assert any(g.abs().sum() > 0 for g in plain.values())
     for k in plain:
         torch.testing.assert_close(weighted[k], scale * plain[k], atol=1e-6, rtol=1e-4)
@@ -129,7 +131,7 @@ def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_mode
 
 def test_matching_engine_has_no_mismatch_and_tis_changes_nothing(tmp_path, sft_model_path):
     plain, metrics = _first_step(tmp_path, sft_model_path)
-    weighted, _ = _first_step(tmp_path, sft_model_path, tis="token")
+    weighted, _ = _first_step(tmp_path, sft_model_path, loss=PPOClip(tis="token"))
     for k in plain:
         torch.testing.assert_close(weighted[k], plain[k], atol=1e-5, rtol=1e-3)
     assert 0 <= metrics["rollout/logp_diff_mean"].item() < 1e-4
@@ -146,12 +148,46 @@ def test_old_logprobs_only_when_reused(tmp_path, sft_model_path, num_iterations,
     assert module.global_step == num_iterations  # one optimizer step per pass
 
 
+class Reinforce(PolicyLoss):
+    """``-A logp`` per token: reads no old, engine or reference log-probs; logs a per-completion mean and a term."""
+
+    needs_old_logp = False
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, batch):
+        self.seen.append((batch.old_logp, batch.engine_logp, batch.ref_logp))
+        return LossOutput(-batch.advantages[:, None] * batch.logp,
+                          means={"positive_frac": (batch.advantages > 0).float()},  # [n]: over completions
+                          terms={"logp": batch.logp.detach()})
+
+
+def test_a_loss_gets_only_the_logprobs_it_declares_and_its_statistics_are_logged(tmp_path, sft_model_path):
+    L.seed_everything(0)
+    loss, outputs = Reinforce(), {}
+
+    class Grab(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, out, batch, batch_idx):
+            outputs["rollout"] = out["rollout"]
+
+    module = tiny_module(sft_model_path, loss=loss, num_iterations=2)
+    trainer = tiny_trainer(tmp_path, max_steps=2, callbacks=[Grab()])
+    with mock.patch.object(module_mod, "sequence_logprobs", wraps=module_mod.sequence_logprobs) as forward:
+        trainer.fit(module, datamodule=tiny_data())
+    assert forward.call_count == 2  # one forward per pass, no frozen old log-probs
+    assert loss.seen and all(x is None for seen in loss.seen for x in seen)
+    metrics, adv = trainer.callback_metrics, outputs["rollout"].advantages
+    assert metrics["train/positive_frac"].item() == pytest.approx((adv > 0).float().mean().item())
+    assert metrics["train/logp"].item() < 0 and "train/clip_frac" not in metrics
+
+
 def test_kl_reference_is_loaded_only_with_beta(tmp_path, sft_model_path):
     plain = tiny_module(sft_model_path)
     plain.configure_model()
     assert plain.ref_policy is None
     L.seed_everything(0)
-    with_kl = tiny_module(sft_model_path, beta=0.1)
+    with_kl = tiny_module(sft_model_path, loss=PPOClip(beta=0.1))
     tiny_trainer(tmp_path, max_steps=2).fit(with_kl, datamodule=tiny_data())
     assert with_kl.ref_policy is not None
     assert all(not p.requires_grad for p in with_kl.ref_policy.parameters())
@@ -203,6 +239,33 @@ def test_filter_degenerate_keeps_informative_groups(tmp_path, sft_model_path):
     assert torch.all(spread > 0)  # every kept group varies
 
 
+class NearlyConstantAboveOne(RewardFunction):
+    """Rewards around 5: even groups spread by 3e-6 (constant for the estimators' relative tolerance, though above
+    an absolute 1e-6), odd groups by 1."""
+
+    def __call__(self, completions, references, **columns):
+        g = 4  # tiny_module's group_size
+        spread = torch.tensor([3e-6 if (i // g) % 2 == 0 else 1.0 for i in range(len(completions))])
+        first = torch.tensor([i % g == 0 for i in range(len(completions))])
+        return RewardOutput((5.0 + spread * first).float(), {}, {})
+
+
+def test_filter_degenerate_keeps_exactly_the_groups_the_estimator_can_use(tmp_path, sft_model_path):
+    L.seed_everything(0)
+    module = tiny_module(sft_model_path, reward=NearlyConstantAboveOne(), filter_degenerate=True,
+                         max_refill_batches=0)
+    outputs = {}
+
+    class Grab(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, out, batch, batch_idx):
+            outputs["rollout"] = out["rollout"]
+
+    tiny_trainer(tmp_path, max_steps=1, callbacks=[Grab()]).fit(module, datamodule=tiny_data(prompts_per_step=4))
+    stats = outputs["rollout"]
+    assert stats.rewards.shape[0] == 2 and torch.all(stats.rewards.max(1).values - stats.rewards.min(1).values > 0.5)
+    assert torch.all(stats.advantages.abs().sum(1) > 0)  # no kept group is wasted on zero advantages
+
+
 def test_non_finite_rewards_are_a_clear_error(tmp_path, sft_model_path):
     class InfReward(RewardFunction):
         def __call__(self, completions, references, **columns):
@@ -222,13 +285,13 @@ def test_nonfinite_loss_skips_the_step_and_counts(tmp_path, sft_model_path):
     module = tiny_module(sft_model_path)
     module.configure_model()
     before = _params(module)
-    with mock.patch.object(module_mod, "clipped_policy_loss",
+    with mock.patch.object(ppo_clip_mod, "clipped_policy_loss",
                            side_effect=_nan_loss):
         tiny_trainer(tmp_path, max_steps=2).fit(module, datamodule=tiny_data())
     assert module.nonfinite_steps == 2
     assert all(torch.equal(before[k], v) for k, v in _params(module).items())
     raising = tiny_module(sft_model_path, on_nonfinite="raise")
-    with mock.patch.object(module_mod, "clipped_policy_loss",
+    with mock.patch.object(ppo_clip_mod, "clipped_policy_loss",
                            side_effect=_nan_loss):
         with pytest.raises(FloatingPointError, match="on_nonfinite"):
             tiny_trainer(tmp_path, max_steps=1).fit(raising, datamodule=tiny_data())
@@ -244,9 +307,9 @@ def test_bad_options_are_rejected_with_the_option_named(sft_model_path):
     with pytest.raises(ValueError, match="tau"):
         SoftmaxGRPO(tau=0)
     with pytest.raises(ValueError, match="tis='tokens' is not known"):
-        tiny_module(sft_model_path, tis="tokens")
+        tiny_module(sft_model_path, loss=PPOClip(tis="tokens"))
     with pytest.raises(ValueError, match="tis_cap=0"):
-        tiny_module(sft_model_path, tis="token", tis_cap=0)
+        tiny_module(sft_model_path, loss=PPOClip(tis="token", tis_cap=0))
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path):
@@ -259,7 +322,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tmp_path, sft_model_pat
     grads = []
     for checkpointing in (False, True):
         L.seed_everything(0)
-        module = tiny_module(sft_model_path, gradient_checkpointing=checkpointing, beta=0.1)
+        module = tiny_module(sft_model_path, gradient_checkpointing=checkpointing, loss=PPOClip(beta=0.1))
         capture = GradCapture()
         tiny_trainer(tmp_path, max_steps=1, callbacks=[capture]).fit(module, datamodule=tiny_data())
         assert module.policy.is_gradient_checkpointing == checkpointing

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 import lit_grpo.module as module_mod
-from lit_grpo import policy as policy_mod
-from lit_grpo.loss import chunked_head_logprobs, token_entropy, token_logprobs
-from lit_grpo.policy import load_policy, load_tokenizer, sequence_logprobs
+from lit_grpo import logprobs as logprobs_mod
+from lit_grpo.logprobs import chunked_head_logprobs, sequence_logprobs, token_entropy, token_logprobs
+from lit_grpo.models.loading import load_policy, load_tokenizer
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.types import SamplingParams
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
@@ -60,7 +60,7 @@ def test_sequence_logprobs_in_head_chunks_equals_whole_logits(tiny_model_path, m
 
     plain = run()
     vocab = policy.get_output_embeddings().out_features
-    monkeypatch.setattr(policy_mod, "MAX_LOGITS_ELEMENTS", 5 * vocab)  # 5 positions per head call
+    monkeypatch.setattr(logprobs_mod, "MAX_LOGITS_ELEMENTS", 5 * vocab)  # 5 positions per head call
     calls = []
     handle = policy.get_output_embeddings().register_forward_hook(lambda m, a, out: calls.append(out.shape))
     chunked = run()
@@ -92,7 +92,7 @@ def test_engine_logprobs_equal_those_of_the_whole_generation_logits(tiny_model_p
         top_k=None,  # no top-k filter (left out, generate would apply its default of 50)
         max_new_tokens=10,
         pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=engine._eos_ids(),
+        eos_token_id=engine.eos_ids(),
         use_cache=use_cache,
         return_dict_in_generate=True,
         output_logits=True,

@@ -79,7 +79,7 @@ class PromptRenderer:
                     "`tokenizer` to the model's hub id or directory (under a Trainer the DataModule uses "
                     "the policy's model when it is unset)"
                 )
-            from lit_grpo.policy import load_tokenizer
+            from lit_grpo.models.loading import load_tokenizer
 
             tok = load_tokenizer(self.tokenizer)
             if getattr(tok, "chat_template", None):

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_grpo.estimators.functional import CONSTANT_RTOL, constant_groups
+
 #: Keys of :func:`degeneracy_summary`, in order.
 SUMMARY_KEYS = (
     "degenerate_frac",
@@ -28,12 +30,14 @@ SUMMARY_KEYS = (
 )
 
 
-def degenerate_groups(rewards: Tensor, atol: float = 1e-6) -> dict[str, Tensor]:
+def degenerate_groups(rewards: Tensor, atol: float = CONSTANT_RTOL) -> dict[str, Tensor]:
     """Which groups are degenerate, all correct or all wrong.
 
     Args:
         rewards: ``[P, G]`` float, NaN = unscorable (ignored).
-        atol: two rewards closer than this count as equal (a tolerance, never ``std == 0``).
+        atol: two rewards closer than ``atol * max(1, max |r|)`` count as equal (a tolerance, never
+            ``std == 0``): a group is degenerate exactly when the estimators find it constant
+            (:func:`lit_grpo.estimators.functional.constant_groups`).
 
     Returns:
         ``{"degenerate", "all_correct", "all_wrong"}``, each a ``[P]`` bool mask. A group with at
@@ -50,7 +54,7 @@ def degenerate_groups(rewards: Tensor, atol: float = 1e-6) -> dict[str, Tensor]:
     count = scorable.sum(-1)  # [P]
     hi = torch.where(scorable, rewards, -math.inf).amax(-1)  # [P]
     lo = torch.where(scorable, rewards, math.inf).amin(-1)  # [P]
-    degenerate = (count <= 1) | (hi - lo <= atol)  # [P]
+    degenerate = constant_groups(rewards, atol).squeeze(-1)  # [P]
     some = count >= 1
     return {
         "degenerate": degenerate,

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_grpo.diagnostics.rank import spectrum_summary
-from lit_grpo.policy import sequence_logprobs
+from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.rollout.functional import select_rows, slice_rows
 from lit_grpo.types import Rollouts
 

@@ -28,7 +28,8 @@ GPGNorm = Literal["none", "std"]
 Reduce = Callable[[Tensor], Tensor]
 
 #: A group is constant when the spread (max - min) of its scorable rewards is at most
-#: ``CONSTANT_RTOL * max(1, max |r|)``: about 8 float32 ulps for rewards in [0, 1].
+#: ``CONSTANT_RTOL * max(1, max |r|)``: about 8 float32 ulps for rewards in [0, 1]. The one definition of a
+#: constant group: the estimators, ``GRPOModule(filter_degenerate=True)`` and the degeneracy diagnostics use it.
 CONSTANT_RTOL = 1e-6
 #: SignBalance counts a reward as correct when it is at least this value.
 CORRECT_THRESHOLD = 0.5
@@ -107,8 +108,10 @@ def constant_groups(rewards: Tensor, rtol: float = CONSTANT_RTOL) -> Tensor:
     """Groups with at most one scorable reward or a spread within tolerance: ``[P, G] -> [P, 1]`` bool.
 
     The spread ``max - min`` of the scorable rewards is compared with ``rtol * max(1, max |r|)``,
-    never tested for exact equality, so float noise does not become an advantage.
+    never tested for exact equality, so float noise does not become an advantage. Computed in float64,
+    as the estimators compute, whatever the rewards' dtype.
     """
+    rewards = rewards.to(torch.float64)
     scorable = ~rewards.isnan()  # [P, G]
     hi = rewards.where(scorable, -math.inf).amax(-1, keepdim=True)  # [P, 1]
     lo = rewards.where(scorable, math.inf).amin(-1, keepdim=True)  # [P, 1]

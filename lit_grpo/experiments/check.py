@@ -41,9 +41,7 @@ def _quiet_lightning():
             lg.setLevel(level)
 
 
-def _instantiate(run: Run):
-    from lit_grpo.cli import LitGRPOCLI
-
+def _instantiate(run: Run, cli_class: type):
     err = io.StringIO()
     try:
         with (
@@ -53,7 +51,7 @@ def _instantiate(run: Run):
             warnings.catch_warnings(),
         ):
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-            return LitGRPOCLI(args=list(run.args[1:]), run=False)
+            return cli_class(args=list(run.args[1:]), run=False)
     except (Exception, SystemExit) as exc:  # jsonargparse reports bad configs by SystemExit
         detail = err.getvalue().strip().splitlines()
         message = "\n".join(detail[-8:]) or f"{type(exc).__name__}: {exc}"
@@ -71,7 +69,7 @@ def _check_metrics(exp: Experiment, cli, run: Run) -> None:
     present = [cli.model, *cli.trainer.callbacks]
     names = {m.name for m in exp.all_metrics()} | {m for c in exp.curves for m in c.metrics}
     for name in sorted(names):
-        sources = metric_sources(name)
+        sources = metric_sources(name, exp.callbacks)
         if not any(isinstance(obj, _class(s)) for s in sources for obj in present):
             raise ValueError(
                 f"run {run.run_id}: metric {name!r} is written by {' or '.join(sources)}, which this "
@@ -81,10 +79,10 @@ def _check_metrics(exp: Experiment, cli, run: Run) -> None:
 
 
 def _check_model(cli, run: Run, prepared: dict[str, Path]) -> None:
-    from lit_grpo.policy import _looks_local
+    from lit_grpo.models.loading import looks_local
 
     name = str(cli.model.model_name)
-    if name in {str(p) for p in prepared.values()} or not _looks_local(name):
+    if name in {str(p) for p in prepared.values()} or not looks_local(name):
         return
     if not Path(name).expanduser().is_dir():
         raise ValueError(
@@ -94,9 +92,10 @@ def _check_model(cli, run: Run, prepared: dict[str, Path]) -> None:
 
 
 def check_runs(
-    exp: Experiment, runs: list[Run], prepared: dict[str, Path]
+    exp: Experiment, runs: list[Run], prepared: dict[str, Path], cli_class: type
 ) -> dict[tuple[str, str], CellInfo]:
-    """Build each distinct arm x setting once (first seed); a ValueError names the first problem."""
+    """Build each distinct arm x setting once (first seed) with ``cli_class`` (the LightningCLI subclass
+    ``lit-grpo`` runs, :class:`lit_grpo.cli.LitGRPOCLI`); a ValueError names the first problem."""
     from lightning.pytorch.loggers import TensorBoardLogger
 
     cells: dict[tuple[str, str], CellInfo] = {}
@@ -104,7 +103,7 @@ def check_runs(
         key = (run.arm, run.setting_label)
         if key in cells:
             continue
-        cli = _instantiate(run)
+        cli = _instantiate(run, cli_class)
         if not isinstance(cli.trainer.logger, TensorBoardLogger):
             raise ValueError(
                 f"run {run.run_id}: the trainer logger must be a TensorBoardLogger (the report reads its "

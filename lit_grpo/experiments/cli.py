@@ -73,14 +73,14 @@ def _record_invocation(out: Path, exp, ran: int, wall: float, jobs: int) -> None
     path.write_text(json.dumps(history, indent=1))
 
 
-def _plan(paths: list[str], quick: bool, root: str):
+def _plan(paths: list[str], quick: bool, root: str, cli_class: type):
     """Load and check every experiment; ``(exp, prepared, runs, cells)`` each, or a ValueError."""
     plans = []
     for path in paths:
         exp = load_experiment(path, quick=quick)
         prepared = prepared_outputs(exp, root)
         runs = expand(exp, prepared, root)
-        plans.append((exp, prepared, runs, check_runs(exp, runs, prepared)))
+        plans.append((exp, prepared, runs, check_runs(exp, runs, prepared, cli_class)))
         print(
             f"{path}: {len(exp.arms)} arms x {len(runs) // max(1, len(exp.arms) * len(exp.seeds))} settings x "
             f"{len(exp.seeds)} seeds = {len(runs)} runs; configs check out",
@@ -89,14 +89,15 @@ def _plan(paths: list[str], quick: bool, root: str):
     return plans
 
 
-def compare_main(argv: list[str] | None = None) -> int:
-    """Entry point of ``lit-grpo compare``; returns the exit code."""
+def compare_main(argv: list[str] | None, cli_class: type) -> int:
+    """Entry point of ``lit-grpo compare``; returns the exit code. ``cli_class``: the LightningCLI subclass
+    the runs' configs are checked with (``lit-grpo`` passes :class:`lit_grpo.cli.LitGRPOCLI`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs={args.jobs} must be >= 1")
     try:
-        plans = _plan(args.config, args.quick, args.root)
+        plans = _plan(args.config, args.quick, args.root, cli_class)
     except (ValueError, FileNotFoundError) as err:
         print(f"lit-grpo compare: error: {err}", file=sys.stderr)
         return 2

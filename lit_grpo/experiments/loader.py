@@ -105,6 +105,27 @@ def _overlay_estimators(paths: tuple[str, ...], where: str) -> None:
             resolve_estimator(str(name), f"{where} ({p})")
 
 
+def callback_paths(configs: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
+    """Class paths of the callbacks that LightningCLI config files and ``--trainer.callbacks`` arguments name."""
+    entries: list[Any] = []
+    for p in configs:
+        trainer = (yaml.safe_load(Path(p).read_text()) or {}).get("trainer") or {}
+        entries += _as_list(trainer.get("callbacks") if isinstance(trainer, dict) else None)
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key in ("--trainer.callbacks", "--trainer.callbacks+"):
+            try:
+                entries += _as_list(yaml.safe_load(value))
+            except yaml.YAMLError:
+                continue
+    paths = [e.get("class_path") if isinstance(e, dict) else e for e in entries]
+    return tuple(dict.fromkeys(p for p in paths if isinstance(p, str) and "." in p))
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
 def _arm(label: str, data: Any, where: str) -> Arm:
     data = _keys(data or {}, {"config", "estimator", "init_args", "args"}, where)
     configs = _files(_strs(data.get("config"), f"{where}.config"), f"{where}.config")
@@ -120,12 +141,12 @@ def _arm(label: str, data: Any, where: str) -> Arm:
     )
 
 
-def _metric(data: Any, where: str) -> Metric:
+def _metric(data: Any, where: str, callbacks: tuple[str, ...]) -> Metric:
     data = {"name": data} if isinstance(data, str) else data
     data = _keys(data, {"name", "reduce", "tail", "transform", "chance", "test_against", "label"}, where)
     if "name" not in data:
         raise _fail(where, "needs `name`, a logged metric such as val/accuracy")
-    check_metric(str(data["name"]), where)
+    check_metric(str(data["name"]), where, callbacks)
     m = Metric(
         str(data["name"]),
         _choice(data.get("reduce", "last"), Reduce, f"{where}.reduce"),
@@ -142,22 +163,22 @@ def _metric(data: Any, where: str) -> Metric:
     return m
 
 
-def _curve(data: Any, where: str) -> Curve:
+def _curve(data: Any, where: str, callbacks: tuple[str, ...]) -> Curve:
     data = _keys(data, {"metrics", "smooth", "title"}, where)
     metrics = _strs(data.get("metrics"), f"{where}.metrics")
     for m in metrics:
-        check_metric(m, f"{where}.metrics")
+        check_metric(m, f"{where}.metrics", callbacks)
     smooth = int(data.get("smooth", 1))
     if not metrics or smooth < 1:
         raise _fail(where, "needs at least one metric and smooth >= 1")
     return Curve(metrics, smooth, str(data.get("title", "")))
 
 
-def _profile(data: Any, where: str) -> Profile:
+def _profile(data: Any, where: str, callbacks: tuple[str, ...]) -> Profile:
     data = _keys(data, {"metrics", "x", "reduce", "xlabel", "log2", "title"}, where)
     metrics = _strs(data.get("metrics"), f"{where}.metrics")
     for m in metrics:
-        check_metric(m, f"{where}.metrics")
+        check_metric(m, f"{where}.metrics", callbacks)
     x = tuple(float(v) for v in data.get("x") or [])
     if not metrics or len(x) != len(metrics):
         raise _fail(where, f"x ({len(x)} values) must give one position per metric ({len(metrics)})")
@@ -247,6 +268,10 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
         for k, v in _keys(data["arms"], set(data["arms"]), where).items()
     )
     _check_prepared(texts + [a for arm in arms for a in arm.args], {p.name for p in prepared}, where)
+    base = _files(_strs(data.get("base"), f"{where}: base"), f"{where}: base")
+    callbacks = callback_paths(
+        base + tuple(c for arm in arms for c in arm.configs), tuple(texts) + tuple(a for arm in arms for a in arm.args)
+    )
     threads = int(data.get("threads_per_run", 1))
     if threads < 1:
         raise _fail(f"{where}: threads_per_run", f"{threads} must be >= 1")
@@ -254,20 +279,23 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
         name=_label(str(data["name"]), f"{where}: name"),
         path=where,
         claim=str(data.get("claim", "")).strip(),
-        base=_files(_strs(data.get("base"), f"{where}: base"), f"{where}: base"),
+        base=base,
         arms=arms,
         seeds=tuple(seeds),
-        metrics=tuple(_metric(m, f"{where}: metrics[{i}]") for i, m in enumerate(data["metrics"])),
+        metrics=tuple(_metric(m, f"{where}: metrics[{i}]", callbacks) for i, m in enumerate(data["metrics"])),
         args=args,
         sweep=sweep,
         prepare=prepared,
-        curves=tuple(_curve(c, f"{where}: curves[{i}]") for i, c in enumerate(data.get("curves") or [])),
+        curves=tuple(
+            _curve(c, f"{where}: curves[{i}]", callbacks) for i, c in enumerate(data.get("curves") or [])
+        ),
         profiles=tuple(
-            _profile(p, f"{where}: profiles[{i}]") for i, p in enumerate(data.get("profiles") or [])
+            _profile(p, f"{where}: profiles[{i}]", callbacks) for i, p in enumerate(data.get("profiles") or [])
         ),
         threads_per_run=threads,
         seed_args=_strs(data.get("seed_args"), where) or DEFAULT_SEED_ARGS,
         tests=_choice(data.get("tests", "arms"), Tests, f"{where}: tests"),
         runtime=str(data.get("runtime", "")).strip(),
         quick=quick,
+        callbacks=callbacks,
     )

@@ -3,7 +3,9 @@ advantage estimators (the classes :mod:`lit_grpo.estimators` exports).
 
 A metric is documented by the docstring of the module or callback that writes it, as a double-backquoted
 name such as ``rollout/degenerate_frac``; placeholders in angle brackets (``val/pass@<n>``,
-``budget/share_<bin>``) stand for any text, and ``grad/sigma_1`` .. ``grad/sigma_5`` for the range.
+``budget/share_<bin>``) stand for any text, and ``grad/sigma_1`` .. ``grad/sigma_5`` for the range. The
+modules are always read; callbacks are read by the class paths an experiment names
+(``--trainer.callbacks+=callbacks.DegeneracyMonitor``), imported as LightningCLI would import them.
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
 _NAME = re.compile(r"``([a-z_]+/(?:[^`\s<]|<[^`>]+>)+)``")
 _RANGE = re.compile(r"``([a-z_]+/[^`\s]*?)(\d+)``\s*\.\.\s*``\1(\d+)``")
 _PLACEHOLDER = re.compile(r"<[^>]+>")
+
+#: The LightningModules whose docstrings document what they log.
+MODULE_CLASSES = ("lit_grpo.module.GRPOModule", "lit_grpo.policy.PolicyModule", "lit_grpo.sft.SFTModule")
 
 
 @dataclass(frozen=True)
@@ -40,41 +46,50 @@ def documented_names(doc: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _documenting_classes() -> list[type]:
-    import callbacks
-    import lit_grpo
+def import_class(path: str) -> type | None:
+    """The class at ``path`` (``package.module.Class`` or ``package.Class``), or None when there is none."""
+    module_name, _, attr = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr) if module_name else None
+    except (ImportError, AttributeError):
+        return None
+    return cls if inspect.isclass(cls) else None
 
-    classes = [lit_grpo.GRPOModule, lit_grpo.PolicyModule, lit_grpo.SFTModule]
-    classes += [getattr(callbacks, name) for name in callbacks.__all__]
-    return [c for c in classes if inspect.isclass(c)]
+
+def metric_registry(classes: Iterable[str] = ()) -> tuple[MetricPattern, ...]:
+    """Every metric documented by the modules and by ``classes`` (class paths, e.g. of callbacks)."""
+    return _registry(tuple(dict.fromkeys((*MODULE_CLASSES, *classes))))
 
 
-@lru_cache(maxsize=1)
-def metric_registry() -> tuple[MetricPattern, ...]:
-    """Every documented metric of the modules and callbacks, with the class that writes it."""
+@lru_cache(maxsize=32)
+def _registry(paths: tuple[str, ...]) -> tuple[MetricPattern, ...]:
     patterns = []
-    for cls in _documenting_classes():
+    for cls in filter(None, map(import_class, paths)):
         source = f"{cls.__module__}.{cls.__qualname__}"
         patterns += [MetricPattern(name, source) for name in documented_names(inspect.getdoc(cls) or "")]
     return tuple(patterns)
 
 
-def metric_sources(name: str) -> list[str]:
-    """Classes documenting ``name`` (empty when it is not a documented metric)."""
-    return sorted({p.source for p in metric_registry() if p.matches(name)})
+def metric_sources(name: str, classes: Iterable[str] = ()) -> list[str]:
+    """The modules and ``classes`` documenting ``name`` (empty when none does)."""
+    return sorted({p.source for p in metric_registry(classes) if p.matches(name)})
 
 
-def check_metric(name: str, where: str) -> list[str]:
-    """The sources of a documented metric; a ValueError naming close documented names otherwise."""
-    sources = metric_sources(name)
+def check_metric(name: str, where: str, classes: Iterable[str] = ()) -> list[str]:
+    """The sources of a metric documented by the modules or ``classes``; a ValueError naming close documented
+    names otherwise."""
+    classes = tuple(classes)
+    sources = metric_sources(name, classes)
     if sources:
         return sources
+    registry = metric_registry(classes)
     prefix = name.split("/")[0] + "/"
-    known = sorted({p.pattern for p in metric_registry() if p.pattern.startswith(prefix)})
-    hint = ", ".join(known[:12]) if known else ", ".join(sorted({p.pattern for p in metric_registry()})[:12])
+    known = sorted({p.pattern for p in registry if p.pattern.startswith(prefix)})
+    hint = ", ".join(known[:12]) if known else ", ".join(sorted({p.pattern for p in registry})[:12])
     raise ValueError(
-        f"{where}: metric {name!r} is not documented by the GRPO module or any callback; documented names "
-        f"with this prefix include: {hint} (docs/diagnostics.md lists them all)"
+        f"{where}: metric {name!r} is not documented by the GRPO module or a callback the experiment names "
+        f"(a callback counts once its configs or args name it, e.g. --trainer.callbacks+=callbacks.PassAtK); "
+        f"documented names with this prefix include: {hint} (docs/diagnostics.md lists them all)"
     )
 
 

@@ -95,6 +95,7 @@ class Experiment:
     tests: Tests = "arms"
     runtime: str = ""
     quick: bool = False
+    callbacks: tuple[str, ...] = ()  # class paths of the callbacks its configs and arguments name
 
     def all_metrics(self) -> tuple[Metric, ...]:
         """Table metrics plus the (metric, reduce) pairs the profiles draw."""

@@ -16,6 +16,10 @@ class RewardFunction(ABC):
     (``unscorable``, ``errors``, ``timeouts``), never a silent 0.
     """
 
+    #: Whether every score is 0 or 1 (NaN aside): ``True``/``False`` when the reward knows, ``None`` when it
+    #: does not say. Diagnostics that need binary rewards refuse a reward that declares ``False``.
+    binary: bool | None = None
+
     @abstractmethod
     def __call__(self, completions: list[str], references: list[str], **columns: Any) -> RewardOutput:
         """``completions [N]``, ``references [N]`` -> ``RewardOutput`` with ``scores [N]``."""

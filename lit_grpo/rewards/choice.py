@@ -51,6 +51,8 @@ class ChoiceLetter(RewardFunction):
         letters: The option letters when no ``num_choices`` column is given.
     """
 
+    binary = True
+
     def __init__(self, letters: str = string.ascii_uppercase[:10]) -> None:
         if (
             not letters

@@ -23,6 +23,8 @@ class ExactMatch(RewardFunction):
             model wrote after it.
     """
 
+    binary = True
+
     def __init__(self, strip: bool = True, case_sensitive: bool = True, stop_at_newline: bool = True) -> None:
         self.strip = strip
         self.case_sensitive = case_sensitive

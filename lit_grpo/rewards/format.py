@@ -25,6 +25,8 @@ class Format(RewardFunction):
         full_match: The whole completion must match; when False, a match anywhere counts.
     """
 
+    binary = True
+
     def __init__(self, pattern: str = THINK_ANSWER, full_match: bool = True) -> None:
         try:
             self._regex = re.compile(pattern, re.DOTALL)

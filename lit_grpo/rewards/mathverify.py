@@ -118,6 +118,8 @@ class MathVerify(RewardFunction):
         start_method: How workers start: ``forkserver`` or ``spawn``.
     """
 
+    binary = True
+
     def __init__(
         self,
         answer_format: AnswerFormat = "auto",

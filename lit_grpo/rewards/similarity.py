@@ -43,6 +43,8 @@ class TextSimilarity(RewardFunction):
         rouge_weight: Weight of the ROUGE-L F1.
     """
 
+    binary = False
+
     def __init__(self, f1_weight: float = 0.6, rouge_weight: float = 0.4) -> None:
         for name, value in [("f1_weight", f1_weight), ("rouge_weight", rouge_weight)]:
             if not (math.isfinite(value) and value >= 0):

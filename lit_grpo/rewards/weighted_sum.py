@@ -70,6 +70,17 @@ class WeightedSum(RewardFunction):
         self.weights = [float(w) for w in weights]
 
     @property
+    def binary(self) -> bool | None:  # type: ignore[override]
+        """Binary when one component has a non-zero weight, 1, and is binary; not binary when several binary
+        components (or one with another weight) add up to partial sums such as 0.5 or 2; unknown otherwise."""
+        used = [(r, w) for r, w in zip(self.rewards, self.weights, strict=True) if w != 0]
+        if len(used) == 1 and used[0][1] == 1.0:
+            return used[0][0].binary
+        if used and all(r.binary is True for r, _ in used):
+            return False
+        return None
+
+    @property
     def component_names(self) -> list[str]:
         """The names the components' scores are logged under."""
         return unique_names([r.name for r in self.rewards], reserved=(self.name,))

@@ -1,4 +1,5 @@
-"""Free functions shared by rollout engines and the module: masks, padding, selecting groups."""
+"""Free functions shared by rollout engines and the module: prompt encoding, EOS ids, masks, padding,
+selecting groups."""
 
 from __future__ import annotations
 
@@ -9,12 +10,33 @@ from torch import Tensor
 from lit_grpo.types import Rollouts
 
 
+def encode_prompts(tokenizer, prompts: list[str]) -> tuple[Tensor, Tensor]:
+    """Left-padded ``(ids [P, Tp], mask [P, Tp] bool)``, as every engine encodes prompts.
+
+    Prompts that already start with the BOS token (rendered by a chat template) get no second one.
+    """
+    bos = tokenizer.bos_token
+    templated = bool(bos) and all(p.startswith(bos) for p in prompts)
+    enc = tokenizer(
+        prompts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=not templated
+    )
+    return enc["input_ids"], enc["attention_mask"].bool()
+
+
+def eos_token_ids(policy, tokenizer) -> list[int]:
+    """The ids that end a completion: the policy's ``generation_config.eos_token_id`` (an id or a list), else
+    the tokenizer's ``eos_token_id``; ``[]`` when neither names one. Any id counts, 0 included."""
+    eos = getattr(getattr(policy, "generation_config", None), "eos_token_id", None)
+    eos = eos if eos is not None else tokenizer.eos_token_id
+    return [] if eos is None else [int(e) for e in eos] if isinstance(eos, list | tuple) else [int(eos)]
+
+
 def completion_mask(ids: Tensor, eos_token_id: int | list[int] | None) -> tuple[Tensor, Tensor]:
     """Mask of generated tokens up to and including the first EOS: ``(mask [N, T] bool, truncated [N] bool)``.
 
-    ``truncated`` is True where no EOS was produced within ``T`` tokens.
+    ``truncated`` is True where no EOS was produced within ``T`` tokens (always, without EOS ids).
     """
-    if eos_token_id is None:
+    if eos_token_id is None or (isinstance(eos_token_id, list) and not eos_token_id):
         is_eos = torch.zeros_like(ids, dtype=torch.bool)
     else:
         eos = torch.as_tensor(eos_token_id, device=ids.device).reshape(-1)

@@ -8,11 +8,11 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from lit_grpo.logprobs import token_logprobs
 from lit_grpo.lora import base_model
-from lit_grpo.loss import token_logprobs
 from lit_grpo.parallel import generation_view
 from lit_grpo.rollout.base import RolloutEngine
-from lit_grpo.rollout.functional import completion_mask
+from lit_grpo.rollout.functional import completion_mask, encode_prompts, eos_token_ids
 from lit_grpo.types import Rollouts, SamplingParams
 
 
@@ -50,17 +50,14 @@ class HFGenerateEngine(RolloutEngine):
         if self.policy is None:
             raise RuntimeError("HFGenerateEngine.generate() called before bind(policy, tokenizer)")
         device = next(self.policy.parameters()).device
-        bos = self.tokenizer.bos_token
-        templated = bool(bos) and all(p.startswith(bos) for p in prompts)  # chat-rendered: BOS already there
-        enc = self.tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt",
-                             add_special_tokens=not templated)
-        prompt_ids = enc["input_ids"].repeat_interleave(n, dim=0).to(device)  # [N, Tp]
-        prompt_mask = enc["attention_mask"].repeat_interleave(n, dim=0).to(device)  # [N, Tp]
+        ids, mask = encode_prompts(self.tokenizer, prompts)  # [P, Tp]
+        prompt_ids = ids.repeat_interleave(n, dim=0).to(device)  # [N, Tp]
+        prompt_mask = mask.repeat_interleave(n, dim=0).to(device)  # [N, Tp]
         step = self.batch_size or prompt_ids.shape[0]
         was_training = self.policy.training
         self.policy.eval()
         try:
-            chunks = [self._generate(prompt_ids[i : i + step], prompt_mask[i : i + step], sampling)
+            chunks = [self._generate(prompt_ids[i : i + step], prompt_mask[i : i + step].long(), sampling)
                       for i in range(0, prompt_ids.shape[0], step)]
         finally:
             self.policy.train(was_training)
@@ -68,10 +65,10 @@ class HFGenerateEngine(RolloutEngine):
         ids = torch.cat([nn.functional.pad(c[0], (0, t - c[0].shape[1]), value=self.tokenizer.pad_token_id)
                          for c in chunks])  # [N, T]
         logprobs = torch.cat([nn.functional.pad(c[1], (0, t - c[1].shape[1])) for c in chunks])  # [N, T]
-        mask, truncated = completion_mask(ids, self._eos_ids())
+        mask, truncated = completion_mask(ids, self.eos_ids())
         return Rollouts(
             prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask.bool(),
+            prompt_mask=prompt_mask,
             completion_ids=ids.masked_fill(~mask, self.tokenizer.pad_token_id),
             completion_mask=mask,
             logprobs=logprobs * mask,
@@ -81,10 +78,9 @@ class HFGenerateEngine(RolloutEngine):
             group_size=n,
         )
 
-    def _eos_ids(self) -> list[int]:
-        eos = getattr(self.policy, "generation_config", None)
-        eos = getattr(eos, "eos_token_id", None) or self.tokenizer.eos_token_id
-        return eos if isinstance(eos, list) else [eos]
+    def eos_ids(self) -> list[int]:
+        """The ids that end a completion (:func:`~lit_grpo.rollout.functional.eos_token_ids`)."""
+        return eos_token_ids(self.policy, self.tokenizer)
 
     def _generate(self, ids, mask, sampling: SamplingParams):
         greedy = sampling.temperature == 0
@@ -99,7 +95,7 @@ class HFGenerateEngine(RolloutEngine):
                 top_k=None if greedy or sampling.top_k == 0 else sampling.top_k,
                 max_new_tokens=sampling.max_new_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self._eos_ids(),
+                eos_token_id=self.eos_ids() or None,
                 use_cache=self.use_cache,
                 return_dict_in_generate=True,
             )

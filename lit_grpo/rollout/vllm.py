@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from lit_grpo.parallel import gathered
 from lit_grpo.rollout.base import RolloutEngine
-from lit_grpo.rollout.functional import select_groups
+from lit_grpo.rollout.functional import encode_prompts, eos_token_ids, select_groups
 from lit_grpo.rollout.weights import full_weights, merged_adapters
 from lit_grpo.types import Rollouts, SamplingParams
 
@@ -222,7 +222,7 @@ class VLLMEngine(RolloutEngine):
             seed=None if sampling.seed is None else sampling.seed + index * n,
             stop=self.stop or None,
             include_stop_str_in_output=True,
-            stop_token_ids=self._eos_ids(),
+            stop_token_ids=eos_token_ids(self.policy, self.tokenizer),
             logprobs=0,
             flat_logprobs=True,
             detokenize=bool(self.stop),  # texts are decoded here; stops need vLLM's
@@ -315,23 +315,6 @@ class VLLMEngine(RolloutEngine):
                     f"{limit}; shorten the prompt or raise VLLMEngine max_model_len above {len(tokens)}"
                 )
 
-    def _eos_ids(self) -> list[int]:
-        eos = getattr(getattr(self.policy, "generation_config", None), "eos_token_id", None)
-        eos = eos if eos is not None else self.tokenizer.eos_token_id
-        return [] if eos is None else (list(eos) if isinstance(eos, (list, tuple)) else [eos])
-
-
-def encode_prompts(tokenizer, prompts: list[str]) -> tuple[Tensor, Tensor]:
-    """Left-padded ``(ids [P, Tp], mask [P, Tp] bool)`` exactly as ``HFGenerateEngine`` encodes prompts.
-
-    Prompts that already start with the BOS token (rendered by a chat template) get no second one.
-    """
-    bos = tokenizer.bos_token
-    templated = bool(bos) and all(p.startswith(bos) for p in prompts)
-    enc = tokenizer(
-        prompts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=not templated
-    )
-    return enc["input_ids"], enc["attention_mask"].bool()
 
 
 def _not_rotary_warning(record: logging.LogRecord) -> bool:

@@ -4,7 +4,15 @@ import math
 
 import torch
 
-from lit_grpo.estimators.functional import centred, constant_groups, group_count, group_mean, group_std
+from lit_grpo.diagnostics.degeneracy import degenerate_groups
+from lit_grpo.estimators.functional import (
+    centred,
+    constant_groups,
+    group_count,
+    group_mean,
+    group_std,
+    grpo_advantages,
+)
 
 NAN = math.nan
 
@@ -45,6 +53,14 @@ def test_constant_groups_use_a_scale_aware_tolerance():
         dtype=torch.float64,
     )
     assert constant_groups(rewards).flatten().tolist() == [True, False, True, False, True, True]
+
+
+def test_degenerate_groups_are_the_constant_groups_at_any_scale():
+    rewards = torch.tensor([[5.0, 5.0 + 3e-6, 5.0], [5.0, 5.1, 5.0], [1e6, 1e6 + 0.5, 1e6], [0.0, 2e-6, 0.0]])
+    constant = constant_groups(rewards).flatten()
+    assert constant.tolist() == [True, False, True, False]
+    assert torch.equal(degenerate_groups(rewards)["degenerate"], constant)
+    assert torch.equal(grpo_advantages(rewards).abs().sum(-1) == 0, constant)
 
 
 def test_centred_is_exactly_zero_on_constant_groups_and_nan():

@@ -8,7 +8,7 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from lit_grpo.cli import main
+from lit_grpo.cli import LitGRPOCLI, main
 from lit_grpo.diagnostics.stats import summarize
 from lit_grpo.experiments.cli import compare_main
 from lit_grpo.experiments.tables import fmt
@@ -107,7 +107,7 @@ def test_compare_end_to_end(experiment, tmp_path, capsys):
 
     # resumed: finished runs are skipped, failed ones left alone with --skip-failed
     capsys.readouterr()
-    assert compare_main(["--config", str(experiment), "--root", str(root), "--skip-failed"]) == 1
+    assert compare_main(["--config", str(experiment), "--root", str(root), "--skip-failed"], LitGRPOCLI) == 1
     assert "6 runs: 6 already finished (skipped), 0 to run" in capsys.readouterr().out
     assert json.loads((out_dir / "results.json").read_text())["runs"] == results["runs"]
 
@@ -123,7 +123,7 @@ def test_compare_end_to_end(experiment, tmp_path, capsys):
 def test_bad_experiments_fail_before_any_run(tmp_path, monkeypatch, capsys, overrides, message):
     monkeypatch.chdir(ROOT)
     path = write_experiment(tmp_path / "exp.yaml", **overrides)
-    assert compare_main(["--config", str(path), "--root", str(tmp_path / "out")]) == 2
+    assert compare_main(["--config", str(path), "--root", str(tmp_path / "out")], LitGRPOCLI) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -131,6 +131,6 @@ def test_bad_experiments_fail_before_any_run(tmp_path, monkeypatch, capsys, over
 def test_dry_run_prints_commands_and_runs_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     path = write_experiment(tmp_path / "exp.yaml")
-    assert compare_main(["--config", str(path), "--root", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert compare_main(["--config", str(path), "--root", str(tmp_path / "out"), "--dry-run"], LitGRPOCLI) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("OMP_NUM_THREADS=")]
     assert len(lines) == 4 and not (tmp_path / "out").exists()

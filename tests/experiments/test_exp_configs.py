@@ -48,7 +48,7 @@ def test_experiment_checks_out(path, quick, tmp_path):
     assert exp.runtime and exp.claim
     prepared = prepared_outputs(exp, tmp_path)
     runs = expand(exp, prepared, tmp_path)
-    cells = check_runs(exp, runs, prepared)
+    cells = check_runs(exp, runs, prepared, LitGRPOCLI)
     assert len(cells) == len(runs) // len(exp.seeds)
     if quick:  # smoke size: a few runs of a few steps (the last value given wins)
         steps = [

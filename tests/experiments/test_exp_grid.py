@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.experiments.check import check_runs
 from lit_grpo.experiments.grid import expand, out_dir, prepare_output, substitute
 from lit_grpo.experiments.loader import load_experiment
@@ -104,7 +105,7 @@ def test_check_runs_builds_each_cell_and_reports_the_estimator(tmp_path):
         "Sign": {"estimator": "Sign"},
     }
     exp = load_experiment(write_experiment(tmp_path / "e.yaml", arms=arms))
-    cells = check_runs(exp, expand(exp, {}, tmp_path), {})
+    cells = check_runs(exp, expand(exp, {}, tmp_path), {}, LitGRPOCLI)
     assert list(cells) == [("NormDrGRPO", "default"), ("Sign", "default")]
     assert cells[("NormDrGRPO", "default")].estimator.startswith("GRPO(")
     assert cells[("NormDrGRPO", "default")].aggregation == "seq-sum-constant"
@@ -115,8 +116,11 @@ def test_check_runs_builds_each_cell_and_reports_the_estimator(tmp_path):
     ("overrides", "message"),
     [
         ({"args": ["--model.bogus=1"]}, r"run GRPO/default/seed0: its config does not build:(.|\n)*bogus"),
-        (
-            {"metrics": ["rollout/degenerate_frac"]},
+        (  # the GRPO arm names the callback that writes the metric, the Sign arm does not
+            {"metrics": ["rollout/degenerate_frac"],
+             "arms": {"GRPO": {"config": ["configs/estimators/grpo.yaml"],
+                               "args": ["--trainer.callbacks+=callbacks.DegeneracyMonitor"]},
+                      "Sign": {"estimator": "Sign"}}},
             r"written by callbacks.degeneracy.DegeneracyMonitor, which this run "
             r"does not have",
         ),
@@ -127,5 +131,5 @@ def test_check_runs_fails_before_anything_runs(tmp_path, overrides, message):
     exp = load_experiment(write_experiment(tmp_path / "e.yaml", **overrides))
     runs = expand(exp, {}, tmp_path)
     with pytest.raises(ValueError, match=message):
-        check_runs(exp, runs, {})
+        check_runs(exp, runs, {}, LitGRPOCLI)
     assert not any(r.run_dir.exists() for r in runs)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.experiments.cli import compare_main
 from tests.experiments.helpers import ROOT
 
@@ -20,7 +21,7 @@ EXPERIMENTS = sorted(str(Path(p).relative_to(ROOT)) for p in glob.glob(f"{ROOT}/
 )
 def test_quick_suite(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert compare_main(["--quick", "--root", str(tmp_path), "--config", *EXPERIMENTS]) == 0
+    assert compare_main(["--quick", "--root", str(tmp_path), "--config", *EXPERIMENTS], LitGRPOCLI) == 0
     for path in EXPERIMENTS:
         out = tmp_path / f"{Path(path).stem}-quick"
         results = json.loads((out / "results.json").read_text())

@@ -2,10 +2,13 @@
 
 import pytest
 
-from lit_grpo.experiments.loader import load_experiment
+import callbacks
+from lit_grpo.experiments.loader import callback_paths, load_experiment
 from lit_grpo.experiments.registry import check_metric, documented_names, metric_sources, resolve_estimator
 from lit_grpo.experiments.spec import DEFAULT_SEED_ARGS
 from tests.experiments.helpers import ROOT, write_experiment
+
+CALLBACKS = [f"callbacks.{name}" for name in callbacks.__all__]
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +40,7 @@ def test_documented_names_expand_ranges_and_keep_placeholders():
     ],
 )
 def test_documented_metrics_resolve_to_their_writer(name, source):
-    assert source in metric_sources(name)
+    assert source in metric_sources(name, CALLBACKS)
 
 
 def test_undocumented_metric_is_refused_with_close_names():
@@ -46,7 +49,7 @@ def test_undocumented_metric_is_refused_with_close_names():
         match=r"where: metric 'rollout/degenerate_fraction' is not documented.*"
         r"rollout/degenerate_frac",
     ):
-        check_metric("rollout/degenerate_fraction", "where")
+        check_metric("rollout/degenerate_fraction", "where", CALLBACKS)
 
 
 def test_estimators_resolve_by_short_name_and_class_path():
@@ -106,12 +109,28 @@ def test_quick_mode_overrides_seeds_sweep_and_appends_args(tmp_path):
             r"\{prepared.policy\} is used but `prepare` defines only \[\]",
         ),
         ({"prepare": {"p": {"command": ["fit", "--config", "x.yaml"]}}}, r"containing \{output\}"),
-        ({"profiles": [{"metrics": ["val/pass@1", "val/pass@2"], "x": [1]}]}, r"one position per metric"),
+        (
+            {"args": ["--trainer.callbacks+=callbacks.PassAtK"],
+             "profiles": [{"metrics": ["val/pass@1", "val/pass@2"], "x": [1]}]},
+            r"one position per metric",
+        ),
+        ({"metrics": ["val/pass@1"]}, r"metrics\[0\]: metric 'val/pass@1' is not documented by the GRPO module or a "
+                                      r"callback the experiment names .*--trainer.callbacks\+=callbacks.PassAtK"),
     ],
 )
 def test_bad_configs_fail_with_the_key_and_the_fix(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         load_experiment(write_experiment(tmp_path / "e.yaml", **overrides))
+
+
+def test_callbacks_named_by_configs_and_arguments_are_found(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("trainer:\n  callbacks:\n    - {class_path: callbacks.GradientBudget}\n")
+    args = ("--trainer.callbacks+=callbacks.DegeneracyMonitor", "--model.lr=1e-4",
+            '--trainer.callbacks+={"class_path": "callbacks.GradientRank", "init_args": {"every_n_steps": 10}}')
+    assert callback_paths(("configs/quickstart.yaml", str(overlay)), args) == (
+        "callbacks.HeldOutReport", "callbacks.GradientBudget", "callbacks.DegeneracyMonitor", "callbacks.GradientRank"
+    )
 
 
 def test_an_overlay_naming_an_unknown_estimator_fails(tmp_path):

@@ -15,8 +15,8 @@ import pytest
 import torch
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
+from lit_grpo.models.loading import load_policy
 from lit_grpo.parallel import full_state_dict
-from lit_grpo.policy import load_policy
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 from tests.scale.train_tiny import DigitReward, ScriptedEngine
 

@@ -56,3 +56,24 @@ def test_empty_input_gives_empty_output(reward):
 def test_length_mismatch_is_rejected(reward):
     with pytest.raises(ValueError, match="2 completions but 1 references"):
         reward(["a", "b"], ["a"])
+
+
+@pytest.mark.parametrize(("reward", "binary"), [
+    (ExactMatch(), True), (MathVerify(), True), (ChoiceLetter(), True), (Format(), True), (TextSimilarity(), False),
+    (WeightedSum([ExactMatch()]), True),  # one component with weight 1
+    (WeightedSum([ChoiceLetter(), Format()], weights=[1.0, 0.0]), True),  # a zero weight drops out
+    (WeightedSum([ExactMatch(), Format()]), False),  # sums reach 2
+    (WeightedSum([ExactMatch()], weights=[0.5]), False),
+    (WeightedSum([TextSimilarity()]), False),
+])
+def test_rewards_declare_whether_they_are_binary(reward, binary):
+    assert reward.binary is binary
+
+
+def test_a_reward_that_does_not_say_is_of_unknown_binarity():
+    class Custom(RewardFunction):
+        def __call__(self, completions, references, **columns):
+            raise NotImplementedError
+
+    assert Custom().binary is None and WeightedSum([Custom()]).binary is None
+    assert WeightedSum([ExactMatch(), Custom()]).binary is None

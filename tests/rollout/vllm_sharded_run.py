@@ -16,8 +16,8 @@ import lightning as L
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
+from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.lora import LoraSettings
-from lit_grpo.policy import sequence_logprobs
 from lit_grpo.rollout import VLLMEngine
 from lit_grpo.types import SamplingParams
 from tests.helpers import tiny_data, tiny_module, tiny_trainer

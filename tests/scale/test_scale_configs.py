@@ -71,8 +71,8 @@ def test_lora_config_trains_and_exports_adapters(tmp_path, monkeypatch, sft_mode
 def test_fsdp1_without_original_parameters_is_refused_with_the_fix():
     from lightning.pytorch.strategies import FSDPStrategy
 
+    from lit_grpo.models.loading import load_policy
     from lit_grpo.parallel import wrap_fsdp1
-    from lit_grpo.policy import load_policy
 
     policy = load_policy(str(ROOT / "assets" / "tiny-arith-sft"))
     with pytest.raises(ValueError, match=r"use_orig_params=False\).*set it to True"):

@@ -12,8 +12,10 @@ import torch
 import lit_grpo.module as module_mod
 from callbacks.export import SavePretrained
 from lit_grpo import HFGenerateEngine, SamplingParams
+from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.lora import LoraSettings
-from lit_grpo.policy import load_policy, sequence_logprobs
+from lit_grpo.losses import PPOClip
+from lit_grpo.models.loading import load_policy
 from lit_grpo.rollout.weights import full_weights, merged_adapters
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
@@ -26,7 +28,7 @@ def _state(module):
 
 def test_lora_trains_only_the_adapters_against_the_base_model(tmp_path, sft_model_path):
     L.seed_everything(0)
-    module = tiny_module(sft_model_path, lora=LORA, beta=0.1)
+    module = tiny_module(sft_model_path, lora=LORA, loss=PPOClip(beta=0.1))
     with mock.patch.object(module_mod, "load_policy", wraps=module_mod.load_policy) as second_copy:
         module.configure_model()
         before = _state(module)
@@ -42,7 +44,7 @@ def test_lora_trains_only_the_adapters_against_the_base_model(tmp_path, sft_mode
 
 def test_kl_reference_is_the_base_model_with_adapters_disabled(tmp_path, sft_model_path):
     L.seed_everything(0)
-    module = tiny_module(sft_model_path, lora=LORA, beta=0.1)
+    module = tiny_module(sft_model_path, lora=LORA, loss=PPOClip(beta=0.1))
     tiny_trainer(tmp_path, max_steps=1).fit(module, datamodule=tiny_data())
     rollouts = module.engine.generate(["1+2=", "13+4="], 2, SamplingParams(max_new_tokens=4))
     reference = module._reference_logprobs(rollouts, module_mod.PhaseTimer())

@@ -14,12 +14,13 @@ import pytest
 import torch
 
 from lit_grpo.checkpoint import SaveOnInterrupt
+from lit_grpo.losses import PPOClip
 from tests.scale import train_tiny
 
 pytestmark = pytest.mark.slow
 
 STEPS = 6
-SAMPLED = {"engine": "hf", "beta": 0.0, "num_iterations": 1}  # real sampling: the random state matters
+SAMPLED = {"engine": "hf", "loss": PPOClip(), "num_iterations": 1}  # real sampling: the random state matters
 
 
 def _metrics(folder: Path) -> dict[int, dict]:

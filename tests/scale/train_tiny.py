@@ -30,6 +30,7 @@ from callbacks.export import SavePretrained  # noqa: E402
 from lit_grpo import GRPOModule, PromptBatch, PromptDataModule, RewardFunction, SyntheticArithmetic  # noqa: E402
 from lit_grpo.checkpoint import AtomicCheckpointIO  # noqa: E402
 from lit_grpo.lora import LoraSettings  # noqa: E402
+from lit_grpo.losses import PPOClip  # noqa: E402
 from lit_grpo.parallel import full_state_dict, gathered  # noqa: E402
 from lit_grpo.rollout.base import RolloutEngine  # noqa: E402
 from lit_grpo.rollout.weights import full_weights, merged_adapters  # noqa: E402
@@ -193,7 +194,7 @@ def module(engine: str = "scripted", lora: bool = False, **kwargs) -> GRPOModule
         "group_size": 4,
         "max_new_tokens": 4,
         "lr": 1e-4,
-        "beta": 0.05,
+        "loss": PPOClip(beta=0.05),
         "num_iterations": 2,
         "reward": DigitReward(),
         "engine": ScriptedEngine() if engine == "scripted" else None,
@@ -318,7 +319,7 @@ def main(argv: list[str]) -> None:
     if args.mode == "parallel":
         run_parallel(args.out, args.steps, args.only)
     else:
-        run_single(args.out, args.steps, kill_at=args.kill_at, engine="hf", beta=0.0, num_iterations=1)
+        run_single(args.out, args.steps, kill_at=args.kill_at, engine="hf", loss=PPOClip(), num_iterations=1)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from lit_grpo.rollout.mismatch import logp_mismatch, truncated_is_weights
+from lit_grpo.logprobs import logp_mismatch
+from lit_grpo.losses.functional import truncated_is_weights
 
 TRAIN = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -3.0, 0.0]])
 ROLL = torch.tensor([[-1.5, -2.0, -0.5], [-0.1, -1.0, -9.0]])
