@@ -31,6 +31,7 @@ from lit_grpo.parallel import (
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import DType, PolicyModule, load_policy, sequence_logprobs
 from lit_grpo.rewards.base import RewardFunction
+from lit_grpo.rewards.scoring import DEFAULT_REWARD_TIMEOUT_S
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows, slice_rows
 from lit_grpo.rollout.mismatch import TISLevel, logp_mismatch, truncated_is_weights
@@ -89,6 +90,8 @@ class GRPOModule(PolicyModule):
             token by its completion's capped product). Corrects for an engine (vLLM) whose numerics differ
             from the trainer's.
         tis_cap: The truncation C of the importance weights.
+        reward_timeout_s: Wall-clock limit of one reward call (all completions of a step), in seconds; a
+            call past it scores NaN, counted in ``reward/timeouts``, and the run goes on (null: no limit).
     """
 
     def __init__(
@@ -124,9 +127,10 @@ class GRPOModule(PolicyModule):
         gradient_checkpointing: bool = False,
         tis: Literal["off"] | TISLevel = "off",
         tis_cap: float = 2.0,
+        reward_timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S,
     ) -> None:
         super().__init__(model, reward, engine, dtype, False, temperature, top_p, top_k, max_new_tokens, val_samples,
-                         lora=lora, gradient_checkpointing=gradient_checkpointing)
+                         lora=lora, gradient_checkpointing=gradient_checkpointing, reward_timeout_s=reward_timeout_s)
         self.estimator = estimator if estimator is not None else GRPO()
         _check(group_size >= max(1, self.estimator.min_group_size),
                f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
