@@ -52,7 +52,8 @@ class GRPOModule(PolicyModule):
     Logged every step: ``train/loss``, ``train/clip_frac``, ``train/entropy``, ``train/grad_norm``,
     ``train/lr``, ``train/kl`` (when ``beta > 0``), ``train/nonfinite_steps``; ``rollout/reward_mean``,
     ``rollout/reward_std``, ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``,
-    ``rollout/prompts_drawn``; ``reward/<term>`` and ``reward/<counter>``; ``perf/<phase>_s``,
+    ``rollout/prompts_drawn``; ``reward/<term>`` and ``reward/<counter>``; ``data/skipped_rows`` (bad rows the
+    DataModule skipped so far under ``skip_bad_rows``, every split; this process's count); ``perf/<phase>_s``,
     ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged);
     ``rollout/logp_diff_mean``, ``rollout/logp_diff_max`` and ``rollout/logp_kl_k3``: how far the engine's
     sampling log-probs are from the trainer's on the sampled tokens, before the update (METHODS section 2).
@@ -334,6 +335,9 @@ class GRPOModule(PolicyModule):
                                                               world)
         metrics["train/lr"] = self.optimizers().param_groups[0]["lr"]
         metrics["train/nonfinite_steps"] = float(self.nonfinite_steps)
+        skipped = getattr(self.trainer.datamodule, "skipped_rows", None)  # PromptDataModule(skip_bad_rows=True)
+        if skipped is not None:
+            metrics["data/skipped_rows"] = float(sum(skipped.values()))
         self.log("rollout/reward_mean", metrics.pop("rollout/reward_mean"), prog_bar=True, batch_size=len(stats.batch))
         self.log_dict(metrics, batch_size=max(len(stats.batch), 1))
 

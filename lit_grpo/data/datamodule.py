@@ -58,9 +58,12 @@ class PromptDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes.
         streaming: Read the training split anew each epoch instead of holding it in memory.
         shuffle_buffer: Records in the streaming shuffle buffer (with ``streaming``).
-        skip_bad_rows: Skip rows that cannot become prompts (malformed line, missing field, empty
-            prompt, unparsable reference), counted in :attr:`skipped_rows` and logged; otherwise the
-            first one raises an error naming the file, line and field.
+        skip_bad_rows: Skip rows that cannot become prompts (a line that is not UTF-8 or not JSON, a
+            missing field, an empty prompt, an unusable reference), counted in :attr:`skipped_rows`, the
+            first of each split logged with its error, and the total logged by ``GRPOModule`` as
+            ``data/skipped_rows`` every step; otherwise the first one raises an error naming the file,
+            line and field. A streamed split counts its bad rows again in every epoch that reads it
+            (with ``num_workers > 0``, in the workers, so they do not reach the metric).
     """
 
     def __init__(
