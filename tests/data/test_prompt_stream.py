@@ -119,11 +119,11 @@ def test_streaming_order_depends_on_the_seed_and_epoch_only(tmp_path):
 
 
 @pytest.mark.parametrize("streaming", [False, True])
-def test_a_stream_started_at_batch_k_is_the_tail_of_the_full_epoch(tmp_path, streaming):
+def test_a_stream_started_at_record_k_is_the_tail_of_the_full_epoch(tmp_path, streaming):
     dm = stream_dm(tmp_path, streaming=streaming)
     full = [b.ids for b in dm.train_dataset()]
     stream = dm.train_dataset()
-    stream.start = 3
+    stream.start = 3 * dm.prompts_per_step
     assert [b.ids for b in stream] == full[3:]
 
 
@@ -268,6 +268,6 @@ def test_stream_validates_rank():
 
 def test_refill_position_per_rank_is_restored_for_this_rank(tmp_path):
     dm = stream_dm(tmp_path)
-    dm.load_state_dict({"epoch": 0, "batches": 0, "refill_drawn": [5, 9]})  # as written by two ranks
+    dm.load_state_dict({"epoch": 0, "prompts": 0, "refill_drawn": [5, 9]})  # as written by two ranks
     expected = [r["id"] for r in islice(dm.train_dataset(salt=1).cycle(), 8)]
     assert dm.refill(3).ids == expected[5:8]  # no trainer: rank 0
