@@ -174,9 +174,12 @@ def set_rng_states(states: dict[str, Any]) -> None:
 
 
 def fingerprint(module: Any) -> dict[str, Any]:
-    """The settings a checkpoint's state depends on: the model, group size, estimator, aggregation, LoRA."""
+    """The settings a checkpoint's state depends on: the model, group size, estimator, aggregation, LoRA.
+
+    The model is compared as :func:`model_identity`: a local directory by its resolved path, so that
+    ``./m``, ``m/`` and ``/abs/m`` are the same model."""
     return {
-        "model": module.model_name,
+        "model": model_identity(module.model_name),
         "group_size": module.group_size,
         "estimator": repr(module.estimator),
         "aggregation": module.aggregation,
@@ -184,8 +187,16 @@ def fingerprint(module: Any) -> dict[str, Any]:
     }
 
 
+def model_identity(model: str) -> str:
+    """A local model directory as its absolute, resolved path (symbolic links followed); a hub id as it is."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.is_dir() else model
+
+
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any]) -> None:
     """Raise a ``ValueError`` naming every setting that differs between a checkpoint and this run."""
+    if isinstance(saved.get("model"), str):  # written as given by checkpoints of earlier versions
+        saved = {**saved, "model": model_identity(saved["model"])}
     differ = [
         f"{k}: checkpoint {_show(saved[k])}, this run {_show(current[k])}"
         for k in current
