@@ -174,7 +174,10 @@ def set_rng_states(states: dict[str, Any]) -> None:
 
 
 def fingerprint(module: Any) -> dict[str, Any]:
-    """The settings a checkpoint's state depends on: the model, group size, estimator, aggregation, LoRA.
+    """The settings a checkpoint's state depends on: the model, group size, estimator, aggregation, LoRA,
+    and the parameters' dtype (resumed in another dtype, the weights and optimizer moments would be
+    silently rounded or widened). Logging, time limits and other settings that change neither the saved
+    state nor the update are not in it, nor is the data position's meaning (the DataModule checks that).
 
     The model is compared as :func:`model_identity`: a local directory by its resolved path, so that
     ``./m``, ``m/`` and ``/abs/m`` are the same model."""
@@ -184,6 +187,7 @@ def fingerprint(module: Any) -> dict[str, Any]:
         "estimator": repr(module.estimator),
         "aggregation": module.aggregation,
         "lora": asdict(module.lora) if module.lora is not None else None,
+        "dtype": module.dtype_name,
     }
 
 
