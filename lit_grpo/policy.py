@@ -14,6 +14,7 @@ from torchmetrics import MeanMetric
 
 from lit_grpo.lora import LoraSettings, apply_lora, base_model, is_peft, meta_copy
 from lit_grpo.loss import chunked_head_logprobs, token_entropy, token_logprobs
+from lit_grpo.model_files import check_model_files, check_tokenizer_files, damaged, local_dir
 from lit_grpo.parallel import is_fsdp1, is_sharded, shard_policy, wrap_fsdp1
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.scoring import DEFAULT_REWARD_TIMEOUT_S, RewardGuard
@@ -34,10 +35,15 @@ def load_tokenizer(model: str):
     from transformers import AutoTokenizer
 
     _check_model_path(model)
+    check_tokenizer_files(model)
     try:
         return AutoTokenizer.from_pretrained(model)
-    except OSError as err:
-        raise OSError(_not_found_message(model)) from err
+    except Exception as err:
+        if local_dir(model) is not None:  # a directory with the files: one of them is damaged
+            raise damaged(model, "tokenizer", err) from err
+        if isinstance(err, OSError):
+            raise OSError(_not_found_message(model)) from err
+        raise
 
 
 def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False, seed: int = 0) -> nn.Module:
@@ -45,6 +51,7 @@ def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False
     from transformers import AutoConfig, AutoModelForCausalLM
 
     _check_model_path(model)
+    check_model_files(model, weights=not from_scratch)
     torch_dtype = getattr(torch, dtype)
     try:
         if from_scratch:
@@ -52,8 +59,12 @@ def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False
             config = AutoConfig.from_pretrained(model)
             return AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
         return AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
-    except OSError as err:
-        raise OSError(_not_found_message(model)) from err
+    except Exception as err:
+        if local_dir(model) is not None:  # a directory with the files: one of them is damaged
+            raise damaged(model, "model", err) from err
+        if isinstance(err, OSError):
+            raise OSError(_not_found_message(model)) from err
+        raise
 
 
 def _check_model_path(model: str) -> None:
