@@ -7,7 +7,7 @@ import os
 from lightning import LightningModule
 from lightning.pytorch.cli import LightningCLI
 
-from lit_grpo.checkpoint import SaveOnInterrupt
+from lit_grpo.checkpoint import SaveOnInterrupt, exit_status
 from lit_grpo.data import PromptDataModule
 
 TRAINER_DEFAULTS = {
@@ -24,15 +24,15 @@ TRAINER_DEFAULTS = {
 
 class LitGRPOCLI(LightningCLI):
     """LightningCLI with lit-grpo's defaults: TensorBoard logging under ``runs/``, the prompt DataModule,
-    atomic checkpoint writes (:class:`~lit_grpo.checkpoint.AtomicCheckpointIO`) and a checkpoint on Ctrl-C
-    (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`).
+    atomic checkpoint writes (:class:`~lit_grpo.checkpoint.AtomicCheckpointIO`) and a checkpoint on Ctrl-C,
+    SIGTERM or SIGUSR1 (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`; ``main`` then exits with status 75).
 
     The model is given by class path in the config (``lit_grpo.GRPOModule`` or ``lit_grpo.SFTModule``);
     its components take short names on the command line, e.g. ``--model.estimator=Sign``.
     """
 
     def __init__(self, args=None, run: bool = True, **kwargs) -> None:
-        # Ctrl-C finishes the step, writes last.ckpt and stops: appended to the config's callbacks
+        # Ctrl-C / SIGTERM / SIGUSR1 finish the step, write last.ckpt and stop: appended to the config's callbacks
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         super().__init__(
@@ -53,7 +53,10 @@ def main(args: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import lit_grpo  # noqa: F401  (registers every component for short names)
 
-    LitGRPOCLI(args=args)
+    cli = LitGRPOCLI(args=args)
+    status = exit_status(cli.trainer)  # 75 when a signal stopped the run after writing its checkpoint
+    if status:
+        raise SystemExit(status)
 
 
 if __name__ == "__main__":
