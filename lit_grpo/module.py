@@ -84,6 +84,8 @@ class GRPOModule(PolicyModule):
         max_refill_batches: Most refill draws per step when ``filter_degenerate``.
         on_nonfinite: What a non-finite loss or gradient norm does: ``skip`` the step (counted in
             ``train/nonfinite_steps``) or ``raise``.
+        max_nonfinite_steps: With ``skip``, this many consecutive skipped optimizer steps stop the run with
+            an error (the run has diverged; the last checkpoint is kept); null: never stop.
         lora: Train LoRA adapters (peft: rank, alpha, dropout, target modules) instead of all weights.
         gradient_checkpointing: Recompute block activations in the backward pass to save memory.
         tis: Truncated importance sampling against the engine's sampling log-probs: ``off``, ``token``
@@ -118,6 +120,7 @@ class GRPOModule(PolicyModule):
         filter_degenerate: bool = False,
         max_refill_batches: int = 4,
         on_nonfinite: Literal["skip", "raise"] = "skip",
+        max_nonfinite_steps: int | None = 10,
         dtype: DType = "float32",
         temperature: float = 1.0,
         top_p: float = 1.0,
@@ -145,6 +148,8 @@ class GRPOModule(PolicyModule):
         _check(lr > 0, f"lr={lr} must be > 0")
         _check(max_refill_batches >= 0, f"max_refill_batches={max_refill_batches} must be >= 0")
         _check(tis in ("off", "token", "sequence"), f"tis={tis!r} is not known; choose off, token or sequence")
+        _check(max_nonfinite_steps is None or max_nonfinite_steps >= 1,
+               f"max_nonfinite_steps={max_nonfinite_steps} must be >= 1, or null to never stop")
         _check(tis_cap > 0, f"tis_cap={tis_cap} must be > 0 (2 is the usual choice)")
         self.group_size, self.aggregation = group_size, aggregation
         self.eps_low, self.eps_high, self.dual_clip = eps_low, eps_high, dual_clip
@@ -153,7 +158,8 @@ class GRPOModule(PolicyModule):
         self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
         self.max_grad_norm = max_grad_norm
         self.filter_degenerate, self.max_refill_batches = filter_degenerate, max_refill_batches
-        self.on_nonfinite = on_nonfinite
+        self.on_nonfinite, self.max_nonfinite_steps = on_nonfinite, max_nonfinite_steps
+        self.consecutive_nonfinite = 0  # skipped optimizer steps in a row
         self.tis, self.tis_cap = tis, tis_cap
         self.ref_policy = None
         self.nonfinite_steps = 0
@@ -318,7 +324,16 @@ class GRPOModule(PolicyModule):
                     f"non-finite loss ({loss}) or gradient norm ({grad_norm}) at step {self.global_step}; "
                     "lower lr, check rewards, or set on_nonfinite: skip")
             self.nonfinite_steps += 1
+            self.consecutive_nonfinite += 1
+            if self.max_nonfinite_steps is not None and self.consecutive_nonfinite >= self.max_nonfinite_steps:
+                raise FloatingPointError(
+                    f"the run diverged: {self.consecutive_nonfinite} optimizer steps in a row had a non-finite loss "
+                    f"({loss}) or gradient norm ({grad_norm}), up to step {self.global_step}, and were skipped. "
+                    "Resume from an earlier checkpoint with a lower lr (or max_grad_norm), check the rewards and "
+                    "the data; max_nonfinite_steps sets how many skipped steps in a row stop the run")
             opt.zero_grad(set_to_none=True)  # the step below then leaves parameters and optimizer state alone
+        else:
+            self.consecutive_nonfinite = 0
         opt.step()  # always called, so that trainer.global_step counts skipped steps too
         opt.zero_grad(set_to_none=True)
         sched.step()
