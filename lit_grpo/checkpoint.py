@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import random
 import signal
 import tempfile
@@ -68,22 +67,27 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         kwargs = {} if map_location is None else {"map_location": map_location}
         try:
             return super().load_checkpoint(path, weights_only=weights_only, **kwargs)
-        except FileNotFoundError:
-            raise
-        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
-            if "://" in str(path) or not Path(path).is_file() or "Weights only load failed" in str(err):
-                raise  # remote, gone, or readable but holding objects weights_only refuses
-            raise RuntimeError(
-                f"the checkpoint {path} ({Path(path).stat().st_size} bytes) is damaged or truncated and cannot "
-                f"be read ({type(err).__name__}: {err}); it was cut short by a copy or a full disk, or is not a "
-                f"checkpoint. Resume from another checkpoint{_others(Path(path))}, or start without ckpt_path."
-            ) from err
+        except Exception as err:
+            damaged = damaged_checkpoint(path, err)
+            if damaged is None:
+                raise
+            raise damaged from err
 
 
-def _others(path: Path) -> str:
-    """`` (this folder also holds: a.ckpt, b.ckpt)``: the other checkpoints beside ``path``."""
-    names = sorted(p.name for p in path.parent.glob("*.ckpt") if p.name != path.name)
-    return f" (its folder also holds: {', '.join(names)})" if names else ""
+def damaged_checkpoint(path: Any, err: BaseException) -> RuntimeError | None:
+    """The error for a local checkpoint file that failed to load with ``err`` because it is not a whole
+    checkpoint (``torch.save`` writes a zip archive: a truncated or overwritten file is not one); names
+    the file, its size and the other checkpoints beside it. None when ``err`` has another cause."""
+    file = Path(str(path))
+    if "://" in str(path) or not file.is_file() or zipfile.is_zipfile(file):
+        return None
+    names = sorted(p.name for p in file.parent.glob("*.ckpt") if p.name != file.name)
+    others = f" (its folder also holds: {', '.join(names)})" if names else ""
+    return RuntimeError(
+        f"the checkpoint {file} ({file.stat().st_size} bytes) is damaged or truncated and cannot be read "
+        f"({type(err).__name__}: {str(err)[:200]}); it was cut short by a copy or a full disk, or is not a "
+        f"checkpoint. Resume from another checkpoint{others}, or start without ckpt_path."
+    )
 
 
 def _fsync_dir(path: Path) -> None:

@@ -7,7 +7,7 @@ import os
 from lightning import LightningModule
 from lightning.pytorch.cli import LightningCLI
 
-from lit_grpo.checkpoint import SaveOnInterrupt, exit_status
+from lit_grpo.checkpoint import SaveOnInterrupt, damaged_checkpoint, exit_status
 from lit_grpo.data import PromptDataModule
 
 TRAINER_DEFAULTS = {
@@ -39,6 +39,16 @@ class LitGRPOCLI(LightningCLI):
             LightningModule, PromptDataModule, subclass_mode_model=True, args=args, run=run,
             auto_configure_optimizers=False, **kwargs,
         )
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads the checkpoint's hyperparameters first: a damaged file is named here already
+        try:
+            super()._parse_ckpt_path()
+        except Exception as err:
+            damaged = damaged_checkpoint(self.config[self.config.subcommand].get("ckpt_path"), err)
+            if damaged is None:
+                raise
+            raise damaged from err
 
 
 def main(args: list[str] | None = None) -> None:
