@@ -2,8 +2,8 @@
 
 Every rank (and every DataLoader worker of a rank) computes the same deterministic order from
 ``(seed, epoch, rank)``, so the position in an epoch is a single number, the prompts consumed, and
-resuming replays the order up to it (whatever the batch size, before or after). Each prompt goes to exactly one rank, and a group is the
-completions of one prompt, so no group is split across ranks.
+resuming replays the order up to it (whatever the batch size, before or after). Each prompt goes to
+exactly one rank, and a group is the completions of one prompt, so no group is split across ranks.
 """
 
 from __future__ import annotations

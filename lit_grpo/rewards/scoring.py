@@ -180,12 +180,18 @@ def call_reward(
       error naming the reward's class and what it returned; ``inf`` scores become NaN, counted in
       ``errors``; the standard counters are filled in for rewards that do not count themselves.
     """
+    return _call(reward, completions, references, columns)[0]
+
+
+def _call(reward: RewardFunction, completions: list[str], references: list[str], columns: Mapping[str, Any]
+          ) -> tuple[RewardOutput, Exception | None]:
+    """:func:`call_reward`'s output and the exception the call raised, if it did."""
     try:
         out = reward(completions, references, **columns)
     except Exception as exc:
         _log_once(reward.name, "call", f"reward {reward.name!r} raised: {type(exc).__name__}: {exc}", exc)
-        return failed_output(reward.name, len(completions), "errors")
-    return checked_output(reward, out, len(completions))
+        return failed_output(reward.name, len(completions), "errors"), exc
+    return checked_output(reward, out, len(completions)), None
 
 
 def failed_output(name: str, n: int, counter: str) -> RewardOutput:
@@ -311,6 +317,7 @@ class RewardGuard:
         self.timeout_s, self.fail_after = timeout_s, fail_after
         self.calls = 0  # calls so far
         self.failed_calls = 0  # of those, calls where every item failed
+        self.first_error: BaseException | None = None  # what the first failed call raised (when it raised)
 
     def __call__(
         self, reward: RewardFunction, completions: list[str], references: list[str], **columns: Any
@@ -321,24 +328,26 @@ class RewardGuard:
                 if not enforced and self.timeout_s is not None:
                     _log_once(name, "no-limit", f"reward {name!r} runs outside the main thread, where its "
                               f"time limit of {self.timeout_s:g} s cannot be enforced")
-                out = call_reward(reward, completions, references, **columns)
+                out, error = _call(reward, completions, references, columns)
         except RewardTimeout as exc:
             _log_once(name, "call-timeout", f"reward {name!r} {exc} on a call of {n} completions; they count as "
                       "timeouts (raise reward_timeout_s if the reward is only slow)")
-            out = failed_output(name, n, "timeouts")
-        self._track(name, out, n)
+            out, error = failed_output(name, n, "timeouts"), TimeoutError(f"reward {name!r} {exc}")
+        self._track(name, out, n, error)
         return out
 
-    def _track(self, name: str, out: RewardOutput, n: int) -> None:
+    def _track(self, name: str, out: RewardOutput, n: int, error: BaseException | None) -> None:
         self.calls += 1
         failed = n > 0 and out.counters.get("errors", 0) + out.counters.get("timeouts", 0) >= n \
             and bool(torch.isnan(out.scores).all())
         self.failed_calls += failed
+        if failed and self.first_error is None:
+            self.first_error = error
         if self.fail_after and self.calls == self.failed_calls == self.fail_after:
             raise RuntimeError(
                 f"reward {name!r} failed on every completion of each of its first {self.fail_after} calls "
                 f"(errors {out.counters.get('errors', 0)}, timeouts {out.counters.get('timeouts', 0)} of {n} "
-                "in the last one): it is broken, and training on NaN rewards learns nothing. The first failure "
-                "is logged above with its traceback; fix the reward (call it on a few completions by hand), or "
-                "raise reward_timeout_s if it is only slow."
-            )
+                "in the last one): it is broken, and training on NaN rewards learns nothing. The first "
+                "failure is logged above with its traceback (and chained below); fix the reward (call it on a "
+                "few completions by hand), or raise reward_timeout_s if it is only slow."
+            ) from self.first_error
