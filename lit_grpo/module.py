@@ -327,8 +327,8 @@ class GRPOModule(PolicyModule):
             self.consecutive_nonfinite += 1
             if self.max_nonfinite_steps is not None and self.consecutive_nonfinite >= self.max_nonfinite_steps:
                 raise FloatingPointError(
-                    f"the run diverged: {self.consecutive_nonfinite} optimizer steps in a row had a non-finite loss "
-                    f"({loss}) or gradient norm ({grad_norm}), up to step {self.global_step}, and were skipped. "
+                    f"the run diverged: {self.consecutive_nonfinite} optimizer steps in a row, up to step "
+                    f"{self.global_step + 1}, had a non-finite loss ({loss}) or gradient norm ({grad_norm}). "
                     "Resume from an earlier checkpoint with a lower lr (or max_grad_norm), check the rewards and "
                     "the data; max_nonfinite_steps sets how many skipped steps in a row stop the run")
             opt.zero_grad(set_to_none=True)  # the step below then leaves parameters and optimizer state alone

@@ -68,9 +68,8 @@ def test_a_diverging_run_stops_after_max_nonfinite_steps_in_a_row(run_dir):
                "model.init_args.max_nonfinite_steps": 2}
     outcome = fit(config(run_dir, steps=6, **options), run_dir)
     assert outcome.status == 1
-    assert "the run diverged: 2 optimizer steps in a row had a non-finite loss" in outcome.message
+    assert "the run diverged: 2 optimizer steps in a row, up to step 2, had a non-finite loss" in outcome.message
     assert "max_nonfinite_steps" in outcome.message
-    assert "up to step 1" in outcome.message  # 0-based: the first two steps
     assert checkpoint_step(run_dir / NEW_LAST) == 1 and saved.unchanged()  # the first skipped step was saved
 
 
