@@ -271,3 +271,30 @@ def test_refill_position_per_rank_is_restored_for_this_rank(tmp_path):
     dm.load_state_dict({"epoch": 0, "prompts": 0, "refill_drawn": [5, 9]})  # as written by two ranks
     expected = [r["id"] for r in islice(dm.train_dataset(salt=1).cycle(), 8)]
     assert dm.refill(3).ids == expected[5:8]  # no trainer: rank 0
+
+
+def test_a_position_saved_with_other_data_settings_is_refused_naming_each(tmp_path):
+    dm = stream_dm(tmp_path)
+    state = dm.state_dict()
+    assert state["settings"] == {"seed": 0, "world_size": 1, "streaming": True, "shuffle_buffer": 8}
+    state["settings"] |= {"world_size": 2, "seed": 3}
+    with pytest.raises(ValueError, match="seed: checkpoint 3, this run 0; world_size: checkpoint 2, this run 1"):
+        dm.load_state_dict(state)
+
+
+def test_a_position_saved_with_another_prompts_per_step_continues_at_the_same_prompt(tmp_path):
+    first = stream_dm(tmp_path, prompts_per_step=4)
+    order = [r["id"] for r in first.train_dataset().ordered(0)]
+    for batch in list(first.train_dataloader())[:3]:
+        first.on_before_batch_transfer(batch, 0)  # three steps of 4 prompts
+    second = stream_dm(tmp_path, prompts_per_step=5)
+    second.load_state_dict(first.state_dict())
+    assert [b.ids for b in second.train_dataloader()] == [order[12:17], order[17:22], order[22:27], order[27:32],
+                                                          order[32:37]]
+
+
+def test_a_position_from_before_prompts_were_counted_is_read_in_batches(tmp_path):
+    dm = stream_dm(tmp_path, prompts_per_step=4)
+    dm.load_state_dict({"epoch": 0, "batches": 3, "refill_drawn": 0})
+    order = [r["id"] for r in dm.train_dataset().ordered(0)]
+    assert next(iter(dm.train_dataloader())).ids == order[12:16]
