@@ -22,24 +22,24 @@ def _reward(name: str, **init_args) -> dict:
 
 
 # ---- faulty rewards: P=2 prompts x G=2 completions = 4 items per call --------------------------------
-REWARD_RUNS = {  # name: (reward, extra options, counter of the last step: value)
-    "raises on one call": (_reward("Raising", calls=[2]), {}, ("reward/errors", 4)),
-    "returns NaN": (_reward("Constant", value="nan"), {}, ("reward/unscorable", 4)),
-    "returns inf": (_reward("Constant", value="inf"), {}, ("reward/errors", 4)),
+REWARD_RUNS = {  # name: (reward, extra options, steps, counter of the last step: value)
+    "raises on one call": (_reward("Raising", calls=[2]), {}, 2, ("reward/errors", 4)),
+    "returns NaN": (_reward("Constant", value="nan"), {}, 1, ("reward/unscorable", 4)),
+    "returns inf": (_reward("Constant", value="inf"), {}, 1, ("reward/errors", 4)),
     "hangs on one call": (_reward("Hanging", seconds=600, calls=[2]), {"model.init_args.reward_timeout_s": 1.0},
-                          ("reward/timeouts", 4)),
+                          2, ("reward/timeouts", 4)),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", REWARD_RUNS)
 def test_a_faulty_reward_call_is_nan_and_counted_and_the_run_goes_on(run_dir, case):
-    reward, options, (counter, value) = REWARD_RUNS[case]
+    reward, options, steps, (counter, value) = REWARD_RUNS[case]
     saved, start = Saved(run_dir / "ckpt"), time.monotonic()
-    outcome = fit(config(run_dir, steps=2, **reward, **options), run_dir)
+    outcome = fit(config(run_dir, steps=steps, **reward, **options), run_dir)
     assert outcome.status == 0, outcome.message
     metrics = outcome.cli.trainer.callback_metrics
     assert metrics[counter] == value and metrics["rollout/unscorable_frac"] == 1.0
-    assert outcome.cli.trainer.global_step == 2 and checkpoint_step(run_dir / NEW_LAST) == 2
+    assert outcome.cli.trainer.global_step == steps and checkpoint_step(run_dir / NEW_LAST) == steps
     assert time.monotonic() - start < 120  # a hang is cut at its time limit, not waited out
     assert saved.unchanged()
 
