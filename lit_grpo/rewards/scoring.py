@@ -291,7 +291,7 @@ def time_limit(seconds: float | None) -> Iterator[bool]:
     finally:
         done.set()
         watchdog.join()
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
 
 
 class RewardGuard:
