@@ -46,10 +46,10 @@ class PromptDataModule(L.LightningDataModule):
     :meth:`refill` stream are saved in checkpoints, and a resumed run continues with exactly the
     prompts the uninterrupted run would have seen (the position is counted in data epochs of its own,
     whatever number Lightning gives the epoch). Because it is counted in prompts, a run resumed with
-    another ``prompts_per_step`` continues at the next unseen prompt. Settings that change which prompt
-    a position means (``seed``, the number of processes, ``streaming`` and its ``shuffle_buffer``, the
-    number of training prompts) are saved with it, and resuming with different ones is refused with an
-    error naming them.
+    another ``prompts_per_step`` (or, held in memory, another number of processes) continues at the next
+    unseen prompt. Settings that change which prompt a position means (``seed``, ``streaming`` and, streamed,
+    its ``shuffle_buffer`` and the number of processes, the number of training prompts) are saved with it,
+    and resuming with different ones is refused with an error naming them.
 
     Validation and test prompts are held in memory, in file order (the first ``max_val_prompts``).
 
@@ -188,32 +188,40 @@ class PromptDataModule(L.LightningDataModule):
         return collate_prompts(records)
 
     def state_dict(self) -> dict[str, Any]:
-        """The position: the data epoch, the prompts each rank consumed in it (the same on every rank),
-        the prompts drawn by :meth:`refill` (one count per rank with several ranks: they refill apart),
-        and the settings that fix which prompts a position means (:meth:`position_settings`)."""
+        """The position: the data epoch, the prompts each rank consumed in it (the same on every rank) and
+        the number of ranks, the prompts drawn by :meth:`refill` (one count per rank with several ranks:
+        they refill apart), and the settings that fix which prompts a position means
+        (:meth:`position_settings`)."""
         refill: int | list[int] = self._refill_drawn
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             counts = [None] * torch.distributed.get_world_size()  # every rank writes the checkpoint state
             torch.distributed.all_gather_object(counts, self._refill_drawn)
             refill = [int(c) for c in counts]  # type: ignore[arg-type]
-        return {"epoch": self._epoch, "prompts": self._prompts, "refill_drawn": refill,
-                "settings": self.position_settings()}
+        return {"epoch": self._epoch, "prompts": self._prompts, "world_size": self._world_size(),
+                "refill_drawn": refill, "settings": self.position_settings()}
 
     def position_settings(self) -> dict[str, Any]:
-        """What the saved position depends on: the order's seed, the number of processes it is dealt to,
-        streaming (and its shuffle buffer), the number of training prompts (held in memory: it fixes the
-        permutation). ``prompts_per_step`` is not among them: the position is counted in prompts."""
-        trainer = self.trainer
-        settings: dict[str, Any] = {"seed": self.seed, "world_size": trainer.world_size if trainer else 1,
-                                    "streaming": self.streaming}
+        """What the saved position depends on: the order's seed, streaming and, streamed, its shuffle buffer
+        and the number of processes (each rank shuffles its own share), else the number of training
+        prompts (it fixes the permutation). Not among them: ``prompts_per_step`` (the position is counted
+        in prompts) and, held in memory, the number of processes (the ranks deal one permutation by
+        position, so the prompts consumed are its first ``prompts x ranks``, whatever the number)."""
+        settings: dict[str, Any] = {"seed": self.seed, "streaming": self.streaming}
         if self.streaming:
-            settings["shuffle_buffer"] = self.shuffle_buffer
+            settings |= {"shuffle_buffer": self.shuffle_buffer, "world_size": self._world_size()}
         elif "train" in self.splits:
             settings["train_prompts"] = len(self.splits["train"])
         return settings
 
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self.trainer is not None else 1
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores the position; refuses one saved with settings that give its prompts another meaning."""
+        """Restores the position; refuses one saved with settings that give its prompts another meaning.
+
+        Held in memory, a position saved with another number of processes continues after the prompts
+        consumed in all; when they do not divide evenly among the new ranks, up to ``ranks - 1`` of them are
+        seen again (a warning says how many), none is skipped."""
         saved, current = state_dict.get("settings", {}), self.position_settings()
         differ = [f"{k}: checkpoint {saved[k]!r}, this run {current[k]!r}" for k in current
                   if k in saved and saved[k] != current[k]]
@@ -221,12 +229,19 @@ class PromptDataModule(L.LightningDataModule):
             raise ValueError(
                 "PromptDataModule: the checkpoint's data position was saved with other data settings, so it "
                 "does not point at the same prompts in this run: " + "; ".join(differ) + ". Resume with the "
-                "checkpoint's settings (the same seed, number of processes, data and streaming options), or "
-                "start a new run from exported weights (callbacks.SavePretrained) to change them."
+                "checkpoint's settings (the same seed, data and streaming options; streamed, the same number "
+                "of processes), or start a new run from exported weights (callbacks.SavePretrained) to "
+                "change them."
             )
         self._epoch = int(state_dict.get("epoch", 0))
         # checkpoints written before the position was counted in prompts hold batches of prompts_per_step
-        self._prompts = int(state_dict.get("prompts", state_dict.get("batches", 0) * self.prompts_per_step))
+        prompts = int(state_dict.get("prompts", state_dict.get("batches", 0) * self.prompts_per_step))
+        world, saved_world = self._world_size(), int(state_dict.get("world_size", self._world_size()))
+        self._prompts, again = divmod(prompts * saved_world, world)
+        if again:
+            logger.warning(
+                "resuming on %d processes a data position saved on %d: %d prompts of this epoch are seen again",
+                world, saved_world, again)
         self._resume = True
         refill = state_dict["refill_drawn"]
         if isinstance(refill, list):

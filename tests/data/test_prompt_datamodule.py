@@ -148,6 +148,6 @@ def test_trainer_reshuffles_epochs_and_checkpoints_the_refill_position(tmp_path)
     trainer.save_checkpoint(tmp_path / "last.ckpt")
     ckpt = torch.load(tmp_path / "last.ckpt", weights_only=False)
     assert ckpt["PromptDataModule"] == {
-        "epoch": 1, "prompts": 12, "refill_drawn": 18,
-        "settings": {"seed": 0, "world_size": 1, "streaming": False, "train_prompts": 12},
+        "epoch": 1, "prompts": 12, "world_size": 1, "refill_drawn": 18,
+        "settings": {"seed": 0, "streaming": False, "train_prompts": 12},
     }  # fmt: skip

@@ -276,7 +276,7 @@ def test_refill_position_per_rank_is_restored_for_this_rank(tmp_path):
 def test_a_position_saved_with_other_data_settings_is_refused_naming_each(tmp_path):
     dm = stream_dm(tmp_path)
     state = dm.state_dict()
-    assert state["settings"] == {"seed": 0, "world_size": 1, "streaming": True, "shuffle_buffer": 8}
+    assert state["settings"] == {"seed": 0, "streaming": True, "shuffle_buffer": 8, "world_size": 1}
     state["settings"] |= {"world_size": 2, "seed": 3}
     with pytest.raises(ValueError, match="seed: checkpoint 3, this run 0; world_size: checkpoint 2, this run 1"):
         dm.load_state_dict(state)
@@ -298,3 +298,13 @@ def test_a_position_from_before_prompts_were_counted_is_read_in_batches(tmp_path
     dm.load_state_dict({"epoch": 0, "batches": 3, "refill_drawn": 0})
     order = [r["id"] for r in dm.train_dataset().ordered(0)]
     assert next(iter(dm.train_dataloader())).ids == order[12:16]
+
+
+def test_a_position_in_memory_saved_on_more_processes_continues_after_every_prompt_they_consumed(tmp_path, caplog):
+    dm = stream_dm(tmp_path, streaming=False)
+    order = [r["id"] for r in dm.train_dataset().ordered(0)]
+    dm.load_state_dict({"epoch": 0, "prompts": 4, "world_size": 2, "refill_drawn": [0, 0]})  # 2 ranks x 4
+    assert next(iter(dm.train_dataloader())).ids == order[8:12]
+    dm._world_size = lambda: 3  # resumed on 3 processes: 8 prompts do not divide among 3 ranks
+    dm.load_state_dict({"epoch": 0, "prompts": 4, "world_size": 2, "refill_drawn": [0, 0]})
+    assert dm._prompts == 2 and "2 prompts of this epoch are seen again" in caplog.text
