@@ -1,4 +1,5 @@
-"""Checkpoints that survive crashes: atomic writes, a clean stop on Ctrl-C, exact resume, config checks.
+"""Checkpoints that survive crashes: atomic writes, a clean stop on Ctrl-C and pre-emption signals, exact
+resume, config checks.
 
 A resumed run reproduces the uninterrupted one exactly on the CPU: parameters, optimizer and scheduler
 (Lightning), the data position (``PromptDataModule.state_dict``), callback state (Lightning), and the
@@ -14,6 +15,8 @@ import os
 import random
 import signal
 import tempfile
+import threading
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +62,34 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         _fsync_dir(target.parent)
 
 
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        """Lightning's reader, with an error naming the file, what is wrong and the fix for a damaged one."""
+        kwargs = {} if map_location is None else {"map_location": map_location}
+        try:
+            return super().load_checkpoint(path, weights_only=weights_only, **kwargs)
+        except Exception as err:
+            damaged = damaged_checkpoint(path, err)
+            if damaged is None:
+                raise
+            raise damaged from err
+
+
+def damaged_checkpoint(path: Any, err: BaseException) -> RuntimeError | None:
+    """The error for a local checkpoint file that failed to load with ``err`` because it is not a whole
+    checkpoint (``torch.save`` writes a zip archive: a truncated or overwritten file is not one); names
+    the file, its size and the other checkpoints beside it. None when ``err`` has another cause."""
+    file = Path(str(path))
+    if "://" in str(path) or not file.is_file() or zipfile.is_zipfile(file):
+        return None
+    names = sorted(p.name for p in file.parent.glob("*.ckpt") if p.name != file.name)
+    others = f" (its folder also holds: {', '.join(names)})" if names else ""
+    return RuntimeError(
+        f"the checkpoint {file} ({file.stat().st_size} bytes) is damaged or truncated and cannot be read "
+        f"({type(err).__name__}: {str(err)[:200]}); it was cut short by a copy or a full disk, or is not a "
+        f"checkpoint. Resume from another checkpoint{others}, or start without ckpt_path."
+    )
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -72,54 +103,89 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+#: Exit status of a ``lit-grpo fit`` stopped by a signal after it wrote its checkpoint: "interrupted,
+#: resumable". 75 is ``EX_TEMPFAIL`` of sysexits.h ("a temporary failure; the user is invited to retry"),
+#: which job wrappers can requeue on. Not 128 + the signal's number (143 for SIGTERM), which shells and
+#: schedulers read as "killed by the signal" (no checkpoint), and not 1, an error.
+EXIT_INTERRUPTED = 75
+
+#: The signals :class:`SaveOnInterrupt` handles by default: Ctrl-C, a scheduler's pre-emption notice
+#: (SIGTERM; Slurm, Kubernetes, systemd), and SIGUSR1 (Slurm's ``--signal=USR1@<seconds>`` warning).
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
+
+
 class SaveOnInterrupt(Callback):
-    """Ctrl-C (SIGINT) finishes the current training step, writes a checkpoint and stops ``fit``.
+    """Ctrl-C (SIGINT), SIGTERM or SIGUSR1 finishes the current training step, writes a checkpoint and stops
+    ``fit``; ``lit-grpo fit`` then exits with :data:`EXIT_INTERRUPTED` (75): interrupted, resumable.
 
     The checkpoint is written between steps, so it is as clean as a scheduled one and a run resumed from
-    it (``ckpt_path=last``) goes on exactly. A second Ctrl-C interrupts at once (no checkpoint). With
-    several processes the ranks agree to stop after the same step. Writes no metrics.
+    it (``ckpt_path=last``) goes on exactly. A signal during a validation pass or a checkpoint write takes
+    effect at the end of the next training step. A second Ctrl-C interrupts at once (no checkpoint; exit
+    status 1), a second SIGTERM ends the process at once (status 143); either way the checkpoints already
+    written stay whole (:class:`AtomicCheckpointIO`). Signals that arrive before training starts (while the
+    model loads) have their default effect. With several processes the ranks agree to stop after the same
+    step. The handlers are installed for ``fit`` only and the previous ones restored after it; they replace
+    Lightning's own SIGTERM handling (which stops without a checkpoint and exits 0) and its Slurm
+    auto-requeue on SIGUSR1 (requeue on exit status 75 instead). Writes no metrics.
 
     Args:
         dirpath: Where ``last.ckpt`` is written; null: the folder of the trainer's ``ModelCheckpoint``,
             else ``<default_root_dir>/checkpoints``.
         filename: File name of the checkpoint.
+        signals: Names of the signals that stop the run this way.
     """
 
-    def __init__(self, dirpath: str | None = None, filename: str = "last.ckpt") -> None:
+    def __init__(
+        self, dirpath: str | None = None, filename: str = "last.ckpt", signals: list[str] | None = None
+    ) -> None:
+        names = list(STOP_SIGNALS if signals is None else signals)
+        unknown = [n for n in names if not isinstance(getattr(signal, n, None), signal.Signals)]
+        if unknown:
+            raise ValueError(f"SaveOnInterrupt: signals={names}: unknown {unknown}; use names like 'SIGTERM'")
         self.dirpath, self.filename = dirpath, filename
+        self.signals = [getattr(signal, n) for n in names]
         self.requested = False
+        self.received: str | None = None  # the name of the first signal received
         self.saved_path: Path | None = None
-        self._previous: Any = None
-        self._installed = False
+        self._previous: dict[int, Any] = {}
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.requested = False
-        try:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
-        except ValueError:  # not the main thread: signals cannot be caught here
-            self._installed = False
+        self.requested, self.received, self.saved_path = False, None, None
+        self._install()
 
-    def _restore(self) -> None:
-        signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install()  # again: Lightning has put its own SIGTERM handler in front of ours since
+
+    def _install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals can only be caught in the main thread
+        for signum in self.signals:
+            previous = signal.signal(signum, self._handle)
+            self._previous.setdefault(signum, previous)  # the handler from before fit
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
-        self._restore()  # a second Ctrl-C interrupts at once
-        logger.warning(
-            "Ctrl-C: finishing this step, then saving a checkpoint (Ctrl-C again to abort at once)"
-        )
+        name = signal.Signals(signum).name
+        if not self.requested:
+            self.requested, self.received = True, name
+        if signum == signal.SIGINT:  # a second Ctrl-C interrupts at once
+            signal.signal(signum, self._previous.get(signum) or signal.default_int_handler)
+        elif signum == signal.SIGTERM:  # a second SIGTERM ends the process at once
+            signal.signal(signum, signal.SIG_DFL)
+        again = {"SIGINT": " (Ctrl-C again to abort at once)", "SIGTERM": " (SIGTERM again to end at once)"}
+        logger.warning("%s: finishing this step, then saving a checkpoint%s", name, again.get(name, ""))
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not trainer.strategy.reduce_boolean_decision(self.requested, all=False):
             return
-        self.saved_path = self._path(trainer)
-        trainer.save_checkpoint(self.saved_path)
+        path = self._path(trainer)
+        trainer.save_checkpoint(path)
+        self.saved_path = path
         trainer.should_stop = True
         logger.warning(
-            "interrupted after step %d; checkpoint written to %s", trainer.global_step, self.saved_path
+            "%s: stopped after step %d; checkpoint written to %s. Resume with --ckpt_path %s (exit status %d)",
+            self.received or "a signal on another rank", trainer.global_step, path, path, EXIT_INTERRUPTED,
         )
 
     def _path(self, trainer: Trainer) -> Path:
@@ -130,9 +196,16 @@ class SaveOnInterrupt(Callback):
         return Path(folder) / self.filename
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if self._installed and signal.getsignal(signal.SIGINT) == self._handle:
-            self._restore()
-        self._installed = False
+        for signum, previous in self._previous.items():  # the handlers from before fit
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous = {}
+
+
+def exit_status(trainer: Trainer) -> int:
+    """:data:`EXIT_INTERRUPTED` when a :class:`SaveOnInterrupt` stopped ``trainer``'s run with a checkpoint,
+    else 0."""
+    stopped = any(isinstance(c, SaveOnInterrupt) and c.saved_path is not None for c in trainer.callbacks)
+    return EXIT_INTERRUPTED if stopped else 0
 
 
 # ---- helpers for the GRPO module's own checkpoint state (GRPOModule.on_save_checkpoint) ----------------
@@ -174,9 +247,17 @@ def set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+def model_identity(model: str) -> str:
+    """A local model directory as its absolute, resolved path (symbolic links followed); a hub id as it is."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.is_dir() else model
+
+
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any]) -> None:
     """Raise a ``ValueError`` naming every setting that differs between a checkpoint and this run (settings
     only one of them has are not compared: older checkpoints lack newer ones)."""
+    if isinstance(saved.get("model"), str):  # written as given by checkpoints of earlier versions
+        saved = {**saved, "model": model_identity(saved["model"])}
     differ = [
         f"{k}: checkpoint {_show(saved[k])}, this run {_show(current[k])}"
         for k in current

@@ -23,7 +23,7 @@ import lit_grpo.module
 import lit_grpo.rewards
 import lit_grpo.rollout
 import lit_grpo.sft  # noqa: F401
-from lit_grpo.checkpoint import SaveOnInterrupt
+from lit_grpo.checkpoint import SaveOnInterrupt, damaged_checkpoint, exit_status
 from lit_grpo.data import PromptDataModule
 
 TRAINER_DEFAULTS = {
@@ -44,8 +44,8 @@ MOVED_TO_LOSS = ("eps_low", "eps_high", "dual_clip", "beta", "kl_estimator", "ti
 
 class LitGRPOCLI(LightningCLI):
     """LightningCLI with lit-grpo's defaults: TensorBoard logging under ``runs/``, the prompt DataModule,
-    atomic checkpoint writes (:class:`~lit_grpo.checkpoint.AtomicCheckpointIO`) and a checkpoint on Ctrl-C
-    (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`).
+    atomic checkpoint writes (:class:`~lit_grpo.checkpoint.AtomicCheckpointIO`) and a checkpoint on Ctrl-C,
+    SIGTERM or SIGUSR1 (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`; ``main`` then exits with status 75).
 
     The model is given by class path in the config (``lit_grpo.GRPOModule`` or ``lit_grpo.SFTModule``);
     its components take short names on the command line, e.g. ``--model.estimator=Sign``.
@@ -53,13 +53,23 @@ class LitGRPOCLI(LightningCLI):
 
     def __init__(self, args=None, run: bool = True, **kwargs) -> None:
         check_moved_options(sys.argv[1:] if args is None else args)
-        # Ctrl-C finishes the step, writes last.ckpt and stops: appended to the config's callbacks
+        # Ctrl-C / SIGTERM / SIGUSR1 finish the step, write last.ckpt and stop: appended to the config's callbacks
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         super().__init__(
             LightningModule, PromptDataModule, subclass_mode_model=True, args=args, run=run,
             auto_configure_optimizers=False, **kwargs,
         )
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads the checkpoint's hyperparameters first: a damaged file is named here already
+        try:
+            super()._parse_ckpt_path()
+        except Exception as err:
+            damaged = damaged_checkpoint(self.config[self.config.subcommand].get("ckpt_path"), err)
+            if damaged is None:
+                raise
+            raise damaged from err
 
 
 def check_moved_options(args: Any) -> None:
@@ -111,7 +121,10 @@ def main(args: list[str] | None = None) -> None:
 
         raise SystemExit(compare_main(argv[1:], LitGRPOCLI))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    LitGRPOCLI(args=args)
+    cli = LitGRPOCLI(args=args)
+    status = exit_status(cli.trainer)  # 75 when a signal stopped the run after writing its checkpoint
+    if status:
+        raise SystemExit(status)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,14 @@ import torch
 from torch import Tensor
 
 from lit_grpo import step_metrics
-from lit_grpo.checkpoint import check_fingerprint, gather_objects, rng_states, seed_step, set_rng_states
+from lit_grpo.checkpoint import (
+    check_fingerprint,
+    gather_objects,
+    model_identity,
+    rng_states,
+    seed_step,
+    set_rng_states,
+)
 from lit_grpo.estimators import GRPO, AdvantageEstimator
 from lit_grpo.estimators.functional import constant_groups
 from lit_grpo.logprobs import logp_mismatch, sequence_logprobs
@@ -27,6 +34,7 @@ from lit_grpo.parallel import (
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import PolicyModule
 from lit_grpo.rewards.base import RewardFunction
+from lit_grpo.rewards.scoring import DEFAULT_REWARD_TIMEOUT_S
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows, slice_rows
 from lit_grpo.step_metrics import UpdateStats
@@ -48,7 +56,8 @@ class GRPOModule(PolicyModule):
     ``train/nonfinite_steps``, the loss's statistics as ``train/<name>`` (PPOClip: ``train/clip_frac``, and
     ``train/kl`` when ``beta > 0``); ``rollout/reward_mean``,
     ``rollout/reward_std``, ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``,
-    ``rollout/prompts_drawn``; ``reward/<term>`` and ``reward/<counter>``; ``perf/<phase>_s``,
+    ``rollout/prompts_drawn``; ``reward/<term>`` and ``reward/<counter>``; ``data/skipped_rows`` (bad rows the
+    DataModule skipped so far under ``skip_bad_rows``, every split; this process's count); ``perf/<phase>_s``,
     ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged);
     ``rollout/logp_diff_mean``, ``rollout/logp_diff_max`` and ``rollout/logp_kl_k3``: how far the engine's
     sampling log-probs are from the trainer's on the sampled tokens, before the update (METHODS section 2).
@@ -76,8 +85,12 @@ class GRPOModule(PolicyModule):
         max_refill_batches: Most refill draws per step when ``filter_degenerate``.
         on_nonfinite: What a non-finite loss or gradient norm does: ``skip`` the step (counted in
             ``train/nonfinite_steps``) or ``raise``.
+        max_nonfinite_steps: With ``skip``, this many consecutive skipped optimizer steps stop the run with
+            an error (the run has diverged; the last checkpoint is kept); null: never stop.
         lora: Train LoRA adapters (peft: rank, alpha, dropout, target modules) instead of all weights.
         gradient_checkpointing: Recompute block activations in the backward pass to save memory.
+        reward_timeout_s: Wall-clock limit of one reward call (all completions of a step), in seconds; a
+            call past it scores NaN, counted in ``reward/timeouts``, and the run goes on (null: no limit).
     """
 
     def __init__(
@@ -99,6 +112,7 @@ class GRPOModule(PolicyModule):
         filter_degenerate: bool = False,
         max_refill_batches: int = 4,
         on_nonfinite: Literal["skip", "raise"] = "skip",
+        max_nonfinite_steps: int | None = 10,
         dtype: DType = "float32",
         temperature: float = 1.0,
         top_p: float = 1.0,
@@ -107,9 +121,10 @@ class GRPOModule(PolicyModule):
         val_samples: int = 1,
         lora: LoraSettings | None = None,
         gradient_checkpointing: bool = False,
+        reward_timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S,
     ) -> None:
         super().__init__(model, reward, engine, dtype, False, temperature, top_p, top_k, max_new_tokens, val_samples,
-                         lora=lora, gradient_checkpointing=gradient_checkpointing)
+                         lora=lora, gradient_checkpointing=gradient_checkpointing, reward_timeout_s=reward_timeout_s)
         self.estimator = estimator if estimator is not None else GRPO()
         self.loss = loss if loss is not None else PPOClip()
         _check(group_size >= max(1, self.estimator.min_group_size),
@@ -119,12 +134,15 @@ class GRPOModule(PolicyModule):
         _check(micro_batch_size is None or micro_batch_size >= 1, f"micro_batch_size={micro_batch_size} must be >= 1")
         _check(lr > 0, f"lr={lr} must be > 0")
         _check(max_refill_batches >= 0, f"max_refill_batches={max_refill_batches} must be >= 0")
+        _check(max_nonfinite_steps is None or max_nonfinite_steps >= 1,
+               f"max_nonfinite_steps={max_nonfinite_steps} must be >= 1, or null to never stop")
         self.group_size, self.aggregation = group_size, aggregation
         self.num_iterations, self.micro_batch_size = num_iterations, micro_batch_size
         self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
         self.max_grad_norm = max_grad_norm
         self.filter_degenerate, self.max_refill_batches = filter_degenerate, max_refill_batches
-        self.on_nonfinite = on_nonfinite
+        self.on_nonfinite, self.max_nonfinite_steps = on_nonfinite, max_nonfinite_steps
+        self.consecutive_nonfinite = 0  # skipped optimizer steps in a row
         self.ref_policy = None
         self.nonfinite_steps = 0
         self.rollout_seed: int | None = None  # base of the per-step seeds; saved in checkpoints
@@ -293,7 +311,16 @@ class GRPOModule(PolicyModule):
                     f"non-finite loss ({loss}) or gradient norm ({grad_norm}) at step {self.global_step}; "
                     "lower lr, check rewards, or set on_nonfinite: skip")
             self.nonfinite_steps += 1
+            self.consecutive_nonfinite += 1
+            if self.max_nonfinite_steps is not None and self.consecutive_nonfinite >= self.max_nonfinite_steps:
+                raise FloatingPointError(
+                    f"the run diverged: {self.consecutive_nonfinite} optimizer steps in a row, up to step "
+                    f"{self.global_step + 1}, had a non-finite loss ({loss}) or gradient norm ({grad_norm}). "
+                    "Resume from an earlier checkpoint with a lower lr (or max_grad_norm), check the rewards and "
+                    "the data; max_nonfinite_steps sets how many skipped steps in a row stop the run")
             opt.zero_grad(set_to_none=True)  # the step below then leaves parameters and optimizer state alone
+        else:
+            self.consecutive_nonfinite = 0
         opt.step()  # always called, so that trainer.global_step counts skipped steps too
         opt.zero_grad(set_to_none=True)
         sched.step()
@@ -310,14 +337,22 @@ class GRPOModule(PolicyModule):
                                                               world)
         metrics["train/lr"] = self.optimizers().param_groups[0]["lr"]
         metrics["train/nonfinite_steps"] = float(self.nonfinite_steps)
+        skipped = getattr(self.trainer.datamodule, "skipped_rows", None)  # PromptDataModule(skip_bad_rows=True)
+        if skipped is not None:
+            metrics["data/skipped_rows"] = float(sum(skipped.values()))
         self.log("rollout/reward_mean", metrics.pop("rollout/reward_mean"), prog_bar=True, batch_size=len(stats.batch))
         self.log_dict(metrics, batch_size=max(len(stats.batch), 1))
 
     # ---- checkpoints: Lightning saves weights, optimizer, scheduler, data position; this module the rest ----
     def fingerprint(self) -> dict[str, Any]:
-        """The settings a checkpoint's state depends on: the model, group size, estimator, aggregation, LoRA."""
-        return {"model": self.model_name, "group_size": self.group_size, "estimator": repr(self.estimator),
-                "aggregation": self.aggregation, "lora": asdict(self.lora) if self.lora is not None else None}
+        """The settings a checkpoint's state depends on: the model (a local directory by its resolved path, so
+        ``./m``, ``m/`` and ``/abs/m`` are the same model), group size, estimator, aggregation, LoRA, and the
+        parameters' dtype (resumed in another dtype, weights and optimizer moments would be silently rounded
+        or widened). Logging, time limits and the loss settings are not in it (they may change on resume);
+        the data position's meaning is the DataModule's to check."""
+        return {"model": model_identity(self.model_name), "group_size": self.group_size,
+                "estimator": repr(self.estimator), "aggregation": self.aggregation,
+                "lora": asdict(self.lora) if self.lora is not None else None, "dtype": self.dtype_name}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """The fingerprint, counters, rollout seed and every rank's random states (gathered on every rank)."""

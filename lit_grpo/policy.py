@@ -14,7 +14,7 @@ from lit_grpo.lora import LoraSettings, apply_lora, base_model, is_peft, meta_co
 from lit_grpo.models.loading import DType, load_policy, load_tokenizer
 from lit_grpo.parallel import is_fsdp1, shard_policy, wrap_fsdp1
 from lit_grpo.rewards.base import RewardFunction
-from lit_grpo.rewards.scoring import call_reward
+from lit_grpo.rewards.scoring import DEFAULT_REWARD_TIMEOUT_S, RewardGuard
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.hf import HFGenerateEngine
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
@@ -42,6 +42,9 @@ class PolicyModule(LightningModule):
         lora: Train LoRA adapters (peft) instead of all weights (null = full fine-tuning).
         gradient_checkpointing: Recompute each block's activations in the backward pass instead of
             storing them (less memory, about a third more compute); generation keeps its KV cache.
+        reward_timeout_s: Wall-clock limit of one reward call (all completions of a step), in seconds; a
+            call past it scores NaN, counted in ``reward/timeouts``, and the run goes on (null: no limit).
+            See :class:`~lit_grpo.rewards.scoring.RewardGuard`.
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class PolicyModule(LightningModule):
         seed: int = 0,
         lora: LoraSettings | None = None,
         gradient_checkpointing: bool = False,
+        reward_timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S,
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -69,6 +73,7 @@ class PolicyModule(LightningModule):
             raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
         self.model_name = model
         self.reward = reward
+        self.reward_guard = RewardGuard(reward_timeout_s)  # every reward call: time limit, checks, counters
         self.engine = engine if engine is not None else HFGenerateEngine()
         self.dtype_name, self.from_scratch, self.seed = dtype, from_scratch, seed
         self.sampling = SamplingParams(temperature, top_p, top_k, max_new_tokens)
@@ -113,7 +118,7 @@ class PolicyModule(LightningModule):
         """Rewards ``[P, G]`` of group-major rollouts, with the reward's output for logging."""
         g = rollouts.group_size
         expanded = batch.repeat(g)
-        out = call_reward(self.reward, rollouts.texts, expanded.references, **expanded.columns)
+        out = self.reward_guard(self.reward, rollouts.texts, expanded.references, **expanded.columns)
         return out.scores.float().view(len(batch), g), out
 
     @torch.no_grad()

@@ -266,14 +266,16 @@ def test_filter_degenerate_keeps_exactly_the_groups_the_estimator_can_use(tmp_pa
     assert torch.all(stats.advantages.abs().sum(1) > 0)  # no kept group is wasted on zero advantages
 
 
-def test_non_finite_rewards_are_a_clear_error(tmp_path, sft_model_path):
+def test_infinite_rewards_are_unscorable_and_counted_and_the_run_goes_on(tmp_path, sft_model_path):
     class InfReward(RewardFunction):
         def __call__(self, completions, references, **columns):
             return RewardOutput(torch.full((len(completions),), float("inf")), {}, {})
 
     module = tiny_module(sft_model_path, reward=InfReward())
-    with pytest.raises(ValueError, match="inf"):
-        tiny_trainer(tmp_path, max_steps=1).fit(module, datamodule=tiny_data())
+    trainer = tiny_trainer(tmp_path, max_steps=1)
+    trainer.fit(module, datamodule=tiny_data())
+    assert trainer.global_step == 1
+    assert trainer.callback_metrics["reward/errors"] == 16 and trainer.callback_metrics["rollout/unscorable_frac"] == 1
 
 
 def _nan_loss(logp, *args, **kwargs):

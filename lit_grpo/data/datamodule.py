@@ -42,10 +42,14 @@ class PromptDataModule(L.LightningDataModule):
     fixed by ``seed`` and the epoch number; the prompts are dealt to the ranks so that no prompt (and so
     no group) is on two ranks. With ``streaming`` the training split is read from the source one record
     at a time every epoch, through a shuffle buffer, so it need not fit in memory; otherwise it is
-    loaded once and fully shuffled. The position in the epoch (batches consumed) and in the
+    loaded once and fully shuffled. The position in the epoch (prompts consumed) and in the
     :meth:`refill` stream are saved in checkpoints, and a resumed run continues with exactly the
-    prompts the uninterrupted run would have seen (for the same seed and world size; the position is
-    counted in data epochs of its own, whatever number Lightning gives the epoch).
+    prompts the uninterrupted run would have seen (the position is counted in data epochs of its own,
+    whatever number Lightning gives the epoch). Because it is counted in prompts, a run resumed with
+    another ``prompts_per_step`` (or, held in memory, another number of processes) continues at the next
+    unseen prompt. Settings that change which prompt a position means (``seed``, ``streaming`` and, streamed,
+    its ``shuffle_buffer`` and the number of processes, the number of training prompts) are saved with it,
+    and resuming with different ones is refused with an error naming them.
 
     Validation and test prompts are held in memory, in file order (the first ``max_val_prompts``).
 
@@ -58,9 +62,12 @@ class PromptDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes.
         streaming: Read the training split anew each epoch instead of holding it in memory.
         shuffle_buffer: Records in the streaming shuffle buffer (with ``streaming``).
-        skip_bad_rows: Skip rows that cannot become prompts (malformed line, missing field, empty
-            prompt, unparsable reference), counted in :attr:`skipped_rows` and logged; otherwise the
-            first one raises an error naming the file, line and field.
+        skip_bad_rows: Skip rows that cannot become prompts (a line that is not UTF-8 or not JSON, a
+            missing field, an empty prompt, an unusable reference), counted in :attr:`skipped_rows`, the
+            first of each split logged with its error, and the total logged by ``GRPOModule`` as
+            ``data/skipped_rows`` every step; otherwise the first one raises an error naming the file,
+            line and field. A streamed split counts its bad rows again in every epoch that reads it
+            (with ``num_workers > 0``, in the workers, so they do not reach the metric).
     """
 
     def __init__(
@@ -100,7 +107,7 @@ class PromptDataModule(L.LightningDataModule):
         self.splits: dict[str, list[Record]] = {}
         self._skipped = SkippedRows()
         self._epoch = 0  # the data epoch of the training position (own count, not Lightning's)
-        self._batches = 0  # training batches consumed in that epoch
+        self._prompts = 0  # training prompts this rank consumed in that epoch
         self._resume = True  # the next training iterator continues at the position above
         self._refill_drawn = 0  # training prompts drawn by refill so far
         self._refill_stream = None
@@ -181,18 +188,60 @@ class PromptDataModule(L.LightningDataModule):
         return collate_prompts(records)
 
     def state_dict(self) -> dict[str, Any]:
-        """The position: the data epoch, the batches consumed in it (the same on every rank) and the
-        prompts drawn by :meth:`refill` (one count per rank with several ranks: they refill apart)."""
+        """The position: the data epoch, the prompts each rank consumed in it (the same on every rank) and
+        the number of ranks, the prompts drawn by :meth:`refill` (one count per rank with several ranks:
+        they refill apart), and the settings that fix which prompts a position means
+        (:meth:`position_settings`)."""
         refill: int | list[int] = self._refill_drawn
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             counts = [None] * torch.distributed.get_world_size()  # every rank writes the checkpoint state
             torch.distributed.all_gather_object(counts, self._refill_drawn)
             refill = [int(c) for c in counts]  # type: ignore[arg-type]
-        return {"epoch": self._epoch, "batches": self._batches, "refill_drawn": refill}
+        return {"epoch": self._epoch, "prompts": self._prompts, "world_size": self._world_size(),
+                "refill_drawn": refill, "settings": self.position_settings()}
+
+    def position_settings(self) -> dict[str, Any]:
+        """What the saved position depends on: the order's seed, streaming and, streamed, its shuffle buffer
+        and the number of processes (each rank shuffles its own share), else the number of training
+        prompts (it fixes the permutation). Not among them: ``prompts_per_step`` (the position is counted
+        in prompts) and, held in memory, the number of processes (the ranks deal one permutation by
+        position, so the prompts consumed are its first ``prompts x ranks``, whatever the number)."""
+        settings: dict[str, Any] = {"seed": self.seed, "streaming": self.streaming}
+        if self.streaming:
+            settings |= {"shuffle_buffer": self.shuffle_buffer, "world_size": self._world_size()}
+        elif "train" in self.splits:
+            settings["train_prompts"] = len(self.splits["train"])
+        return settings
+
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self.trainer is not None else 1
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores the position; refuses one saved with settings that give its prompts another meaning.
+
+        Held in memory, a position saved with another number of processes continues after the prompts
+        consumed in all; when they do not divide evenly among the new ranks, up to ``ranks - 1`` of them are
+        seen again (a warning says how many), none is skipped."""
+        saved, current = state_dict.get("settings", {}), self.position_settings()
+        differ = [f"{k}: checkpoint {saved[k]!r}, this run {current[k]!r}" for k in current
+                  if k in saved and saved[k] != current[k]]
+        if differ:
+            raise ValueError(
+                "PromptDataModule: the checkpoint's data position was saved with other data settings, so it "
+                "does not point at the same prompts in this run: " + "; ".join(differ) + ". Resume with the "
+                "checkpoint's settings (the same seed, data and streaming options; streamed, the same number "
+                "of processes), or start a new run from exported weights (callbacks.SavePretrained) to "
+                "change them."
+            )
         self._epoch = int(state_dict.get("epoch", 0))
-        self._batches = int(state_dict.get("batches", 0))
+        # checkpoints written before the position was counted in prompts hold batches of prompts_per_step
+        prompts = int(state_dict.get("prompts", state_dict.get("batches", 0) * self.prompts_per_step))
+        world, saved_world = self._world_size(), int(state_dict.get("world_size", self._world_size()))
+        self._prompts, again = divmod(prompts * saved_world, world)
+        if again:
+            logger.warning(
+                "resuming on %d processes a data position saved on %d: %d prompts of this epoch are seen again",
+                world, saved_world, again)
         self._resume = True
         refill = state_dict["refill_drawn"]
         if isinstance(refill, list):
@@ -202,9 +251,9 @@ class PromptDataModule(L.LightningDataModule):
         self._refill_stream = None
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Counts the training batches consumed (at step time, so prefetched batches do not count)."""
+        """Counts the training prompts consumed (at step time, so prefetched batches do not count)."""
         if self.trainer is None or self.trainer.training:
-            self._batches += 1
+            self._prompts += len(batch)
         return batch
 
     def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
@@ -214,14 +263,14 @@ class PromptDataModule(L.LightningDataModule):
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def _begin_epoch(self) -> tuple[int, int]:
-        """``(epoch, first batch)`` for a training iterator starting now (Lightning starts one per
+        """``(epoch, first record)`` for a training iterator starting now (Lightning starts one per
         epoch): the saved position for the first one after setup or a restore, which ends at once when
         that epoch was used up, else the start of the next data epoch."""
         if self._resume:
             self._resume = False
         else:
-            self._epoch, self._batches = self._epoch + 1, 0
-        return self._epoch, self._batches
+            self._epoch, self._prompts = self._epoch + 1, 0
+        return self._epoch, self._prompts
 
     def _split(self, split: Split) -> list[Record]:
         if split not in self.splits:

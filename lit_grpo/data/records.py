@@ -10,6 +10,7 @@ that callback and skipped.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,30 @@ def check_text(value: Any, where: str, field: str, option: str, what: str) -> st
     return value
 
 
+def answer_text(value: Any, where: str, field: str, option: str) -> str:
+    """The reference text of a row's answer ``value``: text as it is, a number as its canonical text.
+
+    JSON has one number type, so ``146`` may arrive as ``146.0``: a float that is a whole number becomes
+    the integer's digits (``"146"``), any other finite float its shortest exact text (``repr``: ``0.1``
+    -> ``"0.1"``, ``2.5e-07`` -> ``"2.5e-07"``), an integer its digits. A non-finite number or a boolean is a
+    :class:`BadRowError` naming the row and the fix; any other value becomes ``str(value)``.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        raise BadRowTypeError(
+            f"{where}: field {field!r} ({option}) is the boolean {json.dumps(value)}, not an answer text; "
+            f"write it as a string (e.g. \"{json.dumps(value)}\" or \"yes\") in the data"
+        )
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise bad_field(where, field, option, f"is the number {value}, which no completion can match; fix the data")
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
 def build_records(
     rows: Iterable[tuple[str, str, Any]],
     build: Callable[[Any, str, str], Record],
@@ -105,13 +130,23 @@ def build_records(
 def read_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
     """``(where, row)`` for each non-blank line, ``where`` naming the file and the 1-based line.
 
-    A line that is not valid JSON comes as ``(where, BadRowError)`` so that a caller may skip it.
+    Lines are UTF-8 (a byte-order mark at the start of the file is ignored). A line that is not valid
+    UTF-8 or not valid JSON comes as ``(where, BadRowError)`` so that a caller may skip it; the other
+    lines still read.
     """
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            where = f"{path}, line {line_no}"
+            try:
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                yield where, BadRowError(
+                    f"{where}: not UTF-8 text ({e.reason} at byte {e.start + 1} of the line); re-encode the "
+                    "file as UTF-8 (e.g. iconv -f latin1 -t utf-8) or fix the line"
+                )
+                continue
             if not line.strip():
                 continue
-            where = f"{path}, line {line_no}"
             try:
                 yield where, json.loads(line)
             except json.JSONDecodeError as e:

@@ -18,6 +18,7 @@ import numpy as np
 from lit_grpo.data.records import (
     OnBadRow,
     Record,
+    answer_text,
     bad_field,
     build_records,
     check_text,
@@ -117,8 +118,9 @@ class RowSource(StyledSource):
         return format_template(self.template, row, where)
 
     def reference(self, row: dict[str, Any], where: str) -> str:
-        """The reference answer of a row; a blank one is a bad row."""
-        reference = str(row[self.answer_field])
+        """The reference answer of a row (a number as its canonical text, see
+        :func:`~lit_grpo.data.records.answer_text`); a blank one is a bad row."""
+        reference = answer_text(row[self.answer_field], where, self.answer_field, "answer_field")
         if not reference.strip():
             raise bad_field(where, self.answer_field, "answer_field", "is an empty reference")
         return reference

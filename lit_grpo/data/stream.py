@@ -1,9 +1,9 @@
 """The training stream: prompts sharded across ranks, shuffled per epoch, batched, resumable.
 
 Every rank (and every DataLoader worker of a rank) computes the same deterministic order from
-``(seed, epoch, rank)``, so the position in an epoch is a single number, the batches consumed, and
-resuming replays the order up to it. Each prompt goes to exactly one rank, and a group is the
-completions of one prompt, so no group is split across ranks.
+``(seed, epoch, rank)``, so the position in an epoch is a single number, the prompts consumed, and
+resuming replays the order up to it (whatever the batch size, before or after). Each prompt goes to
+exactly one rank, and a group is the completions of one prompt, so no group is split across ranks.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
 
 
 class PromptStream(IterableDataset):
-    """One rank's training prompts of one epoch, in batches of ``batch_size``, from batch ``start`` on.
+    """One rank's training prompts of one epoch, in batches of ``batch_size``, from record ``start`` on.
 
     The order of epoch ``e``: held in memory (``records`` a list), a permutation of all records
     (``torch.randperm`` seeded with ``seed + e``, the order of ``DistributedSampler``) dealt to the
@@ -121,12 +121,11 @@ class PromptStream(IterableDataset):
     def __iter__(self) -> Iterator[PromptBatch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        total = 0
-        for j, batch in enumerate(batched(self.ordered(self.epoch), self.batch_size)):
-            total += 1
-            if j >= self.start and (j - self.start) % workers == worker:
+        records = _Counting(self.ordered(self.epoch))
+        for j, batch in enumerate(batched(islice(records, self.start, None), self.batch_size)):
+            if j % workers == worker:
                 yield collate_prompts(batch)
-        if total == 0:
+        if records.count < self.batch_size:  # the epoch has no full batch at all
             raise ValueError(
                 f"the training split gives rank {self.rank} of {self.world_size} no full batch of "
                 f"prompts_per_step={self.batch_size} prompts; lower prompts_per_step or add prompts"
@@ -149,8 +148,20 @@ class PromptStream(IterableDataset):
             epoch += 1
 
 
+class _Counting(Iterator[T]):
+    """An iterator that counts the items taken from it."""
+
+    def __init__(self, items: Iterable[T]) -> None:
+        self.items, self.count = iter(items), 0
+
+    def __next__(self) -> T:
+        item = next(self.items)
+        self.count += 1
+        return item
+
+
 class EpochLoader(DataLoader):
-    """A DataLoader over a :class:`PromptStream` that asks ``begin()`` for ``(epoch, start batch)``
+    """A DataLoader over a :class:`PromptStream` that asks ``begin()`` for ``(epoch, start record)``
     each time iteration starts (before workers copy the dataset).
 
     It reports itself resumable to Lightning (``state_dict``/``load_state_dict``): the position lives

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from lit_grpo.data.records import bad_field
+from lit_grpo.data.records import answer_text, bad_field
 from lit_grpo.data.sources import HubSource
 from lit_grpo.data.templates import PromptStyle
 
@@ -163,7 +163,7 @@ class MATH500(HubSource):
         )  # fmt: skip
 
     def reference(self, row: dict[str, Any], where: str) -> str:
-        text = str(row[self.answer_field]).strip()
+        text = answer_text(row[self.answer_field], where, self.answer_field, "answer_field").strip()
         answer = last_boxed(text) if any(mark in text for mark in _BOXED) else text
         if not answer:
             raise bad_field(

@@ -13,6 +13,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from lit_grpo.models.files import check_model_files, check_tokenizer_files, damaged, local_dir
+
 DType = Literal["float32", "bfloat16", "float16"]
 
 
@@ -26,10 +28,15 @@ def load_tokenizer(model: str):
     from transformers import AutoTokenizer
 
     _check_model_path(model)
+    check_tokenizer_files(model)
     try:
         return AutoTokenizer.from_pretrained(model)
-    except OSError as err:
-        raise OSError(_not_found_message(model)) from err
+    except Exception as err:
+        if local_dir(model) is not None:  # a directory with the files: one of them is damaged
+            raise damaged(model, "tokenizer", err) from err
+        if isinstance(err, OSError):
+            raise OSError(_not_found_message(model)) from err
+        raise
 
 
 def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False, seed: int = 0) -> nn.Module:
@@ -37,6 +44,7 @@ def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False
     from transformers import AutoConfig, AutoModelForCausalLM
 
     _check_model_path(model)
+    check_model_files(model, weights=not from_scratch)
     torch_dtype = getattr(torch, dtype)
     try:
         if from_scratch:
@@ -44,8 +52,12 @@ def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False
             config = AutoConfig.from_pretrained(model)
             return AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
         return AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
-    except OSError as err:
-        raise OSError(_not_found_message(model)) from err
+    except Exception as err:
+        if local_dir(model) is not None:  # a directory with the files: one of them is damaged
+            raise damaged(model, "model", err) from err
+        if isinstance(err, OSError):
+            raise OSError(_not_found_message(model)) from err
+        raise
 
 
 def _check_model_path(model: str) -> None:

@@ -7,7 +7,14 @@ from lit_grpo.rewards.exact_match import ExactMatch
 from lit_grpo.rewards.format import Format
 from lit_grpo.rewards.mathverify import MathVerify
 from lit_grpo.rewards.pool import ScoringPool
-from lit_grpo.rewards.scoring import STANDARD_COUNTERS, Counted, Unscorable, call_reward, score_items
+from lit_grpo.rewards.scoring import (
+    STANDARD_COUNTERS,
+    Counted,
+    RewardGuard,
+    Unscorable,
+    call_reward,
+    score_items,
+)
 from lit_grpo.rewards.similarity import TextSimilarity
 from lit_grpo.rewards.weighted_sum import WeightedSum
 
@@ -22,6 +29,7 @@ __all__ = [
     "ScoringPool",
     "score_items",
     "call_reward",
+    "RewardGuard",
     "Counted",
     "Unscorable",
     "STANDARD_COUNTERS",

@@ -72,8 +72,17 @@ class ScoringPool:
         A hung item gives ``(False, TimeoutError)``; an item that kills its worker on its own gives
         ``(False, RuntimeError)``; ``fn`` must be picklable (a module-level function or a bound
         method of a picklable object). Up to ``2 × workers`` items are in flight, so workers do not
-        wait on the round trip; an item's clock starts when a worker is free to take it.
+        wait on the round trip; an item's clock starts when a worker is free to take it. Interrupted
+        (Ctrl-C, or the reward call's time limit: a ``BaseException`` in this thread), the workers are
+        killed before it propagates, so no item keeps a worker busy after the call.
         """
+        try:
+            return self._map(fn, items)
+        except BaseException:
+            self._kill()
+            raise
+
+    def _map(self, fn: Callable[..., Any], items: Sequence[tuple[tuple, dict]]) -> list[Outcome]:
         results: list[Outcome | None] = [None] * len(items)
         todo, flight = deque(range(len(items))), _Flight()
         isolate = False  # after a worker died: one item at a time until the culprit is found
@@ -108,11 +117,13 @@ class ScoringPool:
                 module = getattr(owner, "__module__", None) or type(owner).__module__
                 ctx.set_forkserver_preload(list(dict.fromkeys([__name__, module])))
             executor = ProcessPoolExecutor(self.workers, mp_context=ctx)
-            # start every worker before the clock runs: starting (imports) is not scoring time
-            started = [executor.submit(_ready) for _ in range(self.workers)]
-            if wait(started, timeout=_STARTUP_S).not_done:
-                executor.shutdown(wait=False, cancel_futures=True)
-                raise RuntimeError(f"the scoring workers did not start within {_STARTUP_S} s")
+            try:  # start every worker before the clock runs: starting (imports) is not scoring time
+                started = [executor.submit(_ready) for _ in range(self.workers)]
+                if wait(started, timeout=_STARTUP_S).not_done:
+                    raise RuntimeError(f"the scoring workers did not start within {_STARTUP_S} s")
+            except BaseException:  # also interrupted while starting: no worker is left behind
+                _stop(executor)
+                raise
             self._executor = executor
         return self._executor
 
@@ -148,12 +159,7 @@ class ScoringPool:
         if executor is None:
             return
         self.restarts += 1
-        processes = list(getattr(executor, "_processes", {}).values())  # no public API before 3.14
-        for process in processes:
-            process.kill()
-        executor.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.join(timeout=5)
+        _stop(executor)
 
 
 class _Flight:
@@ -187,6 +193,16 @@ class _Flight:
         self.started.clear()
         self.waiting.clear()
         return lost
+
+
+def _stop(executor: ProcessPoolExecutor) -> None:
+    """Kills the executor's worker processes and waits for them (a few seconds at most)."""
+    processes = list((getattr(executor, "_processes", None) or {}).values())  # no public API before 3.14
+    for process in processes:
+        process.kill()
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=5)
 
 
 def _ready() -> bool:

@@ -42,8 +42,10 @@ class WeightedSum(RewardFunction):
 
     Terms: the sum under this reward's name, each component's score under its name (duplicates get
     ``_1``, ``_2``, ... suffixes), and each component's own extra terms as ``<component>/<term>``.
-    Counters are summed by key over the components. A component that raises as a whole gives NaN for
-    every item, counted in ``errors``, and the others still run.
+    Counters are summed by key over the components. Each component is called through
+    :func:`~lit_grpo.rewards.scoring.call_reward`: one that raises as a whole gives NaN for every item,
+    counted in ``errors``, and the others still run; one that returns the wrong number of scores is an
+    error naming it.
 
     Args:
         rewards: The component rewards (at least one).
@@ -85,15 +87,6 @@ class WeightedSum(RewardFunction):
         """The names the components' scores are logged under."""
         return unique_names([r.name for r in self.rewards], reserved=(self.name,))
 
-    def _run(self, reward: RewardFunction, n: int, completions, references, columns) -> RewardOutput:
-        out = call_reward(reward, completions, references, **columns)
-        if tuple(out.scores.shape) != (n,):
-            raise ValueError(
-                f"reward {reward.name!r} returned scores of shape {tuple(out.scores.shape)} "
-                f"for {n} completions; a reward must return scores of shape [{n}]"
-            )
-        return out
-
     def __call__(self, completions: list[str], references: list[str], **columns: Any) -> RewardOutput:
         """``completions [N]``, ``references [N]`` -> the weighted sum ``[N]`` with every term."""
         n = len(completions)
@@ -101,7 +94,7 @@ class WeightedSum(RewardFunction):
             raise ValueError(
                 f"got {n} completions but {len(references)} references; pass one reference per completion"
             )
-        outs = [self._run(r, n, completions, references, columns) for r in self.rewards]
+        outs = [call_reward(r, completions, references, **columns) for r in self.rewards]  # checked
         scores = torch.stack([o.scores.float() for o in outs])  # [K, N]
         total = weighted_sum(scores, torch.tensor(self.weights, dtype=torch.float32))  # [N]
         terms: dict[str, Tensor] = {self.name: total}

@@ -147,4 +147,7 @@ def test_trainer_reshuffles_epochs_and_checkpoints_the_refill_position(tmp_path)
     assert len(model.seen) == 6 and sorted(epochs[0]) == sorted(epochs[1]) and epochs[0] != epochs[1]
     trainer.save_checkpoint(tmp_path / "last.ckpt")
     ckpt = torch.load(tmp_path / "last.ckpt", weights_only=False)
-    assert ckpt["PromptDataModule"] == {"epoch": 1, "batches": 3, "refill_drawn": 18}
+    assert ckpt["PromptDataModule"] == {
+        "epoch": 1, "prompts": 12, "world_size": 1, "refill_drawn": 18,
+        "settings": {"seed": 0, "streaming": False, "train_prompts": 12},
+    }  # fmt: skip

@@ -255,3 +255,38 @@ def test_hub_source_unavailable_dataset_names_the_id(offline_hf):
         RuntimeError, match="'lit-grpo-tests/no-such-dataset'.*available locally .* or downloadable"
     ):
         HubSource("lit-grpo-tests/no-such-dataset").load("train")
+
+
+@pytest.mark.parametrize(
+    "answer, text",
+    [(146.0, "146"), (146, "146"), (-3.0, "-3"), (0.1, "0.1"), (2.5, "2.5"), (1 / 3, "0.3333333333333333"),
+     (2.5e-07, "2.5e-07"), (1e20, "100000000000000000000"), ("146.0", "146.0")],
+)
+def test_json_number_answers_become_the_canonical_text_of_the_number(tmp_path, answer, text):
+    path = write_jsonl(tmp_path / "train.jsonl", [{"prompt": "p", "answer": answer}])
+    (record,) = FileSource(train=path).load("train")
+    assert record["reference"] == text
+    if not isinstance(answer, str):
+        assert float(record["reference"]) == answer  # exact: the text reads back as the same number
+
+
+@pytest.mark.parametrize("line, pattern", [('{"prompt": "p", "answer": NaN}', "is the number nan"),
+                                           ('{"prompt": "p", "answer": true}', "is the boolean true")])
+def test_answers_no_completion_can_match_are_bad_rows_naming_the_fix(tmp_path, line, pattern):
+    path = tmp_path / "train.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}, line 1: field 'answer' .*{pattern}"):
+        FileSource(train=str(path)).load("train")
+
+
+def test_a_line_that_is_not_utf8_is_a_bad_row_naming_file_and_line(tmp_path):
+    path = tmp_path / "train.jsonl"
+    good = json.dumps({"prompt": "p", "answer": "1"}).encode()
+    path.write_bytes(b"\xef\xbb\xbf" + good + b"\n" + '{"prompt": "caf\u00e9", "answer": "2"}'.encode("latin-1")
+                     + b"\n" + good + b"\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}, line 2: not UTF-8 text")):
+        FileSource(train=str(path)).load("train")
+    skipped = []
+    records = list(FileSource(train=str(path)).stream("train", skipped.append))
+    assert [r["id"] for r in records] == ["train-0", "train-2"]  # the byte-order mark of line 1 is ignored
+    assert len(skipped) == 1 and "line 2" in str(skipped[0])

@@ -119,11 +119,11 @@ def test_streaming_order_depends_on_the_seed_and_epoch_only(tmp_path):
 
 
 @pytest.mark.parametrize("streaming", [False, True])
-def test_a_stream_started_at_batch_k_is_the_tail_of_the_full_epoch(tmp_path, streaming):
+def test_a_stream_started_at_record_k_is_the_tail_of_the_full_epoch(tmp_path, streaming):
     dm = stream_dm(tmp_path, streaming=streaming)
     full = [b.ids for b in dm.train_dataset()]
     stream = dm.train_dataset()
-    stream.start = 3
+    stream.start = 3 * dm.prompts_per_step
     assert [b.ids for b in stream] == full[3:]
 
 
@@ -268,6 +268,43 @@ def test_stream_validates_rank():
 
 def test_refill_position_per_rank_is_restored_for_this_rank(tmp_path):
     dm = stream_dm(tmp_path)
-    dm.load_state_dict({"epoch": 0, "batches": 0, "refill_drawn": [5, 9]})  # as written by two ranks
+    dm.load_state_dict({"epoch": 0, "prompts": 0, "refill_drawn": [5, 9]})  # as written by two ranks
     expected = [r["id"] for r in islice(dm.train_dataset(salt=1).cycle(), 8)]
     assert dm.refill(3).ids == expected[5:8]  # no trainer: rank 0
+
+
+def test_a_position_saved_with_other_data_settings_is_refused_naming_each(tmp_path):
+    dm = stream_dm(tmp_path)
+    state = dm.state_dict()
+    assert state["settings"] == {"seed": 0, "streaming": True, "shuffle_buffer": 8, "world_size": 1}
+    state["settings"] |= {"world_size": 2, "seed": 3}
+    with pytest.raises(ValueError, match="seed: checkpoint 3, this run 0; world_size: checkpoint 2, this run 1"):
+        dm.load_state_dict(state)
+
+
+def test_a_position_saved_with_another_prompts_per_step_continues_at_the_same_prompt(tmp_path):
+    first = stream_dm(tmp_path, prompts_per_step=4)
+    order = [r["id"] for r in first.train_dataset().ordered(0)]
+    for batch in list(first.train_dataloader())[:3]:
+        first.on_before_batch_transfer(batch, 0)  # three steps of 4 prompts
+    second = stream_dm(tmp_path, prompts_per_step=5)
+    second.load_state_dict(first.state_dict())
+    assert [b.ids for b in second.train_dataloader()] == [order[12:17], order[17:22], order[22:27], order[27:32],
+                                                          order[32:37]]
+
+
+def test_a_position_from_before_prompts_were_counted_is_read_in_batches(tmp_path):
+    dm = stream_dm(tmp_path, prompts_per_step=4)
+    dm.load_state_dict({"epoch": 0, "batches": 3, "refill_drawn": 0})
+    order = [r["id"] for r in dm.train_dataset().ordered(0)]
+    assert next(iter(dm.train_dataloader())).ids == order[12:16]
+
+
+def test_a_position_in_memory_saved_on_more_processes_continues_after_every_prompt_they_consumed(tmp_path, caplog):
+    dm = stream_dm(tmp_path, streaming=False)
+    order = [r["id"] for r in dm.train_dataset().ordered(0)]
+    dm.load_state_dict({"epoch": 0, "prompts": 4, "world_size": 2, "refill_drawn": [0, 0]})  # 2 ranks x 4
+    assert next(iter(dm.train_dataloader())).ids == order[8:12]
+    dm._world_size = lambda: 3  # resumed on 3 processes: 8 prompts do not divide among 3 ranks
+    dm.load_state_dict({"epoch": 0, "prompts": 4, "world_size": 2, "refill_drawn": [0, 0]})
+    assert dm._prompts == 2 and "2 prompts of this epoch are seen again" in caplog.text

@@ -1,0 +1,147 @@
+"""Fault matrix, inputs: bad configs, bad data files, bad model directories and checkpoints. Each case
+asserts the exit status ``lit-grpo fit`` ends with, that the message names the problem, and that the
+checkpoint an earlier part of the run saved (``run_dir/ckpt``) is still there, unchanged."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.faults.fault_tools import MODEL, Saved, arithmetic_rows, config, fit, write_jsonl
+
+CONFIG_CASES = {  # option: (value, what the message must contain)
+    "model.init_args.lr": (-1.0, "lr=-1.0 must be > 0"),
+    "model.init_args.group_size": (1, "group_size=1 is too small"),
+    "model.init_args.reward_timeout_s": (0, "reward_timeout_s=0.0 must be a number of seconds > 0"),
+    "model.init_args.max_nonfinite_steps": (0, "max_nonfinite_steps=0 must be >= 1"),
+    "data.prompts_per_step": (0, "prompts_per_step=0 must be >= 1"),
+}
+
+
+@pytest.mark.parametrize("option", CONFIG_CASES)
+def test_a_bad_value_names_the_option_and_the_value(run_dir, option):
+    value, pattern = CONFIG_CASES[option]
+    saved = Saved(run_dir / "ckpt")
+    outcome = fit(config(run_dir, **{option: value}), run_dir)
+    assert outcome.status == 1 and pattern in outcome.message
+    assert saved.unchanged()
+
+
+def test_an_unknown_option_fails_at_parse_time_naming_it(run_dir, capsys):
+    saved = Saved(run_dir / "ckpt")
+    outcome = fit(config(run_dir), run_dir, "--model.init_args.learning_rate=0.1")
+    assert outcome.status == 2 and "learning_rate" in capsys.readouterr().err
+    assert saved.unchanged()
+
+
+def test_an_unknown_stop_signal_is_named(run_dir):
+    cfg = config(run_dir)
+    cfg["trainer"]["callbacks"].append({"class_path": "lit_grpo.checkpoint.SaveOnInterrupt",
+                                        "init_args": {"signals": ["SIGTERM", "SIGPREEMPT"]}})
+    saved = Saved(run_dir / "ckpt")
+    outcome = fit(cfg, run_dir)
+    assert outcome.status == 1 and "unknown ['SIGPREEMPT']" in outcome.message
+    assert saved.unchanged()
+
+
+# ---- data files ----------------------------------------------------------------------------------
+def _file_data(path: str, **options) -> dict:
+    return {"data.source": {"class_path": "lit_grpo.FileSource", "init_args": {"train": path}}, **options}
+
+
+GOOD = arithmetic_rows(6)
+DATA_CASES = {  # name: (lines of train.jsonl, what the message must contain)
+    "malformed JSON": ([*GOOD[:2], '{"prompt": "1+2=", "answer": ', *GOOD[2:]], "line 3: malformed JSON"),
+    "not UTF-8": ([*GOOD[:2], '{"prompt": "caf\u00e9", "answer": "1"}'.encode("latin-1"), *GOOD[2:]],
+                  "line 3: not UTF-8 text"),
+    "missing field": ([*GOOD, {"prompt": "1+1="}], "line 7: field 'answer' (answer_field) is missing"),
+    "NaN answer": ([*GOOD, '{"prompt": "1+1=", "answer": NaN}'], "line 7: field 'answer' (answer_field) is the number nan"),
+    "too few rows": (GOOD[:1], "has 1 prompts, fewer than prompts_per_step=2"),
+    "empty file": ([], "has 0 prompts, fewer than prompts_per_step=2"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", DATA_CASES)
+def test_a_bad_data_file_names_the_file_line_and_problem(run_dir, case):
+    lines, pattern = DATA_CASES[case]
+    path = write_jsonl(run_dir / "train.jsonl", lines)
+    saved = Saved(run_dir / "ckpt")
+    outcome = fit(config(run_dir, **_file_data(path)), run_dir)
+    assert outcome.status == 1 and pattern in outcome.message
+    if "line" in pattern:
+        assert path in outcome.message
+    assert saved.unchanged()
+
+
+def test_a_missing_data_file_names_the_option_and_path(run_dir):
+    missing = str(run_dir / "nope.jsonl")
+    outcome = fit(config(run_dir, **_file_data(missing)), run_dir)
+    assert outcome.status == 1 and f"train={missing!r}: no such file" in outcome.message
+
+
+def test_skipped_bad_rows_are_counted_in_a_logged_metric_and_the_run_goes_on(run_dir):
+    lines = [*GOOD[:2], b'{"prompt": "\xff", "answer": "1"}', "{oops", *GOOD[2:]]
+    path = write_jsonl(run_dir / "train.jsonl", lines)
+    outcome = fit(config(run_dir, steps=1, **_file_data(path, **{"data.skip_bad_rows": True})), run_dir)
+    assert outcome.status == 0, outcome.message
+    assert outcome.cli.trainer.callback_metrics["data/skipped_rows"] == 2
+    assert outcome.cli.trainer.global_step == 1
+
+
+def test_json_number_answers_are_references_a_completion_can_match(run_dir):
+    rows = [*arithmetic_rows(4, answer=float), {"prompt": "1/4=", "answer": 0.25}]
+    path = write_jsonl(run_dir / "train.jsonl", rows)
+    outcome = fit(config(run_dir, steps=1, **_file_data(path)), run_dir)
+    assert outcome.status == 0, outcome.message
+    references = {r["prompt"]: r["reference"] for r in outcome.cli.datamodule.splits["train"]}
+    assert references["0+1="] == "1" and references["3+4="] == "7" and references["1/4="] == "0.25"
+
+
+# ---- model directories and checkpoints -----------------------------------------------------------
+def _model_copy(tmp, drop=(), truncate=None):
+    folder = tmp / "model"
+    shutil.copytree(MODEL, folder)
+    for name in drop:
+        (folder / name).unlink()
+    if truncate:
+        data = (folder / truncate).read_bytes()
+        (folder / truncate).write_bytes(data[: len(data) // 2])
+    return str(folder)
+
+
+MODEL_CASES = {  # name: (how the directory is damaged, what the message must contain)
+    "no such directory": (None, "no such directory"),
+    "config but no weights": ({"drop": ["model.safetensors"]}, "has a config.json but no weights"),
+    "truncated weights": ({"truncate": "model.safetensors"}, "model.safetensors is damaged"),
+    "no tokenizer": ({"drop": ["tokenizer.json", "tokenizer_config.json"]}, "has no tokenizer"),
+    "no config": ({"drop": ["config.json"]}, "has no config.json"),
+}
+
+
+@pytest.mark.parametrize("case", MODEL_CASES)
+def test_a_bad_model_directory_names_the_path_and_what_is_missing_or_damaged(run_dir, case):
+    damage, pattern = MODEL_CASES[case]
+    model = str(run_dir / "absent") if damage is None else _model_copy(run_dir, **damage)
+    saved = Saved(run_dir / "ckpt")
+    outcome = fit(config(run_dir, **{"model.init_args.model": model}), run_dir)
+    assert outcome.status == 1 and pattern in outcome.message and model in outcome.message
+    assert saved.unchanged()
+
+
+def test_a_truncated_checkpoint_names_the_file_and_the_others_to_resume_from(run_dir, reference):
+    shutil.copy(reference["step"](1), run_dir / "ckpt" / "step=1.ckpt")
+    broken = run_dir / "ckpt" / "broken.ckpt"
+    broken.write_bytes((run_dir / "ckpt" / "last.ckpt").read_bytes()[:5000])
+    saved = Saved(run_dir / "ckpt")
+    outcome = fit(config(run_dir, steps=4), run_dir, f"--ckpt_path={broken}")
+    assert outcome.status == 1
+    assert f"the checkpoint {broken} (5000 bytes) is damaged or truncated" in outcome.message
+    assert "its folder also holds: last.ckpt, step=1.ckpt" in outcome.message
+    assert saved.unchanged()
+
+
+def test_a_missing_checkpoint_is_named(run_dir):
+    missing = run_dir / "ckpt" / "nope.ckpt"
+    outcome = fit(config(run_dir, steps=4), run_dir, f"--ckpt_path={missing}")
+    assert outcome.status == 1 and str(missing) in outcome.message and "not found" in outcome.message

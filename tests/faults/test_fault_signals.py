@@ -1,0 +1,55 @@
+"""Fault matrix, signals: a scheduler's SIGTERM or SIGUSR1 mid-run, signals during a checkpoint write and
+Ctrl-C. The run writes a checkpoint after the current step and exits 75 (interrupted, resumable); resumed
+from it, the run ends with exactly the parameters of the uninterrupted run. Sent from the test to a child
+``python -m lit_grpo.cli fit`` where the exit status is the point, in-process otherwise."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from lit_grpo.checkpoint import EXIT_INTERRUPTED
+from tests.faults.fault_tools import checkpoint_step, config, fit, params, run_subprocess, same_params
+
+FAULTS = "tests.faults.fault_tools"
+
+
+def _resume_to_the_end(tmp, reference) -> None:
+    outcome = fit(config(tmp, steps=4), tmp, f"--ckpt_path={tmp / 'ckpt' / 'last.ckpt'}")
+    assert outcome.status == 0, outcome.message
+    assert same_params(params(outcome.cli.model), reference["params"])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+def test_a_signal_mid_run_saves_after_the_step_exits_75_and_resumes_exactly(tmp_path, reference, signum):
+    cfg = config(tmp_path, steps=4)
+    cfg["trainer"]["callbacks"].append({"class_path": f"{FAULTS}.PauseAt", "init_args": {"step": 1}})
+    child = run_subprocess(cfg, tmp_path, signals=[("paused", signum)])  # sent in the middle of step 2
+    assert child.returncode == EXIT_INTERRUPTED, child.stderr_text[-3000:]
+    assert f"{signum.name}: stopped after step 2; checkpoint written to" in child.stderr_text
+    assert checkpoint_step(tmp_path / "ckpt" / "last.ckpt") == 2
+    _resume_to_the_end(tmp_path, reference)
+
+
+def test_sigterm_during_a_checkpoint_write_and_again_during_the_next_keeps_the_last_whole(tmp_path, reference):
+    cfg = config(tmp_path, steps=4)
+    cfg["trainer"]["plugins"] = [{"class_path": f"{FAULTS}.PausingIO", "init_args": {"pauses": [2, 3]}}]
+    # save 2 is the scheduled checkpoint of step 2: SIGTERM arrives in the middle of it; the write goes
+    # on, step 3 runs, and save 3 (the interrupt's checkpoint) is cut short by a second SIGTERM
+    child = run_subprocess(cfg, tmp_path, signals=[("saving-2", signal.SIGTERM), ("saving-3", signal.SIGTERM)])
+    assert child.returncode == -signal.SIGTERM, child.stderr_text[-3000:]
+    assert "SIGTERM again to end at once" in child.stderr_text
+    assert list((tmp_path / "ckpt").glob(".last.ckpt.*tmp"))  # the write in progress was left unfinished
+    assert checkpoint_step(tmp_path / "ckpt" / "last.ckpt") == 2  # the last whole checkpoint
+    _resume_to_the_end(tmp_path, reference)
+
+
+def test_ctrl_c_mid_run_saves_after_the_step_and_exits_75(tmp_path):
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    cfg = config(tmp_path, steps=4)
+    cfg["trainer"]["callbacks"].append({"class_path": f"{FAULTS}.SendSignal", "init_args": {"step": 0}})
+    outcome = fit(cfg, tmp_path)
+    assert outcome.status == EXIT_INTERRUPTED and outcome.cli.trainer.global_step == 1
+    assert checkpoint_step(tmp_path / "ckpt" / "last.ckpt") == 1
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == previous  # handlers restored
