@@ -37,6 +37,10 @@ class Metric:
     chance: float | None = None  # the guess rate 1/k of chance_corrected and guess_share
     test_against: float | None = None  # also test mean == this value (one-sample t and sign-flip)
     label: str | None = None
+    primary: bool = False  # its tests belong to the report's multiplicity family
+    equivalence: tuple[float, float] | None = None  # (target, margin): TOST of |mean - target| < margin
+    prompts: int | None = None  # an accuracy over this many held-out prompts: binomial prompt-sampling SE
+    se: str | None = None  # a logged metric holding the run's prompt-sampling SE of this one
 
     @property
     def key(self) -> str:
@@ -77,6 +81,18 @@ class Prepare:
 
 
 @dataclass(frozen=True)
+class Select:
+    """Two-stage design: each arm's value of one sweep ``axis`` (e.g. the learning rate) is chosen on
+    ``seeds`` of their own by the best mean of ``metric`` (on the validation split); the experiment's
+    seeds then run at the chosen value only."""
+
+    axis: str
+    metric: Metric
+    seeds: tuple[int, ...]
+    mode: Literal["max", "min"] = "max"
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     path: str
@@ -93,8 +109,17 @@ class Experiment:
     threads_per_run: int = 1
     seed_args: tuple[str, ...] = DEFAULT_SEED_ARGS
     tests: Tests = "arms"
+    reference: str | None = None  # compare every arm with this one only (not every pair)
+    select: Select | None = None
+    test: dict[str, Any] | None = None  # init_args of callbacks.TestSplitReport, added to every run
     runtime: str = ""
     quick: bool = False
+
+    @property
+    def family_metrics(self) -> tuple[Metric, ...]:
+        """The metrics whose tests form the multiplicity family: those marked primary, else all."""
+        primary = tuple(m for m in self.metrics if m.primary)
+        return primary or self.metrics
 
     def all_metrics(self) -> tuple[Metric, ...]:
         """Table metrics plus the (metric, reduce) pairs the profiles draw."""
