@@ -188,8 +188,8 @@ def test_family_is_adjusted_together_and_anova_tests_the_interaction():
     from types import SimpleNamespace
 
     from lit_grpo.diagnostics.stats import benjamini_hochberg_adjust, holm_adjust, two_way_anova
-    from lit_grpo.experiments.grid import Run
     from lit_grpo.experiments.collect import RunRecord
+    from lit_grpo.experiments.grid import Run
     from lit_grpo.experiments.spec import Arm, Metric
     from lit_grpo.experiments.tables import analyse, family_section
 
