@@ -71,7 +71,7 @@ def _check_metrics(exp: Experiment, cli, run: Run, names: set[str] | None = None
     present = [cli.model, *cli.trainer.callbacks]
     if names is None:
         names = {m.name for m in exp.all_metrics()} | {m for c in exp.curves for m in c.metrics}
-        names |= {m.se for m in exp.metrics if m.se is not None}
+        names |= {m.se for m in exp.metrics if m.se is not None} | {m.minus for m in exp.metrics if m.minus}
     for name in sorted(names):
         sources = metric_sources(name)
         if not any(isinstance(obj, _class(s)) for s in sources for obj in present):

@@ -78,6 +78,8 @@ def guess_share(accuracy: float, chance: float) -> float:
 
 def metric_value(scalars: dict[str, Series], metric: Metric) -> float:
     value = reduce_series(scalars.get(metric.name, []), metric.reduce, metric.tail)
+    if metric.minus is not None:
+        return value - reduce_series(scalars.get(metric.minus, []), metric.reduce, metric.tail)
     if metric.transform == "chance_corrected":
         return chance_corrected(value, metric.chance)
     if metric.transform == "guess_share":

@@ -130,14 +130,19 @@ def _arm(label: str, data: Any, where: str) -> Arm:
 def _metric(data: Any, where: str) -> Metric:
     data = {"name": data} if isinstance(data, str) else data
     allowed = {"name", "reduce", "tail", "transform", "chance", "test_against", "label", "primary",
-               "equivalence", "prompts", "se"}  # fmt: skip
+               "equivalence", "prompts", "se", "minus"}  # fmt: skip
     data = _keys(data, allowed, where)
     if "name" not in data:
         raise _fail(where, "needs `name`, a logged metric such as val/accuracy")
     name = str(data["name"])
     check_metric(name, where)
+    minus = data.get("minus")
+    if minus is not None:
+        check_metric(str(minus), f"{where}.minus")
+        if data.get("transform", "none") != "none":
+            raise _fail(where, "`minus` and `transform` cannot be combined")
     se = data.get("se")
-    if se is None and _TEST_SE.fullmatch(name):
+    if se is None and minus is None and _TEST_SE.fullmatch(name):
         se = f"{name}_se"  # callbacks.TestSplitReport logs it beside the metric
     if se is not None:
         check_metric(str(se), f"{where}.se")
@@ -156,6 +161,7 @@ def _metric(data: Any, where: str) -> Metric:
         _equivalence(data.get("equivalence"), f"{where}.equivalence"),
         prompts,
         None if se is None else str(se),
+        None if minus is None else str(minus),
     )
     if not 0 < m.tail <= 1:
         raise _fail(f"{where}.tail", f"{m.tail} must lie in (0, 1]")
@@ -222,10 +228,13 @@ def _curve(data: Any, where: str) -> Curve:
 
 
 def _profile(data: Any, where: str) -> Profile:
-    data = _keys(data, {"metrics", "x", "reduce", "xlabel", "log2", "title"}, where)
+    data = _keys(data, {"metrics", "x", "reduce", "xlabel", "log2", "title", "baseline"}, where)
     metrics = _strs(data.get("metrics"), f"{where}.metrics")
-    for m in metrics:
+    baseline = _strs(data.get("baseline"), f"{where}.baseline")
+    for m in metrics + baseline:
         check_metric(m, f"{where}.metrics")
+    if baseline and len(baseline) != len(metrics):
+        raise _fail(f"{where}.baseline", f"needs one metric per metric ({len(metrics)}), got {len(baseline)}")
     x = tuple(float(v) for v in data.get("x") or [])
     if not metrics or len(x) != len(metrics):
         raise _fail(where, f"x ({len(x)} values) must give one position per metric ({len(metrics)})")
@@ -237,6 +246,7 @@ def _profile(data: Any, where: str) -> Profile:
         str(data.get("xlabel", "")),
         bool(data.get("log2", False)),
         str(data.get("title", "")),
+        baseline,
     )
 
 

@@ -14,7 +14,7 @@ from lit_grpo.experiments.grid import Choice, prepare_args, prepare_output, shel
 from lit_grpo.experiments.results_csv import RUNS_CSV, SELECT_CSV, write_runs_csv
 from lit_grpo.experiments.select import selection_section
 from lit_grpo.experiments.spec import Experiment
-from lit_grpo.experiments.tables import analyse, family_section, fmt, metric_section
+from lit_grpo.experiments.tables import analyse, crossing_section, family_section, fmt, metric_section
 
 REPORT_FILE = "report.md"
 RESULTS_FILE = "results.json"
@@ -181,6 +181,13 @@ def write_report(
     ]
     for mt in analysis.metrics:
         lines += metric_section(exp, mt)
+    for profile in exp.profiles:
+        if profile.baseline:
+            lines += [f"### Crossing: {profile.title or 'profile'}", "",
+                      f"Where each run's `{profile.metrics[0]}`.. curve stops being above its baseline "
+                      f"`{profile.baseline[0]}`.. (interpolated{' in log2 x' if profile.log2 else ''}); "
+                      "'never': still above at the largest x measured.", "",
+                      *crossing_section(exp, profile, records), ""]  # fmt: skip
     drawn = _figures(exp, records, out) if figures else []
     if drawn:
         lines += ["## Figures", "", *drawn, ""]

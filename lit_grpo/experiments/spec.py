@@ -41,13 +41,15 @@ class Metric:
     equivalence: tuple[float, float] | None = None  # (target, margin): TOST of |mean - target| < margin
     prompts: int | None = None  # an accuracy over this many held-out prompts: binomial prompt-sampling SE
     se: str | None = None  # a logged metric holding the run's prompt-sampling SE of this one
+    minus: str | None = None  # report the metric minus this one (same reduce), e.g. a gain over the start
 
     @property
     def key(self) -> str:
         if self.label:
             return self.label
         suffix = "" if self.transform == "none" else f", {self.transform}"
-        return f"{self.name} ({self.reduce}{suffix})"
+        minus = f" − {self.minus}" if self.minus else ""
+        return f"{self.name}{minus} ({self.reduce}{suffix})"
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Profile:
     xlabel: str = ""
     log2: bool = False
     title: str = ""
+    baseline: tuple[str, ...] = ()  # one metric per x to compare with (e.g. the starting policy's pass@k)
 
 
 @dataclass(frozen=True)
@@ -123,5 +126,5 @@ class Experiment:
 
     def all_metrics(self) -> tuple[Metric, ...]:
         """Table metrics plus the (metric, reduce) pairs the profiles draw."""
-        extra = tuple(Metric(m, r) for p in self.profiles for r in p.reduces for m in p.metrics)
+        extra = tuple(Metric(m, r) for p in self.profiles for r in p.reduces for m in p.metrics + p.baseline)
         return tuple(dict.fromkeys(self.metrics + extra))

@@ -554,3 +554,37 @@ def metric_section(exp: Experiment, mt: MetricTests) -> list[str]:
                   "equivalent at 0.05 when the 90% interval lies inside the margin):", "",
                   *tost_table(metric, mt.tost), ""]  # fmt: skip
     return lines
+
+
+def crossing_section(exp: Experiment, profile, records: list[RunRecord]) -> list[str]:
+    """Per arm and setting, where each run's curve stops being above its baseline (e.g. the k at which
+    the trained policy's pass@k falls to the starting policy's): :func:`curve_crossing` of the per-run
+    gains ``metric - baseline`` (reduce: the profile's last), and the mean gain at each x."""
+    from lit_grpo.diagnostics.passk import curve_crossing
+
+    how = profile.reduces[-1]
+    head = ["setting", "arm", "runs", "crossed within the measured x", "crossing x per run", "median",
+            *[f"mean gain at {x:g}" for x in profile.x]]  # fmt: skip
+    lines = [_row(head), _row(["---"] * len(head))]
+    settings = list(dict.fromkeys(r.run.setting_label for r in records))
+    for setting in settings:
+        for arm in exp.arms:
+            runs = [r for r in records if r.status == "done" and r.run.setting_label == setting and r.run.arm == arm.label]
+            gains = [
+                [r.values.get(Metric(m, how).key, math.nan) - r.values.get(Metric(b, how).key, math.nan)
+                 for m, b in zip(profile.metrics, profile.baseline, strict=True)]
+                for r in runs
+            ]  # fmt: skip
+            gains = [g for g in gains if not all(math.isnan(v) for v in g)]
+            if not gains:
+                continue
+            cross = [curve_crossing(list(profile.x), g, profile.log2) for g in gains]
+            crossed = sorted(c for c in cross if not math.isnan(c))
+            median = crossed[len(crossed) // 2] if len(crossed) == len(cross) else math.nan
+            means = [sum(g[j] for g in gains) / len(gains) for j in range(len(profile.x))]
+            lines.append(
+                _row([setting, arm.label, len(gains), f"{len(crossed)} of {len(gains)}",
+                      ", ".join("never" if math.isnan(c) else f"{c:.3g}" for c in cross),
+                      "n/a" if math.isnan(median) else f"{median:.3g}", *[fmt(m) for m in means]])  # fmt: skip
+            )
+    return lines

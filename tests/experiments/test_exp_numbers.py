@@ -217,3 +217,13 @@ def test_family_is_adjusted_together_and_anova_tests_the_interaction():
                          [lr for (lr, _), vs in values.items() for _ in vs], [[s for vs in values.values() for s in range(len(vs))]])  # fmt: skip
     assert anova["axis"] == "lr" and anova["blocks"] == ["seed"] and anova["p"] == pytest.approx(want["a:b"]["p"])
     assert "4 tests on the metrics marked `primary`" in family_section(SimpleNamespace(metrics=exp.metrics, reference=None), analysis)[0]
+
+
+def test_minus_reports_a_difference_of_two_logged_metrics():
+    from lit_grpo.experiments.collect import metric_value
+    from lit_grpo.experiments.spec import Metric
+
+    scalars = {"test/pass@1": [(5, 0.4)], "test/before/pass@1": [(0, 0.15)]}
+    m = Metric("test/pass@1", minus="test/before/pass@1")
+    assert metric_value(scalars, m) == pytest.approx(0.25)
+    assert m.key == "test/pass@1 − test/before/pass@1 (last)"
