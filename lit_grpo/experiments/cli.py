@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lit_grpo.experiments.check import check_runs
 from lit_grpo.experiments.collect import collect
-from lit_grpo.experiments.grid import expand, expand_selection, out_dir, shell_command, without_axis
+from lit_grpo.experiments.grid import expand, expand_selection, out_dir, shell_command, standin_choice
 from lit_grpo.experiments.loader import load_experiment
 from lit_grpo.experiments.report import INVOCATIONS_FILE, compare_command, publish, write_report
 from lit_grpo.experiments.results_csv import SELECT_CSV, read_runs_csv
@@ -98,12 +98,9 @@ def _plan(paths: list[str], quick: bool, root: str):
         exp = load_experiment(path, quick=quick)
         prepared = prepared_outputs(exp, root)
         selection = expand_selection(exp, prepared, root)
-        choice = None
         if exp.select is not None:
             check_runs(exp, selection, prepared, {exp.select.metric.name})
-            first = dict(exp.sweep)[exp.select.axis][0][0]
-            choice = {(r.arm, without_axis(r.setting, exp.select.axis)): first for r in selection}
-        runs = expand(exp, prepared, root, choice)
+        runs = expand(exp, prepared, root, standin_choice(exp, selection))
         plans.append((exp, prepared, runs, check_runs(exp, runs, prepared), selection))
         stage = f"a selection stage of {len(selection)} runs, then " if selection else ""
         print(

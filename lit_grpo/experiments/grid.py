@@ -174,6 +174,15 @@ def expand_selection(exp: Experiment, prepared: dict[str, Path], root: str | Pat
     ]
 
 
+def standin_choice(exp: Experiment, selection: list[Run]) -> Choice | None:
+    """Each arm's first candidate value: the final runs as they would be, for checking them before the
+    selection stage has chosen (None without a selection stage)."""
+    if exp.select is None:
+        return None
+    first = dict(exp.sweep)[exp.select.axis][0][0]
+    return {(r.arm, without_axis(r.setting, exp.select.axis)): first for r in selection}
+
+
 def without_axis(setting: tuple[tuple[str, str], ...], axis: str) -> str:
     """The label of ``setting`` with ``axis`` left out."""
     return setting_label(tuple((a, lbl) for a, lbl in setting if a != axis))
