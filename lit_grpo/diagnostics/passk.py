@@ -71,14 +71,17 @@ def pass_at_k_curve(correct: Tensor) -> dict[int, float]:
     return {k: pass_at_k_per_prompt(c, n, k).mean().item() for k in pass_at_k_ks(n)}
 
 
-def curve_crossing(x: list[float], gain: list[float], log_x: bool = True) -> float:
+def curve_crossing(x: list[float], gain: list[float], log_x: bool = True, atol: float = 1e-6) -> float:
     """Where a gain curve (trained minus starting pass@k at ``x = k``) first stops being positive.
 
-    The first ``x_j`` with ``gain_j <= 0``, linearly interpolated (in ``log2 x`` with ``log_x``) from the
-    last positive point before it; ``x_0`` when the gain is never positive; NaN when it stays positive
-    up to the last ``x`` (no crossing within the measured k). NaN gains are skipped.
+    The first ``x_j`` with ``gain_j <= 0`` (gains within ``atol`` of 0 count as 0: two saturated curves
+    meet), linearly interpolated (in ``log2 x`` with ``log_x``) from the last positive point before it;
+    ``x_0`` when the gain is never positive; NaN when it stays positive up to the last ``x`` (no
+    crossing within the measured k). NaN gains are skipped.
     """
-    points = [(float(a), float(g)) for a, g in zip(x, gain, strict=True) if not math.isnan(g)]
+    points = [
+        (float(a), 0.0 if abs(g) <= atol else float(g)) for a, g in zip(x, gain, strict=True) if not math.isnan(g)
+    ]
     if log_x and any(a <= 0 for a, _ in points):
         raise ValueError(f"curve_crossing with log_x needs x > 0, got {x}")
     for j, (a, g) in enumerate(points):

@@ -78,3 +78,5 @@ def test_curve_crossing():
     assert curve_crossing([1, 4, 16], [-0.1, 0.2, 0.1]) == 1.0  # never above at all
     assert math.isnan(curve_crossing([1, 4, 16], [0.3, 0.2, 0.1]))  # still above at the largest k
     assert curve_crossing([1, 2, 4], [0.3, float("nan"), 0.0]) == 4.0
+    assert curve_crossing([1, 2, 4], [0.3, 0.1, -6e-8]) == 4.0  # float noise at saturation is a meeting
+    assert math.isnan(curve_crossing([1, 2, 4], [0.3, 0.1, 3e-5]))
