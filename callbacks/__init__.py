@@ -8,6 +8,7 @@ from callbacks.gradient_rank import GradientRank
 from callbacks.heldout import HeldOutReport
 from callbacks.passk import PassAtK, PassAtKMetric
 from callbacks.samples import CompletionSamples
+from callbacks.test_split import TestSplitReport
 from callbacks.weight_curve import WeightCurve
 
 __all__ = [
@@ -20,5 +21,6 @@ __all__ = [
     "GradientBudget",
     "AdvantageStats",
     "CompletionSamples",
+    "TestSplitReport",
     "WeightCurve",
 ]

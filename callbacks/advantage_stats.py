@@ -34,8 +34,12 @@ class AdvantageStats(Callback):
 
     Writes every step ``adv/mass_mean`` (mean group mass), ``adv/mass_k<K>`` for each ``K = 0..G``
     present in the step, ``adv/pos_share`` and ``adv/neg_share`` (shares of ``sum |A_i|`` (times
-    ``T_i`` with ``weight_by_length``) carried by positive and negative advantages) and
-    ``adv/abs_mean``; every ``histogram_every_n_steps`` the TensorBoard histogram
+    ``T_i`` with ``weight_by_length``) carried by positive and negative advantages; written only at
+    steps with a non-zero advantage, so that a mean over the logged steps is a mean over the steps
+    that have a share, never pulled towards 0 by fully degenerate steps), ``adv/nonzero_steps``
+    (running count of the steps with a non-zero advantage, the n of that mean), ``adv/steps``
+    (running count of all steps) and ``adv/abs_mean``; every ``histogram_every_n_steps`` the
+    TensorBoard histogram
     ``adv/advantages``; every ``figure_every_n_steps`` the figure ``adv/mass_by_k``: the mean mass
     per ``K`` observed since the start against the estimator's exact value.
 
@@ -64,6 +68,8 @@ class AdvantageStats(Callback):
         )
         self.mass_sum: torch.Tensor | None = None  # [G + 1] summed mass per K, all steps
         self.mass_count: torch.Tensor | None = None  # [G + 1]
+        self.steps = 0  # steps measured
+        self.nonzero_steps = 0  # of which with a non-zero advantage
         self._warned = False
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -98,8 +104,12 @@ class AdvantageStats(Callback):
         local = torch.cat([stats.rewards.double(), stats.advantages.double(), lengths], dim=1)
         rewards, adv, lengths = gather(pl_module, local).split(G, dim=1)  # [P_all, G] each
         mass = advantage_mass(adv)  # [P_all]
-        pos, neg = positive_negative_shares(adv, lengths if self.weight_by_length else None)
+        pos, neg = positive_negative_shares(adv, lengths if self.weight_by_length else None)  # NaN: all zero
+        self.steps += 1
+        self.nonzero_steps += int(bool((adv != 0).any()))
         metrics = {
+            "adv/steps": float(self.steps),
+            "adv/nonzero_steps": float(self.nonzero_steps),
             "adv/mass_mean": mass.mean().item(),
             "adv/pos_share": pos,
             "adv/neg_share": neg,
@@ -155,11 +165,14 @@ class AdvantageStats(Callback):
             writer.add_figure("adv/mass_by_k", fig, global_step=step)
 
     def state_dict(self) -> dict:
+        state = {"steps": self.steps, "nonzero_steps": self.nonzero_steps}
         if self.mass_sum is None:
-            return {}
-        return {"mass_sum": self.mass_sum.tolist(), "mass_count": self.mass_count.tolist()}
+            return state
+        return {**state, "mass_sum": self.mass_sum.tolist(), "mass_count": self.mass_count.tolist()}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        self.steps = int(state_dict.get("steps", 0))
+        self.nonzero_steps = int(state_dict.get("nonzero_steps", 0))
         if "mass_sum" in state_dict:
             self.mass_sum = torch.tensor(state_dict["mass_sum"], dtype=torch.float64)
             self.mass_count = torch.tensor(state_dict["mass_count"], dtype=torch.float64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import torch
@@ -23,6 +24,7 @@ from callbacks._common import (
 )
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS, advantage_budget, bin_index, budget_shares
 from lit_grpo.diagnostics.degeneracy import EMASuccessTracker
+from lit_grpo.diagnostics.gradients import LinearTarget, group_gradient_norms, select_linear_targets
 from lit_grpo.diagnostics.plots import bar_figure
 from lit_grpo.types import RolloutStats
 
@@ -32,8 +34,22 @@ NAME = "GradientBudget"
 class GradientBudget(Callback):
     """Share of each step's gradient budget per difficulty bin (METHODS.md section 3).
 
-    A prompt's budget is ``sum_i |A_i| * T_i`` (advantage magnitude times completion tokens). Prompts
-    are binned by a pass-rate estimate independent of this step's rewards into ``[0, .2)``,
+    Two budgets of a prompt, under different names:
+
+    - the proxy ``sum_i |A_i| * T_i`` (advantage magnitude times completion tokens), free. With binary
+      rewards its expected share per bin follows from the estimator's advantages alone (at G = 8
+      GRPO's ``sum |A_i|`` is symmetric in the number correct, SoftmaxGRPO's falls with it), so the
+      direction of a shift between estimators is fixed by construction: it describes the formulas,
+      not the training run;
+    - with ``exact``, the norm of the prompt's gradient contribution
+      ``|| sum_i A_i grad sum_t log pi(y_i,t) ||`` over the chosen ``params`` (per-completion gradients
+      as in ``GradientRank``: one extra forward and backward per step after the update, so at the
+      updated parameters; ``.grad``, the parameters and the RNG are left as they were). Its shares
+      equal the update's for the aggregations with one normaliser per batch (``token-mean``,
+      ``seq-sum-constant``); per-completion normalisers (``seq-mean-token-mean``) weigh prompts
+      differently.
+
+    Prompts are binned by a pass-rate estimate independent of this step's rewards into ``[0, .2)``,
     ``[.2, .5)``, ``[.5, .7)``, ``[.7, .9)`` and ``[.9, 1]``:
 
     - ``estimate="ema"``: the moving average of the prompt's earlier visits (free; prompts seen
@@ -41,10 +57,11 @@ class GradientBudget(Callback):
     - ``estimate="resample"``: ``num_samples`` fresh completions per prompt after the step (costs
       that much generation; every prompt is binned).
 
-    Needs binary rewards. Writes every step ``budget/share_<bin>`` (share of the binned budget) and
-    ``budget/prompt_share_<bin>`` (share of the binned prompts) for the bins ``0.0-0.2``,
-    ``0.2-0.5``, ``0.5-0.7``, ``0.7-0.9``, ``0.9-1.0``, and ``budget/unbinned_frac``; every
-    ``figure_every_n_steps`` the TensorBoard bar figure ``budget/shares`` of both shares accumulated
+    Needs binary rewards. Writes every step ``budget/share_<bin>`` (share of the binned proxy budget)
+    and ``budget/prompt_share_<bin>`` (share of the binned prompts) for the bins ``0.0-0.2``,
+    ``0.2-0.5``, ``0.5-0.7``, ``0.7-0.9``, ``0.9-1.0``, and ``budget/unbinned_frac``; with ``exact``
+    also ``budget/exact_share_<bin>`` (share of the binned exact budget); every
+    ``figure_every_n_steps`` the TensorBoard bar figure ``budget/shares`` of the shares accumulated
     since the start of training.
 
     Args:
@@ -52,6 +69,10 @@ class GradientBudget(Callback):
         ema_decay: Weight of the previous estimate in the moving average (``estimate="ema"``).
         num_samples: Completions per prompt for ``estimate="resample"``.
         figure_every_n_steps: Draw the figure every this many steps (0: never).
+        exact: Also measure the exact budget (norms of the prompts' gradient contributions).
+        params: Regular expressions choosing the ``nn.Linear`` parameters of the exact budget (as
+            ``GradientRank``'s ``params``; null: every Linear weight not tied to an embedding).
+        micro_batch_size: Completions per forward of the exact budget (null: all at once).
     """
 
     def __init__(
@@ -60,6 +81,9 @@ class GradientBudget(Callback):
         ema_decay: float = 0.5,
         num_samples: int = 8,
         figure_every_n_steps: int = 100,
+        exact: bool = False,
+        params: list[str] | None = None,
+        micro_batch_size: int | None = None,
     ) -> None:
         if estimate not in ("ema", "resample"):
             raise ValueError(f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'")
@@ -69,19 +93,56 @@ class GradientBudget(Callback):
             raise ValueError(
                 f"GradientBudget: figure_every_n_steps={figure_every_n_steps} must be >= 0 (0: never)"
             )
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise ValueError(f"GradientBudget: micro_batch_size={micro_batch_size} must be >= 1 or null")
+        if params and not exact:
+            raise ValueError(f"GradientBudget: params={params} choose the exact budget's parameters; set exact: true")
+        for pattern in params or []:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"GradientBudget: {pattern!r} is not a regular expression ({err})") from err
         self.estimate, self.num_samples = estimate, num_samples
         self.figure_every_n_steps = figure_every_n_steps
+        self.exact, self.params, self.micro_batch_size = exact, params, micro_batch_size
+        self.targets: list[LinearTarget] = []
         self.tracker = EMASuccessTracker(ema_decay)
-        self.totals = torch.zeros(2, NUM_BINS, dtype=torch.float64)  # [prompts, budget] per bin, all steps
+        # [prompts, proxy budget, exact budget] per bin, all steps
+        self.totals = torch.zeros(3, NUM_BINS, dtype=torch.float64)
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "engine", "score", "sampling")
+        require_module(NAME, pl_module, "engine", "score", "sampling", *(["policy"] if self.exact else []))
         require_binary_reward(NAME, pl_module)
         require_logger(
             NAME, trainer, writer=self.figure_every_n_steps > 0, figure_option="figure_every_n_steps: 0"
         )
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self.exact:
+            return
+        self.targets, _ = select_linear_targets(pl_module.policy, self.params)
+        if not self.targets:
+            raise ValueError(
+                f"GradientBudget: params={self.params} chooses no trainable nn.Linear parameter of the policy; "
+                "fix the regular expressions (searched in the parameter names)"
+            )
+
+    def exact_budget(self, pl_module: LightningModule, stats: RolloutStats) -> torch.Tensor:
+        """``[P]`` norms of the prompts' gradient contributions (NaN without the step's token ids)."""
+        if stats.rollouts is None:
+            return torch.full((stats.rewards.shape[0],), float("nan"), dtype=torch.float64)
+        with fork_rng(pl_module):
+            return group_gradient_norms(
+                pl_module.policy,
+                stats.rollouts,
+                stats.advantages.reshape(-1).float(),
+                stats.group_size,
+                self.targets,
+                pl_module.sampling.temperature,
+                self.micro_batch_size,
+            )
 
     def pass_rates(self, pl_module: LightningModule, stats: RolloutStats) -> torch.Tensor:
         """``[P]`` independent pass-rate estimates (NaN where there is none); updates the moving average."""
@@ -105,10 +166,12 @@ class GradientBudget(Callback):
         if stats is None or stats.rewards.shape[0] == 0:
             return
         check_binary_rewards(NAME, stats.rewards, 1e-6)
+        exact = self.exact_budget(pl_module, stats) if self.exact else torch.zeros(stats.rewards.shape[0])
         local = torch.stack(
-            [self.pass_rates(pl_module, stats), advantage_budget(stats.advantages, stats.lengths)], dim=1
-        )  # [P, 2]
-        rate, budget = gather(pl_module, local).T.contiguous()  # [P_all] each
+            [self.pass_rates(pl_module, stats), advantage_budget(stats.advantages, stats.lengths), exact.double()],
+            dim=1,
+        )  # [P, 3]
+        rate, budget, exact = gather(pl_module, local).T.contiguous()  # [P_all] each
         index = bin_index(rate)  # [P_all], -1 = no estimate
         binned = index >= 0
         prompts = torch.bincount(index[binned], minlength=NUM_BINS).double()  # [5]
@@ -116,6 +179,11 @@ class GradientBudget(Callback):
         self.totals[0] += prompts
         self.totals[1].index_add_(0, index[binned], budget[binned])
         metrics = {"budget/unbinned_frac": 1.0 - binned.double().mean().item()}
+        if self.exact and bool(exact.isfinite().all()):
+            self.totals[2].index_add_(0, index[binned], exact[binned])
+            if bool(binned.any()) and float(exact[binned].sum()) > 0:
+                exact_shares = budget_shares(exact, rate).tolist()
+                metrics.update({f"budget/exact_share_{b}": v for b, v in zip(BIN_LABELS, exact_shares, strict=True)})
         if bool(binned.any()):
             metrics.update({f"budget/share_{b}": v for b, v in zip(BIN_LABELS, shares.tolist(), strict=True)})
             metrics.update(
@@ -132,13 +200,17 @@ class GradientBudget(Callback):
 
     def draw(self, trainer: Trainer, step: int) -> None:
         writer = tensorboard(trainer)
-        sums = self.totals.sum(-1, keepdim=True)
+        totals = self.totals if self.exact else self.totals[:2]
+        sums = totals.sum(-1, keepdim=True)
         if writer is None or not bool((sums > 0).all()):
             return
-        shares = (self.totals / sums).tolist()
+        shares = (totals / sums).tolist()
+        series = {"prompts": shares[0], "budget (proxy |A| T)": shares[1]}
+        if self.exact:
+            series["budget (exact gradient norm)"] = shares[2]
         fig = bar_figure(
             BIN_LABELS,
-            {"prompts": shares[0], "gradient budget": shares[1]},
+            series,
             xlabel="pass-rate bin",
             ylabel="share",
             title=f"budget by difficulty, steps 0-{step}",
@@ -151,4 +223,5 @@ class GradientBudget(Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.tracker.load_state_dict(state_dict["tracker"])
-        self.totals = torch.tensor(state_dict["totals"], dtype=torch.float64)
+        totals = torch.tensor(state_dict["totals"], dtype=torch.float64)
+        self.totals = torch.cat([totals, torch.zeros(3 - totals.shape[0], NUM_BINS, dtype=torch.float64)])

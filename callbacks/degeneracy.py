@@ -7,6 +7,8 @@ from lightning import Callback, LightningModule, Trainer
 
 from callbacks._common import (
     check_binary_rewards,
+    every,
+    fork_rng,
     gather,
     log_scalars,
     log_this_step,
@@ -22,7 +24,9 @@ from lit_grpo.diagnostics.degeneracy import (
     degenerate_groups,
     iid_degeneracy,
     starved_fraction,
+    unbiased_iid_degeneracy,
 )
+from lit_grpo.types import PromptBatch
 
 NAME = "DegeneracyMonitor"
 
@@ -49,22 +53,100 @@ class DegeneracyMonitor(Callback):
       before are left out while it is 0)
     - ``rollout/starved_frac``: share of scorable completions whose advantage is exactly 0
 
+    The moving-average prediction plugs a noisy pass rate (a few samples per visit, from older
+    policies) into the convex ``f``, which biases it upwards. With ``resample_every_n_steps`` the
+    callback also draws, before the step's own sampling and from the same policy, ``resample_samples``
+    (``n >= G``) fresh completions of each of the step's prompts and predicts each prompt's chance of
+    a degenerate group without bias from its ``c`` correct of ``n``: ``(C(c, G) + C(n - c, G)) / C(n, G)``
+    (METHODS.md section 3). Under i.i.d. sampling the step's observed rate equals the mean of that
+    in expectation. Writes at those steps:
+
+    - ``rollout/degenerate_resample_pred``: the mean unbiased per-prompt prediction;
+    - ``rollout/degenerate_resample_excess``: the observed rate on the same prompts minus it;
+    - ``rollout/resample_success_rate`` (p-bar of the fresh samples, the policy's pooled pass rate on
+      these prompts) and ``rollout/degenerate_resample_pooled_pred``, ``f`` of it (the Jensen gap is
+      the difference between the two predictions);
+    - ``rollout/resample_prompts``: prompts with at least ``G`` scorable samples.
+
+    (On one process; with several, the resampled metrics are not written.)
+
     Args:
         atol: Two rewards closer than this are equal; also the tolerance of "0 or 1".
         ema_decay: Weight of a prompt's previous estimate in the moving average, in [0, 1).
+        resample_every_n_steps: Draw the fresh samples at steps ``0, n, 2n, ...`` (0: never).
+        resample_samples: Fresh completions per prompt (at least the group size; 16 or more).
     """
 
-    def __init__(self, atol: float = 1e-6, ema_decay: float = 0.5) -> None:
+    def __init__(
+        self,
+        atol: float = 1e-6,
+        ema_decay: float = 0.5,
+        resample_every_n_steps: int = 0,
+        resample_samples: int = 16,
+    ) -> None:
         if atol < 0:
             raise ValueError(f"DegeneracyMonitor: atol={atol} must be >= 0, e.g. 1e-6")
+        if resample_every_n_steps < 0:
+            raise ValueError(
+                f"DegeneracyMonitor: resample_every_n_steps={resample_every_n_steps} must be >= 0 (0: never)"
+            )
+        if resample_samples < 2:
+            raise ValueError(f"DegeneracyMonitor: resample_samples={resample_samples} must be >= 2 (e.g. 16)")
         self.atol = atol
         self.tracker = EMASuccessTracker(ema_decay)  # validates ema_decay
+        self.resample_every_n_steps, self.resample_samples = resample_every_n_steps, resample_samples
+        self._resampled: tuple[list[str], torch.Tensor] | None = None  # ids and [P, n] rewards of this step
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             require_module(NAME, pl_module, "estimator", "group_size")
             require_binary_reward(NAME, pl_module)
             require_logger(NAME, trainer)
+            if self.resample_every_n_steps and self.resample_samples < pl_module.group_size:
+                raise ValueError(
+                    f"DegeneracyMonitor: resample_samples={self.resample_samples} is below the group size "
+                    f"{pl_module.group_size}; the unbiased prediction needs n >= G samples per prompt"
+                )
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
+        self._resampled = None
+        if not every(logging_step(trainer), self.resample_every_n_steps) or not isinstance(batch, PromptBatch):
+            return
+        with torch.no_grad(), fork_rng(pl_module):
+            rollouts = pl_module.engine.generate(batch.prompts, self.resample_samples, pl_module.sampling)
+        rewards = pl_module.score(batch, rollouts)[0].double().cpu()  # [P, n]
+        check_binary_rewards(NAME, rewards, self.atol)
+        self._resampled = (list(batch.ids), rewards)
+
+    def resample_metrics(self, ids: list[str], rewards: torch.Tensor, G: int) -> dict[str, float]:
+        """The fresh samples' predictions against the step's observed degeneracy on the same prompts.
+
+        ``ids``, ``rewards [P, G]``: the step's groups; the fresh samples are those drawn at the start.
+        """
+        fresh_ids, fresh = self._resampled
+        row = {key: i for i, key in enumerate(fresh_ids)}
+        observed = degenerate_groups(rewards, self.atol)["degenerate"].double()  # [P]
+        preds, seen, correct, scorable = [], [], 0.0, 0
+        for i, key in enumerate(ids):
+            if key not in row:
+                continue
+            values = fresh[row[key]]
+            values = values[~values.isnan()].round()  # [n_x]
+            correct, scorable = correct + values.sum().item(), scorable + values.numel()
+            if values.numel() >= G:
+                preds.append(unbiased_iid_degeneracy(values.numel(), int(values.sum().item()), G))
+                seen.append(observed[i].item())
+        if not preds:
+            return {}
+        pbar = correct / scorable
+        pred = sum(preds) / len(preds)
+        return {
+            "rollout/degenerate_resample_pred": pred,
+            "rollout/degenerate_resample_excess": sum(seen) / len(seen) - pred,
+            "rollout/resample_success_rate": pbar,
+            "rollout/degenerate_resample_pooled_pred": iid_degeneracy(pbar, G),
+            "rollout/resample_prompts": float(len(preds)),
+        }
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
@@ -74,6 +156,9 @@ class DegeneracyMonitor(Callback):
             return
         check_binary_rewards(NAME, stats.rewards, self.atol)
         metrics = self.step_metrics(pl_module, stats.batch.ids, stats.rewards, stats.advantages)
+        if self._resampled is not None and pl_module.trainer.world_size == 1:
+            metrics.update(self.resample_metrics(list(stats.batch.ids), stats.rewards, stats.group_size))
+        self._resampled = None
         step = logging_step(trainer)
         if log_this_step(trainer, step):
             log_scalars(trainer, metrics, step)

@@ -47,6 +47,15 @@ class GradientRank(Callback):
     matrices). With ``weight_params``: ``grad/weight_erank/<parameter name>`` of each chosen 2-D weight
     gradient just before the optimizer step, and ``grad/weight_skipped_zero``.
 
+    Identical completions of a prompt have identical rows (with exact-match rewards on a short
+    answer, every correct completion is often the same string), so the rank of the matrix is capped
+    by the number of distinct completions, not by ``G``. Also written at each measurement: the same
+    statistics of the de-duplicated matrix (one row per distinct completion of a prompt)
+    ``grad/dedup_<statistic>`` (``grad/dedup_erank``, ``grad/dedup_stable_rank``, ...),
+    ``grad/dedup_rows``, and ``grad/distinct_mean`` / ``grad/distinct_min``: the mean and smallest
+    number of distinct completions per group. With ``per_layer``, ``grad/layer_erank/<layer name>``:
+    the effective rank of each chosen layer's block of the matrix (not with ``projection_dim``).
+
     Memory: the matrix is ``N x D`` float32 (``D`` = chosen parameters, or ``projection_dim``), plus
     one layer's per-completion gradients at a time. Choose a few layers, ``lora``, or a projection for
     large models.
@@ -64,6 +73,7 @@ class GradientRank(Callback):
         micro_batch_size: Completions per forward of the measurement (null: all at once).
         weight_params: Regular expressions choosing 2-D weights whose accumulated gradient's effective
             rank is logged before the optimizer step (null: none).
+        per_layer: Also log the effective rank of each chosen layer's block of the per-completion matrix.
     """
 
     def __init__(
@@ -75,6 +85,7 @@ class GradientRank(Callback):
         seed: int = 0,
         micro_batch_size: int | None = None,
         weight_params: list[str] | None = None,
+        per_layer: bool = False,
     ) -> None:
         if every_n_steps < 1:
             raise ValueError(f"GradientRank: every_n_steps={every_n_steps} must be >= 1")
@@ -86,6 +97,8 @@ class GradientRank(Callback):
             )
         if micro_batch_size is not None and micro_batch_size < 1:
             raise ValueError(f"GradientRank: micro_batch_size={micro_batch_size} must be >= 1 or null")
+        if per_layer and projection_dim is not None:
+            raise ValueError("GradientRank: per_layer needs whole rows; it cannot be combined with projection_dim")
         for pattern in [*(params or []), *(weight_params or [])]:
             try:
                 re.compile(pattern)
@@ -96,6 +109,7 @@ class GradientRank(Callback):
         self.projection_dim, self.seed = projection_dim, seed
         self.micro_batch_size = micro_batch_size
         self.weight_params = weight_params
+        self.per_layer = per_layer
         self.targets: list[LinearTarget] = []
         self.weights: list[tuple[str, torch.nn.Parameter]] = []
         self.skipped = 0
@@ -159,20 +173,40 @@ class GradientRank(Callback):
             return
         coef = stats.advantages.reshape(-1).float()  # [N]
         rows = coef.nonzero().flatten()  # completions with a non-zero contribution
-        summary = None
+        G = stats.group_size
+        keys = [(i // G, stats.texts[i]) for i in range(len(stats.texts))]
+        distinct = [len(set(keys[g * G : (g + 1) * G])) for g in range(len(keys) // G)]
+        first: dict[tuple[int, str], int] = {}
+        for i in rows.tolist():
+            first.setdefault(keys[i], i)
+        keep = list(first.values())  # one row per distinct completion of a prompt
+        summary = dedup = None
+        metrics: dict[str, float] = {}
         if rows.numel():
-            matrix = self.matrix(pl_module, take_rows(stats.rollouts, rows), coef[rows])  # [n, D]
+            matrix, blocks = self.matrix(pl_module, take_rows(stats.rollouts, rows), coef[rows])  # [n, D]
             summary = rows_spectrum_summary(matrix)
+            position = {r: j for j, r in enumerate(rows.tolist())}
+            dedup = rows_spectrum_summary(matrix[[position[r] for r in keep]])
+            for target, block in zip(self.targets, blocks or [], strict=False):
+                layer = rows_spectrum_summary(block)
+                if layer is not None:
+                    metrics[f"grad/layer_erank/{target.name}"] = layer["erank"]
         if summary is None:
             self.skipped += 1
-        metrics = {f"grad/{k}": v for k, v in (summary or {}).items()}
+        metrics.update({f"grad/{k}": v for k, v in (summary or {}).items()})
+        metrics.update({f"grad/dedup_{k}": v for k, v in (dedup or {}).items()})
         metrics.update({"grad/rows": float(rows.numel()), "grad/skipped_zero": float(self.skipped)})
+        metrics["grad/dedup_rows"] = float(len(keep))
+        if distinct:
+            metrics["grad/distinct_mean"] = sum(distinct) / len(distinct)
+            metrics["grad/distinct_min"] = float(min(distinct))
         log_scalars(trainer, metrics, self._step)
 
-    def matrix(self, pl_module: LightningModule, rollouts, coef: torch.Tensor) -> torch.Tensor:
-        """The rows ``coef_i * grad log pi(y_i)`` of ``rollouts``, projected if asked: ``[n, D]``."""
+    def matrix(self, pl_module: LightningModule, rollouts, coef: torch.Tensor):
+        """The rows ``coef_i * grad log pi(y_i)`` of ``rollouts``, projected if asked: ``[n, D]``; with
+        ``per_layer`` also each target's block ``[n, D_target]`` (else None)."""
         step = self.micro_batch_size or len(rollouts)
-        parts = []
+        parts, layer_parts = [], []
         with fork_rng(pl_module):
             for start in range(0, len(rollouts), step):
                 mb = take_rows(rollouts, list(range(start, min(start + step, len(rollouts)))))
@@ -190,8 +224,11 @@ class GradientRank(Callback):
                             for j, b in enumerate(blocks)
                         )
                     ]
+                if self.per_layer:
+                    layer_parts.append([b.detach() for b in blocks])
                 parts.append(torch.cat(blocks, dim=1).detach())
-        return torch.cat(parts)
+        layers = [torch.cat(col) for col in zip(*layer_parts, strict=True)] if self.per_layer else None
+        return torch.cat(parts), layers
 
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer) -> None:
         if not self.weights or not self._weights_pending:

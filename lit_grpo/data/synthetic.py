@@ -127,7 +127,12 @@ class SyntheticChoice(StyledSource):
     The bounded-answer case for studying SignBalance: the correct letter is uniform over the options,
     so a policy that guesses is right with probability :attr:`guess_rate` ``= 1 / num_choices``.
     Distractors are distinct integers within ``spread`` of the result (smaller spread: closer, harder
-    distractors). Records carry the column ``num_choices``. Default reward:
+    distractors). With ``min_choices`` each problem has its own number of options ``k``, drawn
+    uniformly from ``min_choices..num_choices`` (a guess is then right with probability ``1 / k`` of
+    that problem). With ``balanced_holdout`` the validation and test splits place the correct option
+    at each position equally often (for each ``k``, up to one), so a policy that always answers the
+    same letter scores chance there and not the share of one letter in a random draw. Records carry
+    the column ``num_choices`` (the problem's ``k``). Default reward:
     :class:`~lit_grpo.rewards.ChoiceLetter`.
 
     Args:
@@ -143,6 +148,8 @@ class SyntheticChoice(StyledSource):
         style: Prompt style.
         tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
         instruction: How to answer, appended in the ``plain`` and ``chat`` styles.
+        min_choices: Fewest options of a problem (null: every problem has ``num_choices``).
+        balanced_holdout: Balance the correct positions of the validation and test splits.
     """
 
     def __init__(
@@ -158,12 +165,19 @@ class SyntheticChoice(StyledSource):
         style: PromptStyle = "plain",
         tokenizer: str | None = None,
         instruction: str = "Answer with the letter of the correct option.",
+        min_choices: int | None = None,
+        balanced_holdout: bool = False,
     ) -> None:
         sizes = {"num_train": num_train, "num_val": num_val, "num_test": num_test}
         _check_problem_space("SyntheticChoice", sizes, max_operand, operators)
         check_style("SyntheticChoice", style)
         if not 2 <= num_choices <= 26:
             raise ValueError(f"SyntheticChoice: num_choices={num_choices} must be in 2..26")
+        if min_choices is not None and not 2 <= min_choices <= num_choices:
+            raise ValueError(
+                f"SyntheticChoice: min_choices={min_choices} must be in 2..num_choices={num_choices} "
+                "(or null for a fixed number of options)"
+            )
         if 2 * spread < num_choices - 1:
             raise ValueError(
                 f"SyntheticChoice: spread={spread} leaves fewer than num_choices - 1 = {num_choices - 1} "
@@ -180,33 +194,54 @@ class SyntheticChoice(StyledSource):
         self.style = style
         self.tokenizer = tokenizer
         self.instruction = instruction
+        self.min_choices = min_choices
+        self.balanced_holdout = balanced_holdout
 
     @property
     def guess_rate(self) -> float:
-        """Probability that a uniformly random letter is correct: ``1 / num_choices``."""
-        return 1.0 / self.num_choices
+        """Probability that a uniformly random letter is correct: ``1 / num_choices`` (with
+        ``min_choices``, the mean of ``1 / k`` over the possible ``k``)."""
+        if self.min_choices is None:
+            return 1.0 / self.num_choices
+        ks = range(self.min_choices, self.num_choices + 1)
+        return sum(1.0 / k for k in ks) / len(ks)
 
-    def options(self, code: int, result: int) -> tuple[list[int], int]:
-        """The option values of problem ``code`` and the index of the correct one (seeded per problem)."""
+    def choices(self, code: int) -> int:
+        """The number of options ``k`` of problem ``code`` (seeded per problem)."""
+        if self.min_choices is None:
+            return self.num_choices
+        return int(np.random.default_rng([self.seed, code, 1]).integers(self.min_choices, self.num_choices + 1))
+
+    def options(self, code: int, result: int, answer: int | None = None) -> tuple[list[int], int]:
+        """The option values of problem ``code`` and the index of the correct one (seeded per problem;
+        ``answer`` places the correct one there instead)."""
+        k = self.choices(code)
         rng = np.random.default_rng([self.seed, code])
         offsets = [d for d in range(-self.spread, self.spread + 1) if d != 0]
-        values = [result + int(d) for d in rng.choice(offsets, self.num_choices - 1, replace=False)]
-        answer = int(rng.integers(self.num_choices))
+        values = [result + int(d) for d in rng.choice(offsets, k - 1, replace=False)]
+        drawn = int(rng.integers(k))
+        answer = drawn if answer is None else answer
         values.insert(answer, result)
         return values, answer
 
     def load(self, split: Split) -> list[Record]:
         sizes = {"num_train": self.num_train, "num_val": self.num_val, "num_test": self.num_test}
         records = []
+        placed: dict[int, int] = {}  # k -> problems of this split with k options so far (balanced_holdout)
         for row, code, a, op, b in problems(split, sizes, self.max_operand, self.operators, self.seed):
-            values, answer = self.options(code, _OPERATORS[op](a, b))
+            answer = None
+            if self.balanced_holdout and split != "train":
+                k = self.choices(code)
+                answer = placed.get(k, 0) % k
+                placed[k] = placed.get(k, 0) + 1
+            values, answer = self.options(code, _OPERATORS[op](a, b), answer)
             question = f"{a}{op}{b}=?\n" + format_options([str(v) for v in values])
             records.append(
                 {
                     "prompt": self.render(question),
                     "reference": string.ascii_uppercase[answer],
                     "id": f"{split}-{row}",
-                    "columns": {"num_choices": self.num_choices},
+                    "columns": {"num_choices": len(values)},
                 }
             )
         return records

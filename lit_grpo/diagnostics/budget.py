@@ -7,6 +7,8 @@ proxy ``sum_i |A_i| * T_i``, or any other non-negative per-prompt amount the cal
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -84,7 +86,9 @@ def positive_negative_shares(advantages: Tensor, weights: Tensor | None = None) 
             lengths, so a completion's mass is ``|A_i| * T_i``.
 
     Returns:
-        ``(sum of positive mass, sum of negative mass) / total mass``; ``(0.0, 0.0)`` when the total is 0.
+        ``(sum of positive mass, sum of negative mass) / total mass``; ``(nan, nan)`` when the total is
+        0 (every advantage zero: there is no share to measure, and averaging a 0 in would bias a mean
+        over steps towards 0).
     """
     a = advantages.double().flatten()  # [N]
     mass = a.abs()
@@ -94,5 +98,5 @@ def positive_negative_shares(advantages: Tensor, weights: Tensor | None = None) 
         mass = mass * weights.double().flatten()
     total = mass.sum()
     if total == 0:
-        return 0.0, 0.0
+        return math.nan, math.nan
     return (mass[a > 0].sum() / total).item(), (mass[a < 0].sum() / total).item()

@@ -245,3 +245,42 @@ def centroid_span_residual(rows: Tensor, correct: Tensor, update: Tensor) -> flo
     b = torch.stack(basis, dim=1)  # [D, <=2]
     coef = torch.linalg.lstsq(b, u.unsqueeze(1)).solution  # [<=2, 1]
     return ((u - (b @ coef).squeeze(1)).norm() / norm).item()
+
+
+def group_gradient_norms(
+    policy: nn.Module,
+    rollouts: Rollouts,
+    coefficients: Tensor,
+    group_size: int,
+    targets: Sequence[LinearTarget],
+    temperature: float = 1.0,
+    micro_batch_size: int | None = None,
+) -> Tensor:
+    """Norm of each group's gradient contribution ``|| sum_{i in group} c_i grad sum_t log pi(y_i,t) ||``.
+
+    The exact gradient budget of a prompt (METHODS.md section 3) over the ``targets``' parameters.
+    Completions are group-major (completion ``i`` belongs to group ``i // group_size``); those with
+    ``c_i = 0`` contribute nothing and are not computed. The per-completion rows of
+    :func:`per_completion_gradients` are summed per group a micro-batch at a time, so memory stays at
+    ``groups x D`` plus one micro-batch of rows.
+
+    Returns:
+        ``[N / group_size]`` float64 norms.
+    """
+    n = coefficients.numel()
+    if n % group_size:
+        raise ValueError(f"{n} completions are not whole groups of {group_size}")
+    groups = n // group_size
+    rows = coefficients.reshape(-1).nonzero().flatten().tolist()
+    sums = [torch.zeros(groups, t.numel, dtype=torch.float32) for t in targets]  # [P, D_t] each
+    step = micro_batch_size or max(len(rows), 1)
+    for start in range(0, len(rows), step):
+        part = rows[start : start + step]
+        blocks = per_completion_gradients(
+            policy, take_rows(rollouts, part), coefficients.reshape(-1)[part], targets, temperature
+        )  # [m, D_t] each
+        index = torch.tensor([i // group_size for i in part])
+        for acc, block in zip(sums, blocks, strict=True):
+            acc.index_add_(0, index, block.detach().cpu())
+    squares = sum(acc.double().square().sum(-1) for acc in sums)  # [P]
+    return squares.sqrt() if isinstance(squares, Tensor) else torch.zeros(groups, dtype=torch.float64)

@@ -226,3 +226,313 @@ def stratified_permutation_test(
     scale = max(max(x.abs().max().item(), y.abs().max().item()) for x, y in pairs)
     hits = int((stat.abs() >= observed - 1e-9 * (scale + 1.0)).sum())
     return hits / stat.numel() if exact else (1 + hits) / (1 + n_resamples)
+
+
+# ---- one-sample and paired tests ------------------------------------------------------------------
+
+#: Largest number of values whose 2^n sign patterns the sign-flip and signed-rank tests enumerate exactly.
+MAX_EXACT_FLIPS = 16
+
+
+def _deviations(values: Sequence[float] | Tensor, mu: float, min_n: int, name: str) -> Tensor:
+    return _values(values, name, min_n) - mu  # [n]
+
+
+def _differences(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor, name: str, min_n: int) -> Tensor:
+    """``a - b`` of paired values (the same seeds in the same order)."""
+    x, y = _values(a, f"{name}(a)", min_n), _values(b, f"{name}(b)", min_n)
+    if x.numel() != y.numel():
+        raise ValueError(
+            f"{name} pairs values, so a and b need the same length, got {x.numel()} and {y.numel()}; "
+            "keep only the seeds both arms finished"
+        )
+    return x - y  # [n]
+
+
+def one_sample_t_test(values: Sequence[float] | Tensor, mu: float = 0.0) -> tuple[float, float, float]:
+    """Student's t-test of ``mean(values) == mu``: ``(t, df, p_two_sided)``; needs >= 2 values.
+
+    Zero spread gives ``(nan, nan, nan)`` when every value equals ``mu``, else ``(+-inf, nan, 0.0)``.
+    """
+    d = _deviations(values, mu, 2, "one_sample_t_test")  # [n]
+    n, mean, sd = d.numel(), d.mean().item(), d.std(correction=1).item()
+    if sd == 0:
+        return (math.nan, math.nan, math.nan) if mean == 0 else (math.copysign(math.inf, mean), math.nan, 0.0)
+    t = mean / (sd / math.sqrt(n))
+    return t, float(n - 1), min(1.0, 2 * t_sf(abs(t), n - 1))
+
+
+def paired_t_test(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor) -> tuple[float, float, float]:
+    """Paired t-test of ``mean(a - b) == 0`` (a one-sample t-test of the differences): ``(t, df, p)``."""
+    return one_sample_t_test(_differences(a, b, "paired_t_test", 2))
+
+
+def _sign_patterns(n: int, n_resamples: int, seed: int) -> tuple[Tensor, bool]:
+    """``[M, n]`` of +-1: all ``2^n`` patterns when ``n <= MAX_EXACT_FLIPS``, else ``n_resamples`` random ones."""
+    if n <= MAX_EXACT_FLIPS:
+        bits = (torch.arange(2**n)[:, None] >> torch.arange(n)) & 1  # [2^n, n]
+        return 1.0 - 2.0 * bits.double(), True
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 2, (n_resamples, n), generator=gen).double() * 2 - 1, False
+
+
+def sign_flip_test(
+    values: Sequence[float] | Tensor, mu: float = 0.0, n_resamples: int = 10000, seed: int = 0
+) -> float:
+    """Two-sided sign-flip permutation test of ``mean(values) == mu`` (symmetric deviations under the null).
+
+    The p-value is the share of sign patterns of the deviations ``values - mu`` whose ``|mean|`` is at
+    least the observed one: all ``2^n`` patterns when ``n <= MAX_EXACT_FLIPS``, else ``n_resamples``
+    random patterns drawn with ``seed``, giving ``(1 + hits) / (1 + n_resamples)``. Applied to paired
+    differences it is the exact paired permutation test (:func:`paired_sign_flip_test`); its smallest
+    possible p is ``2 / 2^n`` (0.0020 for 10 pairs).
+    """
+    d = _deviations(values, mu, 1, "sign_flip_test")  # [n]
+    signs, exact = _sign_patterns(d.numel(), n_resamples, seed)  # [M, n]
+    means = (signs * d).mean(-1)  # [M]
+    observed = abs(d.mean().item())
+    tol = 1e-9 * (d.abs().max().item() + 1.0)
+    hits = int((means.abs() >= observed - tol).sum())
+    return hits / signs.shape[0] if exact else (1 + hits) / (1 + n_resamples)
+
+
+def paired_sign_flip_test(
+    a: Sequence[float] | Tensor, b: Sequence[float] | Tensor, n_resamples: int = 10000, seed: int = 0
+) -> float:
+    """Exact paired permutation test of ``mean(a - b) == 0``: :func:`sign_flip_test` of the differences."""
+    return sign_flip_test(_differences(a, b, "paired_sign_flip_test", 1), 0.0, n_resamples, seed)
+
+
+def midranks(x: Tensor) -> Tensor:
+    """Ranks ``1..n`` of ``x [n]``, tied values sharing the mean of their ranks."""
+    order = x.argsort()
+    ranks = torch.empty_like(x, dtype=torch.float64)
+    ranks[order] = torch.arange(1, x.numel() + 1, dtype=torch.float64)
+    for value in x.unique():
+        tied = x == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def wilcoxon_signed_rank_test(
+    a: Sequence[float] | Tensor, b: Sequence[float] | Tensor | None = None, mu: float = 0.0
+) -> tuple[float, float]:
+    """Wilcoxon's signed-rank test of a symmetric distribution of ``a - b`` (or ``a - mu``) around 0.
+
+    Zero differences are dropped (Wilcoxon's convention); ties share midranks. ``W+`` is the sum of
+    the ranks of ``|d|`` over the positive differences. The p-value is two-sided,
+    ``P(|W+ - E W+| >= |w - E W+|)`` under random signs: exact by enumerating the ``2^n`` sign patterns
+    (ties included) when ``n <= MAX_EXACT_FLIPS``, else the normal approximation with the tie
+    correction of the variance. Returns ``(W+, p)``; ``(nan, 1.0)`` when every difference is 0.
+    """
+    d = _deviations(a, mu, 1, "wilcoxon_signed_rank_test") if b is None else (
+        _differences(a, b, "wilcoxon_signed_rank_test", 1)
+    )  # fmt: skip
+    d = d[d != 0]
+    n = d.numel()
+    if n == 0:
+        return math.nan, 1.0
+    ranks = midranks(d.abs())  # [n]
+    w = ranks[d > 0].sum().item()
+    centre = ranks.sum().item() / 2
+    tol = 1e-9 * (ranks.sum().item() + 1.0)
+    if n <= MAX_EXACT_FLIPS:
+        signs, _ = _sign_patterns(n, 1, 0)  # [2^n, n]
+        dist = ((signs > 0).double() * ranks).sum(-1)  # [2^n]: W+ of every pattern
+        p = ((dist - centre).abs() >= abs(w - centre) - tol).double().mean().item()
+        return w, p
+    var = (ranks**2).sum().item() / 4  # equals n(n+1)(2n+1)/24 less the tie correction
+    z = abs(w - centre) / math.sqrt(var)
+    return w, math.erfc(z / math.sqrt(2))
+
+
+# ---- equivalence ----------------------------------------------------------------------------------
+
+
+def tost_test(values: Sequence[float] | Tensor, target: float, margin: float) -> dict[str, float]:
+    """Two one-sided t-tests (Schuirmann's TOST) of equivalence: ``|mean - target| < margin``.
+
+    H0 is non-equivalence (``mean <= target - margin`` or ``mean >= target + margin``). Returns
+    ``p`` (the larger of the two one-sided p-values: equivalence is shown at level alpha when
+    ``p < alpha``), ``p_lower``, ``p_upper``, and the ``(1 - 2 alpha)`` = 90% t interval
+    ``ci90_low``/``ci90_high`` (inside ``target +- margin`` exactly when ``p < 0.05``). Needs >= 2
+    values; with zero spread ``p`` is 0 inside the margin and 1 outside.
+    """
+    if margin <= 0:
+        raise ValueError(f"tost_test: margin={margin} must be > 0 (e.g. 0.5)")
+    x = _values(values, "tost_test", 2)
+    n, mean, sd = x.numel(), x.mean().item(), x.std(correction=1).item()
+    se = sd / math.sqrt(n)
+    lo, hi = target - margin, target + margin
+    if se == 0:
+        p_lower, p_upper = float(mean <= lo), float(mean >= hi)
+        half = 0.0
+    else:
+        p_lower = t_sf((mean - lo) / se, n - 1)  # H0: mean <= lo
+        p_upper = t_sf((hi - mean) / se, n - 1)  # H0: mean >= hi
+        half = t_quantile(0.95, n - 1) * se
+    return {
+        "p": max(p_lower, p_upper),
+        "p_lower": p_lower,
+        "p_upper": p_upper,
+        "ci90_low": mean - half,
+        "ci90_high": mean + half,
+    }
+
+
+# ---- multiplicity ---------------------------------------------------------------------------------
+
+
+def _pvalues(pvalues: Sequence[float] | Tensor) -> tuple[Tensor, Tensor]:
+    p = torch.as_tensor(list(pvalues) if not isinstance(pvalues, Tensor) else pvalues, dtype=torch.float64)
+    p = p.flatten()
+    keep = ~p.isnan()
+    if bool(((p[keep] < 0) | (p[keep] > 1)).any()):
+        raise ValueError(f"p-values must lie in [0, 1], got {p.tolist()}")
+    return p, keep
+
+
+def holm_adjust(pvalues: Sequence[float] | Tensor) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error control under any dependence).
+
+    With the ``m`` finite p-values sorted, ``p~_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``; rejecting
+    where ``p~ <= alpha`` keeps the chance of any false rejection at most ``alpha``. NaN entries (tests
+    that could not be made) stay NaN and do not count in ``m``. Same order as the input.
+    """
+    p, keep = _pvalues(pvalues)
+    out = torch.full_like(p, math.nan)
+    q = p[keep]
+    m = q.numel()
+    if m:
+        order = q.argsort()
+        scaled = (q[order] * (m - torch.arange(m, dtype=torch.float64))).clamp(max=1.0)
+        adjusted = torch.empty_like(q)
+        adjusted[order] = scaled.cummax(0).values
+        out[keep] = adjusted
+    return out.tolist()
+
+
+def benjamini_hochberg_adjust(pvalues: Sequence[float] | Tensor) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (q-values; false discovery rate control).
+
+    With the ``m`` finite p-values sorted, ``q_(i) = min_{j >= i} min(1, m p_(j) / j)``; rejecting where
+    ``q <= alpha`` keeps the expected share of false rejections among the rejections at most ``alpha``
+    (for independent or positively dependent tests). NaN entries stay NaN and do not count in ``m``.
+    """
+    p, keep = _pvalues(pvalues)
+    out = torch.full_like(p, math.nan)
+    q = p[keep]
+    m = q.numel()
+    if m:
+        order = q.argsort()
+        scaled = q[order] * m / torch.arange(1, m + 1, dtype=torch.float64)
+        adjusted = torch.empty_like(q)
+        adjusted[order] = scaled.flip(0).cummin(0).values.flip(0).clamp(max=1.0)
+        out[keep] = adjusted
+    return out.tolist()
+
+
+# ---- two-way analysis of variance -----------------------------------------------------------------
+
+
+def f_sf(f: float, d1: float, d2: float) -> float:
+    """Upper tail ``P(F > f)`` of the F distribution with ``(d1, d2)`` degrees of freedom."""
+    if d1 <= 0 or d2 <= 0:
+        raise ValueError(f"F degrees of freedom must be > 0, got d1={d1}, d2={d2}")
+    if f <= 0:
+        return 1.0
+    if math.isinf(f):
+        return 0.0
+    return betainc(d2 / 2, d1 / 2, d2 / (d2 + d1 * f))
+
+
+def _one_hot(codes: Sequence) -> Tensor:
+    """``[n, L - 1]`` treatment-coded dummies of a factor (first level the reference)."""
+    levels = list(dict.fromkeys(codes))
+    index = torch.tensor([levels.index(c) for c in codes])
+    return torch.nn.functional.one_hot(index, len(levels)).double()[:, 1:]
+
+
+def _interaction(a: Tensor, b: Tensor) -> Tensor:
+    """Column products of two dummy blocks: ``[n, La - 1]``, ``[n, Lb - 1]`` -> ``[n, (La - 1)(Lb - 1)]``."""
+    return (a[:, :, None] * b[:, None, :]).reshape(a.shape[0], -1)
+
+
+def _fit(y: Tensor, blocks: list[Tensor]) -> tuple[float, int]:
+    """Residual sum of squares and rank of the least-squares fit of ``y [n]`` on an intercept and ``blocks``."""
+    x = torch.cat([torch.ones(y.numel(), 1, dtype=torch.float64), *blocks], dim=1)  # [n, k]
+    rank = int(torch.linalg.matrix_rank(x).item())
+    beta = torch.linalg.pinv(x) @ y  # [k]
+    return float(((y - x @ beta) ** 2).sum()), rank
+
+
+def two_way_anova(
+    y: Sequence[float] | Tensor,
+    a: Sequence,
+    b: Sequence,
+    blocks: Sequence[Sequence] = (),
+) -> dict[str, dict[str, float]]:
+    """Two-way analysis of variance of ``y`` by factors ``a`` and ``b`` with their interaction.
+
+    A linear model ``y ~ blocks + a + b + a:b`` (treatment-coded factors; ``blocks`` are further
+    additive factors such as the seed, removing their variation from the residual) is compared with
+    smaller models by F-tests (type II sums of squares, so unbalanced designs are fine):
+
+    - ``a``: ``RSS(blocks + b) - RSS(blocks + a + b)``; ``b`` likewise;
+    - ``a:b`` (the interaction: does the effect of ``a`` depend on ``b``?):
+      ``RSS(blocks + a + b) - RSS(full)``;
+    - each ``F = (SS / df) / (RSS(full) / df_residual)``.
+
+    Returns ``{"a", "b", "a:b", "residual"}`` -> ``{"ss", "df", "F", "p"}`` (F and p NaN for the
+    residual, and where a term has no degrees of freedom or the residual is 0).
+    """
+    y = _values(y, "two_way_anova(y)", 2)
+    n = y.numel()
+    for name, factor in [("a", a), ("b", b), *[(f"blocks[{i}]", f) for i, f in enumerate(blocks)]]:
+        if len(factor) != n:
+            raise ValueError(f"two_way_anova: factor {name} has {len(factor)} entries, y has {n}")
+    da, db = _one_hot(list(a)), _one_hot(list(b))
+    blk = [_one_hot(list(f)) for f in blocks]
+    rss_full, rank_full = _fit(y, [*blk, da, db, _interaction(da, db)])
+    rss_add, rank_add = _fit(y, [*blk, da, db])
+    rss_b, rank_b = _fit(y, [*blk, db])
+    rss_a, rank_a = _fit(y, [*blk, da])
+    df_res = n - rank_full
+    scale = rss_full / df_res if df_res > 0 else math.nan
+
+    def term(ss: float, df: int) -> dict[str, float]:
+        ss = max(ss, 0.0)
+        if df <= 0 or not scale > 0:
+            return {"ss": ss, "df": float(df), "F": math.nan, "p": math.nan}
+        f = (ss / df) / scale
+        return {"ss": ss, "df": float(df), "F": f, "p": f_sf(f, df, df_res)}
+
+    return {
+        "a": term(rss_b - rss_add, rank_add - rank_b),
+        "b": term(rss_a - rss_add, rank_add - rank_a),
+        "a:b": term(rss_add - rss_full, rank_full - rank_add),
+        "residual": {"ss": rss_full, "df": float(df_res), "F": math.nan, "p": math.nan},
+    }
+
+
+# ---- prompt-sampling error ------------------------------------------------------------------------
+
+
+def binomial_se(accuracy: float, n_prompts: int) -> float:
+    """Standard error ``sqrt(acc (1 - acc) / n)`` of an accuracy measured on ``n`` prompts.
+
+    The error of a finite held-out set: another draw of ``n`` prompts would give another accuracy.
+    For a mean over several samples per prompt it is an upper bound (their per-prompt means vary
+    less than single 0/1 outcomes); :func:`prompt_se` from per-prompt results is then exact.
+    """
+    if n_prompts < 1:
+        raise ValueError(f"binomial_se needs n_prompts >= 1, got {n_prompts}")
+    if not 0 <= accuracy <= 1:
+        return math.nan
+    return math.sqrt(accuracy * (1 - accuracy) / n_prompts)
+
+
+def prompt_se(per_prompt: Sequence[float] | Tensor) -> float:
+    """Standard error of a mean over prompts from the per-prompt values ``[n]``: ``sd / sqrt(n)``."""
+    x = _values(per_prompt, "prompt_se", 2)
+    return x.std(correction=1).item() / math.sqrt(x.numel())

@@ -177,10 +177,16 @@ def rloo_advantages(rewards: Tensor) -> Tensor:
     return _finish(centred(r) * n / (n - 1).clamp(min=1), r)
 
 
-def sign_advantages(rewards: Tensor) -> Tensor:
-    """``2 r_i - 1``: a fixed reference, no group statistics."""
+def sign_advantages(rewards: Tensor, all_wrong: str = "push") -> Tensor:
+    """``2 r_i - 1``: a fixed reference, no group statistics. ``all_wrong="zero"``: a group whose
+    scorable rewards are all 0 (within ``CONSTANT_RTOL``) gets advantage 0 instead of -1 each."""
+    check_choice("Sign all_wrong", all_wrong, ("push", "zero"))
     r = _prepare(rewards)
-    return _finish(2 * r - 1, r)
+    adv = 2 * r - 1  # [P, G]
+    if all_wrong == "zero":
+        hi = r.where(~r.isnan(), -math.inf).amax(-1, keepdim=True)  # [P, 1]
+        adv = adv.where(~(constant_groups(r) & (hi.abs() <= CONSTANT_RTOL)), 0.0)
+    return _finish(adv, r)
 
 
 def softmax_advantages(rewards: Tensor, tau: float = 0.1) -> Tensor:

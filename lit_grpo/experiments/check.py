@@ -65,9 +65,11 @@ def _class(path: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def _check_metrics(exp: Experiment, cli, run: Run) -> None:
+def _check_metrics(exp: Experiment, cli, run: Run, names: set[str] | None = None) -> None:
     present = [cli.model, *cli.trainer.callbacks]
-    names = {m.name for m in exp.all_metrics()} | {m for c in exp.curves for m in c.metrics}
+    if names is None:
+        names = {m.name for m in exp.all_metrics()} | {m for c in exp.curves for m in c.metrics}
+        names |= {m.se for m in exp.metrics if m.se is not None} | {m.minus for m in exp.metrics if m.minus}
     for name in sorted(names):
         sources = metric_sources(name, exp.callbacks)
         if not any(isinstance(obj, _class(s)) for s in sources for obj in present):
@@ -92,10 +94,13 @@ def _check_model(cli, run: Run, prepared: dict[str, Path]) -> None:
 
 
 def check_runs(
-    exp: Experiment, runs: list[Run], prepared: dict[str, Path], cli_class: type
+    exp: Experiment, runs: list[Run], prepared: dict[str, Path], cli_class: type, metrics: set[str] | None = None
 ) -> dict[tuple[str, str], CellInfo]:
     """Build each distinct arm x setting once (first seed) with ``cli_class`` (the LightningCLI subclass
-    ``lit-grpo`` runs, :class:`lit_grpo.cli.LitGRPOCLI`); a ValueError names the first problem."""
+    ``lit-grpo`` runs, :class:`lit_grpo.cli.LitGRPOCLI`); a ValueError names the first problem.
+
+    ``metrics``: the metric names the runs must write (default: every metric the experiment reports).
+    """
     from lightning.pytorch.loggers import TensorBoardLogger
 
     cells: dict[tuple[str, str], CellInfo] = {}
@@ -109,7 +114,7 @@ def check_runs(
                 f"run {run.run_id}: the trainer logger must be a TensorBoardLogger (the report reads its "
                 f"events), got {type(cli.trainer.logger).__name__}"
             )
-        _check_metrics(exp, cli, run)
+        _check_metrics(exp, cli, run, metrics)
         _check_model(cli, run, prepared)
         model = cli.model
         cells[key] = CellInfo(

@@ -17,10 +17,12 @@ from pathlib import Path
 
 from lit_grpo.experiments.check import check_runs
 from lit_grpo.experiments.collect import collect
-from lit_grpo.experiments.grid import expand, out_dir, shell_command
+from lit_grpo.experiments.grid import expand, expand_selection, out_dir, shell_command, standin_choice
 from lit_grpo.experiments.loader import load_experiment
-from lit_grpo.experiments.report import INVOCATIONS_FILE, compare_command, write_report
+from lit_grpo.experiments.report import INVOCATIONS_FILE, compare_command, publish, write_report
+from lit_grpo.experiments.results_csv import SELECT_CSV, read_runs_csv
 from lit_grpo.experiments.runner import default_jobs, prepared_outputs, run_grid, run_prepare
+from lit_grpo.experiments.select import select_choice
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--run-timeout", type=float, default=None, help="seconds after which a run is stopped (failed)"
     )
+    p.add_argument(
+        "--publish",
+        metavar="DIR",
+        default=None,
+        help="also copy the report, runs.csv (select.csv) and figures to DIR/<name>/, e.g. docs/results "
+        "(full mode only), so that the numbers quoted from them can be recomputed from the repository",
+    )
+    p.add_argument(
+        "--from-csv",
+        metavar="CSV",
+        default=None,
+        help="with --report-only and one config: rebuild the report's tables from a runs.csv (e.g. "
+        "docs/results/<name>/runs.csv) instead of the run directories (no curves)",
+    )
     return p
 
 
@@ -74,19 +90,37 @@ def _record_invocation(out: Path, exp, ran: int, wall: float, jobs: int) -> None
 
 
 def _plan(paths: list[str], quick: bool, root: str, cli_class: type):
-    """Load and check every experiment; ``(exp, prepared, runs, cells)`` each, or a ValueError."""
+    """Load and check every experiment; ``(exp, prepared, runs, cells, selection runs)`` each, or a
+    ValueError. With a selection stage the final runs are known only after it: ``runs`` is then the
+    grid at each arm's first candidate value, checked as a stand-in."""
     plans = []
     for path in paths:
         exp = load_experiment(path, quick=quick)
         prepared = prepared_outputs(exp, root)
-        runs = expand(exp, prepared, root)
-        plans.append((exp, prepared, runs, check_runs(exp, runs, prepared, cli_class)))
+        selection = expand_selection(exp, prepared, root)
+        if exp.select is not None:
+            check_runs(exp, selection, prepared, cli_class, {exp.select.metric.name})
+        runs = expand(exp, prepared, root, standin_choice(exp, selection))
+        plans.append((exp, prepared, runs, check_runs(exp, runs, prepared, cli_class), selection))
+        stage = f"a selection stage of {len(selection)} runs, then " if selection else ""
         print(
-            f"{path}: {len(exp.arms)} arms x {len(runs) // max(1, len(exp.arms) * len(exp.seeds))} settings x "
-            f"{len(exp.seeds)} seeds = {len(runs)} runs; configs check out",
+            f"{path}: {stage}{len(exp.arms)} arms x {len(runs) // max(1, len(exp.arms) * len(exp.seeds))} "
+            f"settings x {len(exp.seeds)} seeds = {len(runs)} runs; configs check out",
             flush=True,
         )
     return plans
+
+
+def _select(exp, prepared, root, selection, args) -> tuple[list, dict]:
+    """Run (unless --report-only) and read the selection stage; its records and the choice."""
+    if not args.report_only:
+        jobs = args.jobs or default_jobs(exp.threads_per_run)
+        print(f"-- selection stage: {out_dir(exp, args.root) / 'select'}", flush=True)
+        run_grid(selection, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, echo=_echo)
+    records = collect(exp, selection, (exp.select.metric,))
+    choice = select_choice(exp, records)
+    print("chosen: " + "; ".join(f"{arm} @ {s}: {exp.select.axis}={v}" for (arm, s), v in choice.items()), flush=True)
+    return records, choice
 
 
 def compare_main(argv: list[str] | None, cli_class: type) -> int:
@@ -96,19 +130,46 @@ def compare_main(argv: list[str] | None, cli_class: type) -> int:
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs={args.jobs} must be >= 1")
+    if args.from_csv and (not args.report_only or len(args.config) != 1):
+        parser.error("--from-csv needs --report-only and exactly one --config")
     try:
         plans = _plan(args.config, args.quick, args.root, cli_class)
     except (ValueError, FileNotFoundError) as err:
         print(f"lit-grpo compare: error: {err}", file=sys.stderr)
         return 2
     if args.dry_run:
-        for exp, _, runs, _ in plans:
+        for exp, _, runs, _, selection in plans:
+            if selection:
+                print("# selection stage")
+                print("\n".join(shell_command(r.args, exp.threads_per_run) for r in selection))
+                print(f"# then the runs at each arm's chosen {exp.select.axis} (shown at the first value)")
             print("\n".join(shell_command(r.args, exp.threads_per_run) for r in runs))
         return 0
+    if args.from_csv:
+        exp = plans[0][0]
+        out = out_dir(exp, args.root)
+        records = read_runs_csv(exp, args.from_csv)
+        sel_path = Path(args.from_csv).with_name(SELECT_CSV)
+        selection = None
+        if exp.select is not None and sel_path.is_file():
+            sel_records = read_runs_csv(exp, sel_path)
+            choice = {(r.run.arm, r.run.setting_label): dict(r.run.chosen)[exp.select.axis] for r in records if r.run.chosen}
+            selection = (sel_records, choice)
+        print(f"report: {write_report(exp, records, {}, out, args.root, selection, figures=False)}", flush=True)
+        return 0
     failed = False
-    for exp, _, runs, cells in plans:
+    for exp, prepared, runs, cells, selection in plans:
         out = out_dir(exp, args.root)
         print(f"== {exp.name}{' (quick)' if exp.quick else ''}: {out}", flush=True)
+        chosen = None
+        if selection and args.report_only:
+            try:
+                chosen = _select(exp, prepared, args.root, selection, args)
+            except ValueError as err:
+                print(f"lit-grpo compare: {err}", file=sys.stderr)
+                failed = True
+                continue
+            runs = expand(exp, prepared, args.root, chosen[1])
         if not args.report_only:
             jobs = args.jobs or default_jobs(exp.threads_per_run)
             try:
@@ -117,13 +178,26 @@ def compare_main(argv: list[str] | None, cli_class: type) -> int:
                 print(f"lit-grpo compare: {exp.name}: {err}; its runs are skipped", file=sys.stderr)
                 failed = True
                 continue
+            if selection:
+                try:
+                    chosen = _select(exp, prepared, args.root, selection, args)
+                except ValueError as err:
+                    print(f"lit-grpo compare: {err}", file=sys.stderr)
+                    failed = True
+                    continue
+                runs = expand(exp, prepared, args.root, chosen[1])
+                cells = check_runs(exp, runs, prepared, cli_class)
             ran, wall = run_grid(
                 runs, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, echo=_echo
             )
             _record_invocation(out, exp, ran, wall, jobs)
         records = collect(exp, runs)
         failed |= any(r.status != "done" for r in records)
-        print(f"report: {write_report(exp, records, cells, out, args.root)}", flush=True)
+        print(f"report: {write_report(exp, records, cells, out, args.root, chosen)}", flush=True)
+        if args.publish and not exp.quick:
+            print(f"published: {publish(out, Path(args.publish) / exp.name)}", flush=True)
+        elif args.publish:
+            print("--publish: quick mode is not published (its numbers answer nothing)", flush=True)
     return 1 if failed else 0
 
 

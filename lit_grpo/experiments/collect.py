@@ -24,6 +24,7 @@ class RunRecord:
     returncode: int | str | None = None
     seconds: float | None = None
     values: dict[str, float] = field(default_factory=dict)  # Metric.key -> value (NaN when not logged)
+    se: dict[str, float] = field(default_factory=dict)  # Metric.key -> the run's prompt-sampling SE
     series: dict[str, Series] = field(default_factory=dict)  # curve metric -> series
 
 
@@ -77,6 +78,8 @@ def guess_share(accuracy: float, chance: float) -> float:
 
 def metric_value(scalars: dict[str, Series], metric: Metric) -> float:
     value = reduce_series(scalars.get(metric.name, []), metric.reduce, metric.tail)
+    if metric.minus is not None:
+        return value - reduce_series(scalars.get(metric.minus, []), metric.reduce, metric.tail)
     if metric.transform == "chance_corrected":
         return chance_corrected(value, metric.chance)
     if metric.transform == "guess_share":
@@ -84,8 +87,21 @@ def metric_value(scalars: dict[str, Series], metric: Metric) -> float:
     return value
 
 
-def collect(exp: Experiment, runs: list[Run]) -> list[RunRecord]:
-    """Status, reduced metric values and curve series of every run (failed runs: no values)."""
+def metric_se(scalars: dict[str, Series], metric: Metric) -> float:
+    """The run's prompt-sampling SE of ``metric`` from its companion ``metric.se`` (last value), scaled
+    as the transform scales the metric; NaN without one."""
+    if metric.se is None:
+        return math.nan
+    se = reduce_series(scalars.get(metric.se, []), "last")
+    if metric.transform == "chance_corrected":
+        return se / (1 - metric.chance)
+    return se if metric.transform == "none" else math.nan
+
+
+def collect(exp: Experiment, runs: list[Run], metrics: tuple[Metric, ...] | None = None) -> list[RunRecord]:
+    """Status, reduced metric values (``metrics``, default: the experiment's) and curve series of every
+    run (failed runs: no values)."""
+    metrics = exp.all_metrics() if metrics is None else metrics
     curve_names = sorted({m for c in exp.curves for m in c.metrics})
     records = []
     for run in runs:
@@ -96,7 +112,8 @@ def collect(exp: Experiment, runs: list[Run]) -> list[RunRecord]:
         record = RunRecord(run, status["status"], status.get("returncode"), status.get("seconds"))
         if record.status == "done":
             scalars = read_scalars(run.events_dir)
-            record.values = {m.key: metric_value(scalars, m) for m in exp.all_metrics()}
+            record.values = {m.key: metric_value(scalars, m) for m in metrics}
+            record.se = {m.key: metric_se(scalars, m) for m in metrics if m.se is not None}
             record.series = {name: scalars.get(name, []) for name in curve_names}
         records.append(record)
     return records

@@ -117,6 +117,10 @@ def profile_figure(exp: Experiment, profile: Profile, records: list[RunRecord], 
                 mean, lo, hi, n = zip(*stats, strict=True)
                 (line,) = ax.plot(profile.x, mean, marker="o", label=f"{arm.label} ({how}, n={max(n)})")
                 ax.fill_between(profile.x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+                if profile.baseline:
+                    base = [mean_band([r.values.get(Metric(m, how).key, math.nan) for r in runs])[0]
+                            for m in profile.baseline]  # fmt: skip
+                    ax.plot(profile.x, base, linestyle="--", color=line.get_color(), label=f"{arm.label} (baseline)")
         if profile.log2:
             ax.set_xscale("log", base=2)
             ax.set_xticks(profile.x, [f"{v:g}" for v in profile.x])

@@ -10,6 +10,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_grpo.experiments.registry import TEST_SPLIT_REPORT
 from lit_grpo.experiments.spec import Arm, Experiment, Prepare
 
 #: Arguments every run gets before the experiment's own (which may override them).
@@ -27,6 +28,7 @@ class Run:
     seed: int
     args: tuple[str, ...]  # lit-grpo arguments, starting with "fit"
     run_dir: Path
+    chosen: tuple[tuple[str, str], ...] = ()  # ((axis, label),): the value the selection stage chose
 
     @property
     def setting_label(self) -> str:
@@ -100,28 +102,91 @@ def _class_path(name: str) -> str:
     return name if "." in name else f"lit_grpo.{name}"
 
 
-def expand(exp: Experiment, prepared: dict[str, Path], root: str | Path = "runs/experiments") -> list[Run]:
+#: A choice of the selection stage: (arm, setting label without the chosen axis) -> the chosen label.
+Choice = dict[tuple[str, str], str]
+
+
+def _settings(exp: Experiment, skip: str | None = None):
+    axes = [(axis, items) for axis, items in exp.sweep if axis != skip]
+    return list(itertools.product(*[[(axis, lbl, a) for lbl, a in items] for axis, items in axes]))
+
+
+def _test_args(exp: Experiment) -> tuple[str, ...]:
+    if exp.test is None:
+        return ()
+    spec = {"class_path": TEST_SPLIT_REPORT, "init_args": exp.test}
+    return (f"--trainer.callbacks+={json.dumps(spec)}",)
+
+
+def _run(exp, arm, setting, seed, prepared, base: Path, extra=(), chosen=()) -> Run:
+    args = (
+        "fit",
+        *_configs(exp.base + arm.configs),
+        *DEFAULT_ARGS,
+        *exp.args,
+        *(a for _, _, xs in setting for a in xs),
+        *extra,
+        *_arm_overrides(arm),
+        *exp.seed_args,
+    )
+    key = tuple((axis, lbl) for axis, lbl, _ in setting)
+    run_dir = base / "runs" / arm.label / setting_label(key) / f"seed{seed}"
+    args = tuple(substitute(a, prepared, seed) for a in args) + _logger_args(run_dir)
+    return Run(arm.label, key, seed, args, run_dir, chosen)
+
+
+def expand(
+    exp: Experiment, prepared: dict[str, Path], root: str | Path = "runs/experiments", choice: Choice | None = None
+) -> list[Run]:
     """Every run of the experiment, seeds outermost and arms innermost: a grid stopped part-way (or run
-    with a time limit) has matched arms for every setting at the seeds it finished."""
-    settings = list(itertools.product(*[[(axis, lbl, a) for lbl, a in items] for axis, items in exp.sweep]))
+    with a time limit) has matched arms for every setting at the seeds it finished.
+
+    With a selection stage (``exp.select``), ``choice`` gives each arm's chosen value of the selected
+    axis per setting of the other axes; the runs' settings leave that axis out (so the arms of a
+    setting pair up by seed whatever each chose) and the chosen value's arguments come with the arm.
+    """
+    if exp.select is not None and choice is None:
+        raise ValueError(f"{exp.name}: the runs depend on the selection stage; pass its choice (select_choice)")
+    skip = exp.select.axis if exp.select is not None else None
+    values = dict(dict(exp.sweep).get(skip, ())) if skip else {}
     runs = []
     for seed in exp.seeds:
-        for setting in settings:
+        for setting in _settings(exp, skip):
             for arm in exp.arms:
-                args = (
-                    "fit",
-                    *_configs(exp.base + arm.configs),
-                    *DEFAULT_ARGS,
-                    *exp.args,
-                    *(a for _, _, xs in setting for a in xs),
-                    *_arm_overrides(arm),
-                    *exp.seed_args,
-                )
-                key = tuple((axis, lbl) for axis, lbl, _ in setting)
-                run_dir = out_dir(exp, root) / "runs" / arm.label / setting_label(key) / f"seed{seed}"
-                args = tuple(substitute(a, prepared, seed) for a in args) + _logger_args(run_dir)
-                runs.append(Run(arm.label, key, seed, args, run_dir))
+                extra, chosen = _test_args(exp), ()
+                if skip is not None:
+                    label = choice[(arm.label, setting_label(tuple((a, lbl) for a, lbl, _ in setting)))]
+                    extra, chosen = (*values[label], *extra), ((skip, label),)
+                runs.append(_run(exp, arm, setting, seed, prepared, out_dir(exp, root), extra, chosen))
     return runs
+
+
+def expand_selection(exp: Experiment, prepared: dict[str, Path], root: str | Path = "runs/experiments") -> list[Run]:
+    """The runs of the selection stage: every arm x setting (the selected axis included) x selection
+    seed, under ``<out>/select/`` (no test-split scoring: the test split is for the final runs only)."""
+    if exp.select is None:
+        return []
+    base = out_dir(exp, root) / "select"
+    return [
+        _run(exp, arm, setting, seed, prepared, base)
+        for seed in exp.select.seeds
+        for setting in _settings(exp)
+        for arm in exp.arms
+    ]
+
+
+def standin_choice(exp: Experiment, selection: list[Run]) -> Choice | None:
+    """Each arm's first candidate value: the final runs as they would be, for checking them before the
+    selection stage has chosen (None without a selection stage)."""
+    if exp.select is None:
+        return None
+    first = dict(exp.sweep)[exp.select.axis][0][0]
+    return {(r.arm, without_axis(r.setting, exp.select.axis)): first for r in selection}
+
+
+def without_axis(setting: tuple[tuple[str, str], ...], axis: str) -> str:
+    """The label of ``setting`` with ``axis`` left out."""
+    return setting_label(tuple((a, lbl) for a, lbl in setting if a != axis))
 
 
 def _logger_args(run_dir: Path) -> tuple[str, ...]:

@@ -7,13 +7,14 @@ section (seeds, extra arguments, a subset of the sweep).
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 import yaml
 
-from lit_grpo.experiments.registry import check_metric, resolve_estimator
+from lit_grpo.experiments.registry import TEST_SPLIT_REPORT, check_metric, import_class, resolve_estimator
 from lit_grpo.experiments.spec import (
     DEFAULT_SEED_ARGS,
     Arm,
@@ -23,6 +24,7 @@ from lit_grpo.experiments.spec import (
     Prepare,
     Profile,
     Reduce,
+    Select,
     Tests,
     Transform,
 )
@@ -44,8 +46,13 @@ _KEYS = {
     "threads_per_run",
     "seed_args",
     "tests",
+    "reference",
+    "select",
+    "test",
     "quick",
 }
+#: Metrics of callbacks.TestSplitReport that log their prompt-sampling SE under ``<name>_se``.
+_TEST_SE = re.compile(r"test/(before/)?(accuracy|reward_mean|skill|pass@\d+)")
 
 
 def _fail(where: str, message: str) -> ValueError:
@@ -143,24 +150,92 @@ def _arm(label: str, data: Any, where: str) -> Arm:
 
 def _metric(data: Any, where: str, callbacks: tuple[str, ...]) -> Metric:
     data = {"name": data} if isinstance(data, str) else data
-    data = _keys(data, {"name", "reduce", "tail", "transform", "chance", "test_against", "label"}, where)
+    allowed = {"name", "reduce", "tail", "transform", "chance", "test_against", "label", "primary",
+               "equivalence", "prompts", "se", "minus"}  # fmt: skip
+    data = _keys(data, allowed, where)
     if "name" not in data:
         raise _fail(where, "needs `name`, a logged metric such as val/accuracy")
-    check_metric(str(data["name"]), where, callbacks)
+    name = str(data["name"])
+    check_metric(name, where, callbacks)
+    minus = data.get("minus")
+    if minus is not None:
+        check_metric(str(minus), f"{where}.minus", callbacks)
+        if data.get("transform", "none") != "none":
+            raise _fail(where, "`minus` and `transform` cannot be combined")
+    se = data.get("se")
+    if se is None and minus is None and _TEST_SE.fullmatch(name):
+        se = f"{name}_se"  # callbacks.TestSplitReport logs it beside the metric
+    if se is not None:
+        check_metric(str(se), f"{where}.se", callbacks)
+    prompts = data.get("prompts")
+    if prompts is not None and (not isinstance(prompts, int) or prompts < 1):
+        raise _fail(f"{where}.prompts", f"{prompts!r} must be the number of held-out prompts (an integer >= 1)")
     m = Metric(
-        str(data["name"]),
+        name,
         _choice(data.get("reduce", "last"), Reduce, f"{where}.reduce"),
         float(data.get("tail", 0.2)),
         _choice(data.get("transform", "none"), Transform, f"{where}.transform"),
         data.get("chance"),
         data.get("test_against"),
         data.get("label"),
+        bool(data.get("primary", False)),
+        _equivalence(data.get("equivalence"), f"{where}.equivalence"),
+        prompts,
+        None if se is None else str(se),
+        None if minus is None else str(minus),
     )
     if not 0 < m.tail <= 1:
         raise _fail(f"{where}.tail", f"{m.tail} must lie in (0, 1]")
     if m.transform != "none" and not (isinstance(m.chance, (int, float)) and 0 < m.chance < 1):
         raise _fail(f"{where}.chance", f"transform {m.transform} needs chance in (0, 1) (1/k for k options)")
     return m
+
+
+def _equivalence(data: Any, where: str) -> tuple[float, float] | None:
+    if data is None:
+        return None
+    data = _keys(data, {"target", "margin"}, where)
+    if not isinstance(data.get("target"), (int, float)) or not isinstance(data.get("margin"), (int, float)):
+        raise _fail(where, f"needs numbers `target` and `margin` (e.g. {{target: 2, margin: 0.5}}), got {data}")
+    if data["margin"] <= 0:
+        raise _fail(f"{where}.margin", f"{data['margin']} must be > 0")
+    return float(data["target"]), float(data["margin"])
+
+
+def _select(data: Any, quick: dict | None, sweep, where: str, callbacks: tuple[str, ...]) -> Select | None:
+    if data is None:
+        return None
+    data = _keys(data, {"axis", "metric", "seeds", "mode"}, where)
+    axis = data.get("axis")
+    axes = [a for a, _ in sweep]
+    if axis not in axes:
+        raise _fail(f"{where}.axis", f"{axis!r} must be one of the sweep axes {axes} (its values are the candidates)")
+    if "metric" not in data:
+        raise _fail(where, "needs `metric`, e.g. {name: val/reward_mean, reduce: last} (on the validation split)")
+    seeds = (quick or {}).get("seeds") or data.get("seeds")
+    if not seeds or not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
+        raise _fail(f"{where}.seeds", f"{seeds} must be distinct integers (seeds of the selection stage)")
+    return Select(
+        str(axis),
+        _metric(data["metric"], f"{where}.metric", callbacks),
+        tuple(seeds),
+        _choice(data.get("mode", "max"), Literal["max", "min"], f"{where}.mode"),
+    )
+
+
+def _test(data: Any, quick: dict | None, where: str) -> dict | None:
+    if data is None:
+        return None
+    report = import_class(TEST_SPLIT_REPORT)
+    if report is None:
+        raise _fail(where, f"needs the callback {TEST_SPLIT_REPORT}, which cannot be imported here")
+    allowed = set(inspect.signature(report.__init__).parameters) - {"self"}
+    merged = {**_keys(data, allowed, where), **_keys(quick or {}, allowed, f"{where} (quick)")}
+    try:
+        report(**merged)
+    except (TypeError, ValueError) as err:
+        raise _fail(where, str(err)) from None
+    return merged
 
 
 def _curve(data: Any, where: str, callbacks: tuple[str, ...]) -> Curve:
@@ -175,10 +250,13 @@ def _curve(data: Any, where: str, callbacks: tuple[str, ...]) -> Curve:
 
 
 def _profile(data: Any, where: str, callbacks: tuple[str, ...]) -> Profile:
-    data = _keys(data, {"metrics", "x", "reduce", "xlabel", "log2", "title"}, where)
+    data = _keys(data, {"metrics", "x", "reduce", "xlabel", "log2", "title", "baseline"}, where)
     metrics = _strs(data.get("metrics"), f"{where}.metrics")
-    for m in metrics:
+    baseline = _strs(data.get("baseline"), f"{where}.baseline")
+    for m in metrics + baseline:
         check_metric(m, f"{where}.metrics", callbacks)
+    if baseline and len(baseline) != len(metrics):
+        raise _fail(f"{where}.baseline", f"needs one metric per metric ({len(metrics)}), got {len(baseline)}")
     x = tuple(float(v) for v in data.get("x") or [])
     if not metrics or len(x) != len(metrics):
         raise _fail(where, f"x ({len(x)} values) must give one position per metric ({len(metrics)})")
@@ -190,6 +268,7 @@ def _profile(data: Any, where: str, callbacks: tuple[str, ...]) -> Profile:
         str(data.get("xlabel", "")),
         bool(data.get("log2", False)),
         str(data.get("title", "")),
+        baseline,
     )
 
 
@@ -250,7 +329,7 @@ def _check_prepared(texts: list[str], names: set[str], where: str) -> None:
 def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     """Read and check an experiment YAML; with ``quick``, apply its ``quick`` section (smoke size)."""
     where, data = str(path), _read(path)
-    q = _keys(data.get("quick") or {}, {"seeds", "args", "sweep"}, f"{where}: quick")
+    q = _keys(data.get("quick") or {}, {"seeds", "args", "sweep", "select", "test"}, f"{where}: quick")
     for key in ("name", "arms", "seeds", "metrics"):
         if not data.get(key):
             raise _fail(where, f"`{key}` is required")
@@ -272,6 +351,21 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     callbacks = callback_paths(
         base + tuple(c for arm in arms for c in arm.configs), tuple(texts) + tuple(a for arm in arms for a in arm.args)
     )
+    arm_labels = [a.label for a in arms]
+    reference = data.get("reference")
+    if reference is not None and reference not in arm_labels:
+        raise _fail(f"{where}: reference", f"{reference!r} is not one of the arms {arm_labels}")
+    select_quick = _keys(q.get("select") or {}, {"seeds"}, f"{where}: quick.select") if quick else None
+    test = _test(data.get("test"), q.get("test") if quick else None, f"{where}: test")
+    if test is not None:  # the runner adds the test-split report to every final run
+        callbacks = tuple(dict.fromkeys((*callbacks, TEST_SPLIT_REPORT)))
+    select = _select(data.get("select"), select_quick, sweep, f"{where}: select", callbacks)
+    if select is not None and set(select.seeds) & set(seeds):
+        raise _fail(
+            f"{where}: select.seeds",
+            f"{list(select.seeds)} overlap the seeds {list(seeds)}: the final runs must not reuse the runs "
+            "that chose their setting; use other seeds (e.g. 100, 101, ...)",
+        )
     threads = int(data.get("threads_per_run", 1))
     if threads < 1:
         raise _fail(f"{where}: threads_per_run", f"{threads} must be >= 1")
@@ -295,6 +389,9 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
         threads_per_run=threads,
         seed_args=_strs(data.get("seed_args"), where) or DEFAULT_SEED_ARGS,
         tests=_choice(data.get("tests", "arms"), Tests, f"{where}: tests"),
+        reference=reference,
+        select=select,
+        test=test,
         runtime=str(data.get("runtime", "")).strip(),
         quick=quick,
         callbacks=callbacks,

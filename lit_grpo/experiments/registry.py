@@ -24,6 +24,10 @@ _PLACEHOLDER = re.compile(r"<[^>]+>")
 #: The LightningModules whose docstrings document what they log.
 MODULE_CLASSES = ("lit_grpo.module.GRPOModule", "lit_grpo.policy.PolicyModule", "lit_grpo.sft.SFTModule")
 
+#: Class path of the callback that scores an experiment's test split (added to every final run with a ``test``
+#: section; named by path, so that the library does not import the callbacks package).
+TEST_SPLIT_REPORT = "callbacks.TestSplitReport"
+
 
 @dataclass(frozen=True)
 class MetricPattern:

@@ -10,9 +10,11 @@ from pathlib import Path
 from lit_grpo.experiments.check import CellInfo
 from lit_grpo.experiments.collect import RunRecord
 from lit_grpo.experiments.figures import curve_figure, profile_figure
-from lit_grpo.experiments.grid import prepare_args, prepare_output, shell_command, substitute
+from lit_grpo.experiments.grid import Choice, prepare_args, prepare_output, shell_command, substitute
+from lit_grpo.experiments.results_csv import RUNS_CSV, SELECT_CSV, write_runs_csv
+from lit_grpo.experiments.select import selection_section
 from lit_grpo.experiments.spec import Experiment
-from lit_grpo.experiments.tables import fmt, metric_section
+from lit_grpo.experiments.tables import analyse, crossing_section, family_section, fmt, metric_section
 
 REPORT_FILE = "report.md"
 RESULTS_FILE = "results.json"
@@ -45,6 +47,8 @@ def _runtime(exp: Experiment, records: list[RunRecord], out: Path) -> list[str]:
 
 
 def _arms(exp: Experiment, cells: dict[tuple[str, str], CellInfo]) -> list[str]:
+    if not cells:
+        return ["(not resolved: the report was rebuilt from a runs.csv without building the configs)"]
     lines = ["| arm | setting | estimator | aggregation | G | lr | starting model |", "|---" * 7 + "|"]
     for (arm, setting), info in cells.items():
         lines.append(
@@ -98,6 +102,7 @@ def _commands(exp: Experiment, records: list[RunRecord], root: str | Path) -> li
 
 
 def _results(exp: Experiment, records: list[RunRecord]) -> dict:
+    """``results.json``: every run's status, directories and values."""
     def num(x):
         return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
@@ -119,7 +124,9 @@ def _results(exp: Experiment, records: list[RunRecord]) -> dict:
                 "run_dir": str(r.run.run_dir),
                 "events_dir": str(r.run.events_dir),
                 "log": str(r.run.log_path),
+                "chosen": dict(r.run.chosen),
                 "values": {k: num(v) for k, v in r.values.items()},
+                "prompt_se": {k: num(v) for k, v in r.se.items()},
             }
             for r in records
         ],
@@ -132,8 +139,11 @@ def write_report(
     cells: dict[tuple[str, str], CellInfo],
     out: Path,
     root: str | Path = "runs/experiments",
+    selection: tuple[list[RunRecord], Choice] | None = None,
+    figures: bool = True,
 ) -> Path:
-    """Write ``report.md``, ``results.json`` and the figures under ``out``; returns the report's path."""
+    """Write ``report.md``, ``results.json``, ``runs.csv`` (and ``select.csv`` with a selection stage)
+    and the figures under ``out``; returns the report's path."""
     out.mkdir(parents=True, exist_ok=True)
     mode = "quick (smoke size: checks the pipeline; the numbers answer nothing)" if exp.quick else "full"
     lines = [
@@ -156,23 +166,52 @@ def write_report(
         *_arms(exp, cells),
         "",
     ]
+    if selection is not None:
+        lines += ["## Selection stage", "", *selection_section(exp, *selection), ""]
+        write_runs_csv(exp, selection[0], out / SELECT_CSV, (exp.select.metric,))
+    analysis = analyse(exp, records)
     lines += [
         "## Metrics",
         "",
         "One value per run (the metric reduced over its logged steps as named), summarised "
-        "over seeds; n counts finished runs; failed runs are listed under Runs with their logs.",
+        "over seeds; n counts finished runs; failed runs are listed under Runs with their logs. "
+        f"Every run's values are in `{RUNS_CSV}`.",
         "",
+        *family_section(exp, analysis),
     ]
-    for metric in exp.metrics:
-        lines += metric_section(exp, records, metric)
-    figures = _figures(exp, records, out)
-    if figures:
-        lines += ["## Figures", "", *figures, ""]
+    for mt in analysis.metrics:
+        lines += metric_section(exp, mt)
+    for profile in exp.profiles:
+        if profile.baseline:
+            lines += [f"### Crossing: {profile.title or 'profile'}", "",
+                      f"Where each run's `{profile.metrics[0]}`.. curve stops being above its baseline "
+                      f"`{profile.baseline[0]}`.. (interpolated{' in log2 x' if profile.log2 else ''}); "
+                      "'never': still above at the largest x measured.", "",
+                      *crossing_section(exp, profile, records), ""]  # fmt: skip
+    drawn = _figures(exp, records, out) if figures else []
+    if drawn:
+        lines += ["## Figures", "", *drawn, ""]
     lines += ["## Runs", "", *_runs(records), "", "## Reproduce", "", *_commands(exp, records, root), ""]
     (out / RESULTS_FILE).write_text(json.dumps(_results(exp, records), indent=1))
+    write_runs_csv(exp, records, out / RUNS_CSV, exp.all_metrics())
     path = out / REPORT_FILE
     path.write_text("\n".join(lines))
     return path
 
 
-__all__ = ["write_report", "compare_command", "fmt", "REPORT_FILE", "RESULTS_FILE", "INVOCATIONS_FILE"]
+def publish(out: Path, dest: Path) -> Path:
+    """Copy the report, ``runs.csv`` (and ``select.csv``) and the figures of ``out`` to ``dest`` (e.g.
+    ``docs/results/<name>``), so that the numbers quoted from them can be recomputed from the repository."""
+    import shutil
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in (REPORT_FILE, RUNS_CSV, SELECT_CSV):
+        if (out / name).is_file():
+            shutil.copy2(out / name, dest / name)
+    for fig in sorted((out / "figures").glob("*.png")):
+        (dest / "figures").mkdir(exist_ok=True)
+        shutil.copy2(fig, dest / "figures" / fig.name)
+    return dest
+
+
+__all__ = ["write_report", "publish", "compare_command", "fmt", "REPORT_FILE", "RESULTS_FILE", "INVOCATIONS_FILE"]

@@ -37,13 +37,19 @@ class Metric:
     chance: float | None = None  # the guess rate 1/k of chance_corrected and guess_share
     test_against: float | None = None  # also test mean == this value (one-sample t and sign-flip)
     label: str | None = None
+    primary: bool = False  # its tests belong to the report's multiplicity family
+    equivalence: tuple[float, float] | None = None  # (target, margin): TOST of |mean - target| < margin
+    prompts: int | None = None  # an accuracy over this many held-out prompts: binomial prompt-sampling SE
+    se: str | None = None  # a logged metric holding the run's prompt-sampling SE of this one
+    minus: str | None = None  # report the metric minus this one (same reduce), e.g. a gain over the start
 
     @property
     def key(self) -> str:
         if self.label:
             return self.label
         suffix = "" if self.transform == "none" else f", {self.transform}"
-        return f"{self.name} ({self.reduce}{suffix})"
+        minus = f" − {self.minus}" if self.minus else ""
+        return f"{self.name}{minus} ({self.reduce}{suffix})"
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class Profile:
     xlabel: str = ""
     log2: bool = False
     title: str = ""
+    baseline: tuple[str, ...] = ()  # one metric per x to compare with (e.g. the starting policy's pass@k)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,18 @@ class Prepare:
     name: str
     command: tuple[str, ...]
     quick_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Select:
+    """Two-stage design: each arm's value of one sweep ``axis`` (e.g. the learning rate) is chosen on
+    ``seeds`` of their own by the best mean of ``metric`` (on the validation split); the experiment's
+    seeds then run at the chosen value only."""
+
+    axis: str
+    metric: Metric
+    seeds: tuple[int, ...]
+    mode: Literal["max", "min"] = "max"
 
 
 @dataclass(frozen=True)
@@ -93,11 +112,20 @@ class Experiment:
     threads_per_run: int = 1
     seed_args: tuple[str, ...] = DEFAULT_SEED_ARGS
     tests: Tests = "arms"
+    reference: str | None = None  # compare every arm with this one only (not every pair)
+    select: Select | None = None
+    test: dict[str, Any] | None = None  # init_args of callbacks.TestSplitReport, added to every run
     runtime: str = ""
     quick: bool = False
     callbacks: tuple[str, ...] = ()  # class paths of the callbacks its configs and arguments name
 
+    @property
+    def family_metrics(self) -> tuple[Metric, ...]:
+        """The metrics whose tests form the multiplicity family: those marked primary, else all."""
+        primary = tuple(m for m in self.metrics if m.primary)
+        return primary or self.metrics
+
     def all_metrics(self) -> tuple[Metric, ...]:
         """Table metrics plus the (metric, reduce) pairs the profiles draw."""
-        extra = tuple(Metric(m, r) for p in self.profiles for r in p.reduces for m in p.metrics)
+        extra = tuple(Metric(m, r) for p in self.profiles for r in p.reduces for m in p.metrics + p.baseline)
         return tuple(dict.fromkeys(self.metrics + extra))

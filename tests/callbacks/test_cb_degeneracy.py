@@ -111,3 +111,52 @@ def test_options_are_validated():
         DegeneracyMonitor(atol=-1)
     with pytest.raises(ValueError, match="decay"):
         DegeneracyMonitor(ema_decay=1.0)
+
+
+def test_resampled_unbiased_prediction_against_the_observed_groups():
+    monitor = DegeneracyMonitor(resample_every_n_steps=1, resample_samples=16)
+    fresh = torch.zeros(2, 16, dtype=torch.float64)
+    fresh[0, :4] = 1.0  # prompt a: 4 of 16 correct; prompt b: none
+    monitor._resampled = (["a", "b"], fresh)
+    rewards = torch.tensor([[1.0, 0, 1, 0], [0, 0, 0, 0]])  # a mixed, b all wrong: observed 1 of 2
+    m = monitor.resample_metrics(["a", "b"], rewards, 4)
+    pred = (0.272527 + 1.0) / 2  # METHODS.md golden value: n = 16, c = 4, G = 4 gives 0.272527
+    assert m["rollout/degenerate_resample_pred"] == pytest.approx(pred, abs=1e-6)
+    assert m["rollout/degenerate_resample_excess"] == pytest.approx(0.5 - pred, abs=1e-6)
+    assert m["rollout/resample_success_rate"] == pytest.approx(4 / 32)
+    assert m["rollout/degenerate_resample_pooled_pred"] == pytest.approx(f(4 / 32, 4))
+    assert m["rollout/resample_prompts"] == 2.0
+    # a prompt the step did not keep (filter_degenerate) is left out
+    assert monitor.resample_metrics(["a"], rewards[:1], 4)["rollout/resample_prompts"] == 1.0
+
+
+def test_resampled_prediction_is_unbiased_for_iid_groups():
+    gen = torch.Generator().manual_seed(0)
+    rates = torch.rand(4000, generator=gen)  # heterogeneous prompts
+    fresh = (torch.rand(4000, 16, generator=gen) < rates[:, None]).double()
+    groups = (torch.rand(4000, 4, generator=gen) < rates[:, None]).float()
+    monitor = DegeneracyMonitor(resample_every_n_steps=1)
+    monitor._resampled = ([str(i) for i in range(4000)], fresh)
+    m = monitor.resample_metrics([str(i) for i in range(4000)], groups, 4)
+    assert m["rollout/degenerate_resample_excess"] == pytest.approx(0.0, abs=0.02)
+    # the pooled prediction misses the heterogeneity (Jensen): far below
+    assert m["rollout/degenerate_resample_pooled_pred"] < m["rollout/degenerate_resample_pred"] - 0.1
+
+
+def test_resample_options_are_checked():
+    with pytest.raises(ValueError, match="resample_every_n_steps"):
+        DegeneracyMonitor(resample_every_n_steps=-1)
+    with pytest.raises(ValueError, match="resample_samples"):
+        DegeneracyMonitor(resample_samples=1)
+
+
+def test_resampling_in_a_fit_logs_and_leaves_training_unchanged(fit_run):
+    plain = fit_run([DegeneracyMonitor()], max_steps=3, name="plain")
+    resampled = fit_run([DegeneracyMonitor(resample_every_n_steps=2, resample_samples=8)], max_steps=3, name="re")
+    for a, b in zip(plain.module.policy.parameters(), resampled.module.policy.parameters(), strict=True):
+        assert torch.equal(a, b)
+    from tests.callbacks.events import read_events
+
+    ev = read_events(resampled.log_dir)
+    assert [e.step for e in ev.Scalars("rollout/degenerate_resample_pred")] == [0, 2]
+    assert "rollout/degenerate_resample_pred" not in read_events(plain.log_dir).Tags()["scalars"]

@@ -223,3 +223,36 @@ def test_fsdp1_is_refused_with_the_strategies_that_measure_it(tmp_path):
     module = SimpleNamespace(policy=None, sampling=None)
     with pytest.raises(ValueError, match=r"GradientRank needs whole .*FSDPStrategy \(FSDP1\).*FSDP2"):
         GradientRank().setup(trainer, module, "fit")
+
+
+def test_duplicate_completions_are_counted_and_removed_in_the_dedup_rank(policy_and_rollouts):
+    from lit_grpo.rollout.functional import select_rows
+    from lit_grpo.types import PromptBatch, RolloutStats
+    from tests.callbacks.scripted import scripted_trainer
+
+    policy, rollouts = policy_and_rollouts
+    group = select_rows(rollouts, [0, 0, 1, 2])  # one prompt whose first two completions are the same string
+    texts = [group.texts[0], group.texts[0], group.texts[2], group.texts[3]]
+    assert texts[2] != texts[0] and texts[3] != texts[0]
+    adv = torch.tensor([[1.0, 1.0, -0.5, -1.5]])
+    batch = PromptBatch(["12+7="], ["19"], ["p0"])
+    stats = RolloutStats(batch, texts, torch.tensor([[1.0, 1.0, 0.0, 0.0]]), adv, group.lengths, group.truncated,
+                         rollouts=group)  # fmt: skip
+    trainer = scripted_trainer()
+    module = SimpleNamespace(policy=policy, sampling=SamplingParams(), device=torch.device("cpu"), trainer=trainer)
+    cb = GradientRank(every_n_steps=1, params=[r"layers\.2\.mlp\.up_proj", r"layers\.1\.mlp\.up_proj"], per_layer=True)
+    cb.on_train_start(trainer, module)
+    cb.on_train_batch_start(trainer, module, batch, 0)
+    cb.on_train_batch_end(trainer, module, {"rollout": stats}, batch, 0)
+    logged = {k: v[-1][1] for k, v in trainer.loggers[0].metrics.items()}
+    assert logged["grad/rows"] == 4 and logged["grad/dedup_rows"] == 3
+    assert logged["grad/distinct_mean"] == 3 and logged["grad/distinct_min"] == 3
+    blocks = per_completion_gradients(policy, group, adv.flatten(), cb.targets)
+    full = torch.cat(blocks, dim=1)
+    assert logged["grad/erank"] == pytest.approx(rows_spectrum_summary(full)["erank"], rel=1e-5)
+    assert logged["grad/dedup_erank"] == pytest.approx(rows_spectrum_summary(full[[0, 2, 3]])["erank"], rel=1e-5)
+    for target, block in zip(cb.targets, blocks, strict=True):
+        want = rows_spectrum_summary(block)["erank"]
+        assert logged[f"grad/layer_erank/{target.name}"] == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="per_layer"):
+        GradientRank(per_layer=True, projection_dim=8)

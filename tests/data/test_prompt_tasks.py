@@ -256,3 +256,29 @@ def test_default_rewards():
     assert arith(["<think>x</think><answer>12</answer>", "12"], ["12", "12"]).scores.tolist() == [
         pytest.approx(1.1), 0.0,
     ]  # fmt: skip
+
+
+def test_synthetic_choice_mixed_option_counts_and_balanced_holdout():
+    task = SyntheticChoice(num_train=400, num_val=180, num_test=180, num_choices=10, min_choices=2, spread=10,
+                           balanced_holdout=True)  # fmt: skip
+    train = task.load("train")
+    ks = Counter(r["columns"]["num_choices"] for r in train)
+    assert set(ks) == set(range(2, 11))  # every k in 2..10 occurs
+    for record in train:
+        letters = re.findall(r"^([A-Z])\) ", record["prompt"], re.MULTILINE)
+        assert len(letters) == record["columns"]["num_choices"] and record["reference"] in letters
+    assert task.guess_rate == pytest.approx(sum(1 / k for k in range(2, 11)) / 9)
+    for split in ("val", "test"):
+        records = task.load(split)
+        by_k: dict[int, Counter] = {}
+        for r in records:
+            by_k.setdefault(r["columns"]["num_choices"], Counter())[r["reference"]] += 1
+        for k, counts in by_k.items():
+            n = sum(counts.values())
+            assert all(n // k <= counts[chr(65 + i)] <= -(-n // k) for i in range(k))  # equal up to one
+    # the same problems and options as without balancing, only the correct position moves
+    plain = SyntheticChoice(num_train=400, num_val=180, num_test=180, num_choices=10, min_choices=2, spread=10)
+    assert plain.load("train") == train
+    assert [r["id"] for r in plain.load("val")] == [r["id"] for r in task.load("val")]
+    with pytest.raises(ValueError, match="min_choices=1 must be in 2..num_choices=4"):
+        SyntheticChoice(num_choices=4, min_choices=1)

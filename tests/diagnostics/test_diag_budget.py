@@ -47,4 +47,5 @@ def test_positive_negative_shares():
     assert positive_negative_shares(adv) == pytest.approx((0.75, 0.25))
     weights = torch.tensor([[1.0, 3.0], [7.0, 7.0]])
     assert positive_negative_shares(adv, weights) == pytest.approx((0.5, 0.5))
-    assert positive_negative_shares(torch.zeros(2, 2)) == (0.0, 0.0)
+    pos, neg = positive_negative_shares(torch.zeros(2, 2))  # nothing to share: not a 0 to average in
+    assert math.isnan(pos) and math.isnan(neg)

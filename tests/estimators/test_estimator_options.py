@@ -129,3 +129,13 @@ def test_invalid_rewards_are_rejected(estimator, rewards, error, message):
 def test_empty_batch_gives_empty_advantages():
     for estimator in ESTIMATORS:
         assert estimator(torch.zeros(0, 4)).shape == (0, 4)
+
+
+def test_sign_all_wrong_zero_removes_only_the_push_down_of_all_wrong_groups():
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, float("nan"), 0.0, 0.0]])
+    assert Sign()(rewards).tolist() == [[-1.0] * 4, [1.0, -1.0, -1.0, -1.0], [1.0] * 4, [-1.0, 0.0, -1.0, -1.0]]
+    ablation = Sign(all_wrong="zero")(rewards)
+    assert ablation.tolist() == [[0.0] * 4, [1.0, -1.0, -1.0, -1.0], [1.0] * 4, [0.0] * 4]
+    assert repr(Sign(all_wrong="zero")) == "Sign(all_wrong='zero')"
+    with pytest.raises(ValueError, match="Sign all_wrong must be one of 'push', 'zero'"):
+        Sign(all_wrong="none")

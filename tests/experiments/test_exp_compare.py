@@ -1,6 +1,7 @@
 """``lit-grpo compare`` end to end: two estimators x two seeds plus a crashing arm, the report's files and
 numbers against the run directories, resume, and configs refused before anything runs."""
 
+import csv
 import json
 import re
 import sys
@@ -102,8 +103,30 @@ def test_compare_end_to_end(experiment, tmp_path, capsys):
             report,
         )
     assert "| default | Broken | 0 | n/a" in report  # no values, two failures
-    assert "p (permutation)" in report and "p (sign flip)" in report
+    # the arms share seeds: paired tests, and the family of tests adjusted together
+    assert "Paired by seed" in report and "p (paired t)" in report and "p (sign flip, exact)" in report
+    assert "p (sign flip)" in report  # the one-sample tests of val/accuracy
+    assert "The family of tests: " in report and "Holm" in report
     assert "lit-grpo compare --config" in report and "OMP_NUM_THREADS=1 lit-grpo fit --config" in report
+
+    # runs.csv holds every run's values; the report's tables rebuild from it alone
+    rows = list(csv.DictReader(open(out_dir / "runs.csv")))
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"done", "failed"}
+    for row in rows:
+        run = by_id[f"{row['arm']}/{row['setting']}/seed{row['seed']}"]
+        for key, value in run["values"].items():
+            assert (float(row[key]) if row[key] else None) == (pytest.approx(value) if value is not None else None)
+    rebuilt = tmp_path / "rebuilt"
+    args = ["--config", str(experiment), "--root", str(rebuilt), "--report-only", "--from-csv", str(out_dir / "runs.csv")]
+    assert compare_main(args, LitGRPOCLI) == 0
+    tables = (rebuilt / "tiny" / "report.md").read_text()
+    section = report[report.index("## Metrics") : report.index("## Figures")]
+    assert section.replace(str(root), "") in tables.replace(str(rebuilt), "")
+    assert compare_main(["--config", str(experiment), "--root", str(root), "--report-only",
+                         "--publish", str(tmp_path / "docs")], LitGRPOCLI) == 1  # fmt: skip
+    published = tmp_path / "docs" / "tiny"
+    assert (published / "runs.csv").read_text() == (out_dir / "runs.csv").read_text()
+    assert (published / "report.md").is_file() and (published / "figures" / "curve_0.png").is_file()
 
     # resumed: finished runs are skipped, failed ones left alone with --skip-failed
     capsys.readouterr()

@@ -8,7 +8,7 @@ import yaml
 
 from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.experiments.check import check_runs
-from lit_grpo.experiments.grid import expand
+from lit_grpo.experiments.grid import expand, expand_selection, standin_choice
 from lit_grpo.experiments.loader import load_experiment
 from lit_grpo.experiments.runner import prepared_outputs
 from tests.experiments.helpers import ROOT
@@ -31,6 +31,9 @@ def test_the_suite_covers_the_six_claims():
         "gradient_rank",
         "passk",
         "sign_balance",
+        "sign_starvation",
+        "sign_balance_skill",
+        "passk_crossing",
     } <= names
 
 
@@ -47,14 +50,18 @@ def test_experiment_checks_out(path, quick, tmp_path):
     exp = load_experiment(path, quick=quick)
     assert exp.runtime and exp.claim
     prepared = prepared_outputs(exp, tmp_path)
-    runs = expand(exp, prepared, tmp_path)
+    selection = expand_selection(exp, prepared, tmp_path)
+    if exp.select is not None:  # the selection stage's runs, then the final ones at a stand-in choice
+        assert len(check_runs(exp, selection, prepared, LitGRPOCLI, {exp.select.metric.name})) == len(selection) // len(exp.select.seeds)
+    runs = expand(exp, prepared, tmp_path, standin_choice(exp, selection))
     cells = check_runs(exp, runs, prepared, LitGRPOCLI)
     assert len(cells) == len(runs) // len(exp.seeds)
     if quick:  # smoke size: a few runs of a few steps (the last value given wins)
         steps = [
-            [int(a.split("=")[1]) for a in r.args if a.startswith("--trainer.max_steps=")][-1] for r in runs
+            [int(a.split("=")[1]) for a in r.args if a.startswith("--trainer.max_steps=")][-1]
+            for r in runs + selection
         ]
-        assert len(runs) <= 8 and max(steps) <= 3
+        assert len(runs) <= 10 and len(selection) <= 10 and max(steps) <= 3
 
 
 @pytest.mark.parametrize("path", PREPARE)

@@ -133,3 +133,42 @@ def test_check_runs_fails_before_anything_runs(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         check_runs(exp, runs, {}, LitGRPOCLI)
     assert not any(r.run_dir.exists() for r in runs)
+
+
+def test_selection_stage_then_runs_at_each_arms_chosen_value(tmp_path):
+    from lit_grpo.experiments.collect import RunRecord
+    from lit_grpo.experiments.grid import expand_selection
+    from lit_grpo.experiments.select import select_choice, selection_section
+
+    sweep = {"lr": {"1e-4": ["--model.lr=1.0e-4"], "3e-4": ["--model.lr=3.0e-4"]}}
+    select = {"axis": "lr", "metric": {"name": "val/reward_mean"}, "seeds": [100, 101]}
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml", sweep=sweep, select=select))
+    selection = expand_selection(exp, {}, tmp_path)
+    assert len(selection) == 2 * 2 * 2 and {r.seed for r in selection} == {100, 101}
+    assert all("/select/runs/" in str(r.run_dir) for r in selection)
+    key = exp.select.metric.key
+    means = {("GRPO", "1e-4"): 0.5, ("GRPO", "3e-4"): 0.4, ("Sign", "1e-4"): 0.3, ("Sign", "3e-4"): 0.6}
+    records = [RunRecord(r, "done", values={key: means[r.arm, dict(r.setting)["lr"]]}) for r in selection]
+    choice = select_choice(exp, records)
+    assert choice == {("GRPO", "default"): "1e-4", ("Sign", "default"): "3e-4"}
+    runs = expand(exp, {}, tmp_path, choice)
+    assert [r.seed for r in runs] == [0, 0, 1, 1] and {r.setting for r in runs} == {()}
+    by_arm = {r.arm: r for r in runs}
+    assert "--model.lr=1.0e-4" in by_arm["GRPO"].args and "--model.lr=3.0e-4" in by_arm["Sign"].args
+    assert by_arm["Sign"].chosen == (("lr", "3e-4"),) and by_arm["Sign"].run_dir.parent.name == "default"
+    table = "\n".join(selection_section(exp, records, choice))
+    assert "| Sign | default | 0.3000 (n=2) | **0.6000 (n=2)** | lr=3e-4 |" in table
+    with pytest.raises(ValueError, match="depend on the selection stage"):
+        expand(exp, {}, tmp_path)
+    failed = [RunRecord(r, "failed") if r.arm == "Sign" else RunRecord(r, "done", values={key: 0.5}) for r in selection]
+    with pytest.raises(ValueError, match="arm Sign has no finished selection run"):
+        select_choice(exp, failed)
+
+
+def test_selection_seeds_must_differ_from_the_final_seeds(tmp_path):
+    sweep = {"lr": {"1e-4": ["--model.lr=1.0e-4"]}}
+    bad = {"axis": "lr", "metric": {"name": "val/reward_mean"}, "seeds": [1, 2]}
+    with pytest.raises(ValueError, match="overlap the seeds"):
+        load_experiment(write_experiment(tmp_path / "e.yaml", sweep=sweep, select=bad))
+    with pytest.raises(ValueError, match="must be one of the sweep axes"):
+        load_experiment(write_experiment(tmp_path / "f.yaml", sweep=sweep, select={**bad, "axis": "G", "seeds": [9]}))

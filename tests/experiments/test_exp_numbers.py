@@ -114,7 +114,7 @@ def test_settings_are_compared_one_sweep_axis_apart():
     from lit_grpo.experiments.tables import _pairs
 
     cell_list = [Cell(s, "GRPO", [1.0], 0, 0) for s in ("G=2,P=1", "G=2,P=16", "G=8,P=1", "G=8,P=16")]
-    pairs = {(a.setting, b.setting) for a, b in _pairs(SimpleNamespace(tests="settings"), cell_list)}
+    pairs = {(a.setting, b.setting) for a, b in _pairs(SimpleNamespace(tests="settings", reference=None), cell_list)}
     assert pairs == {
         ("G=2,P=1", "G=2,P=16"),
         ("G=2,P=1", "G=8,P=1"),
@@ -122,7 +122,7 @@ def test_settings_are_compared_one_sweep_axis_apart():
         ("G=8,P=1", "G=8,P=16"),
     }
     assert (
-        _pairs(SimpleNamespace(tests="arms"), cell_list) == []
+        _pairs(SimpleNamespace(tests="arms", reference=None), cell_list) == []
     )  # one arm: nothing to compare within a setting
 
 
@@ -130,7 +130,7 @@ def test_arms_are_pooled_over_settings_sharing_an_axis_value_and_over_all():
     from types import SimpleNamespace
 
     from lit_grpo.diagnostics import stratified_permutation_test
-    from lit_grpo.experiments.tables import pooled_table
+    from lit_grpo.experiments.tables import pooled_table, pooled_tests
 
     values = {
         ("lr=1,policy=weak", "A"): [0.5, 0.6], ("lr=1,policy=weak", "B"): [0.4, 0.45],
@@ -139,7 +139,8 @@ def test_arms_are_pooled_over_settings_sharing_an_axis_value_and_over_all():
         ("lr=3,policy=strong", "A"): [0.2], ("lr=3,policy=strong", "B"): [],  # B failed: not a stratum
     }  # fmt: skip
     cell_list = [Cell(s, arm, v, 0, 0) for (s, arm), v in values.items()]
-    rows = pooled_table(SimpleNamespace(tests="arms"), cell_list)[2:]
+    exp = SimpleNamespace(tests="arms", reference=None)
+    rows = pooled_table(pooled_tests(exp, cell_list))[2:]
     names = [r.split(" | ")[0].lstrip("| ") for r in rows]
     assert names == ["lr=1", "policy=weak", "all settings"]  # lr=3 and policy=strong: one stratum left
     lr1 = rows[0].strip("| ").split(" | ")
@@ -148,6 +149,81 @@ def test_arms_are_pooled_over_settings_sharing_an_axis_value_and_over_all():
     assert lr1[6] == "2 of 2"
     strata = [(values["lr=1,policy=weak", "A"], values["lr=1,policy=weak", "B"]),
               (values["lr=1,policy=strong", "A"], values["lr=1,policy=strong", "B"])]  # fmt: skip
-    assert lr1[7] == fmt_p(stratified_permutation_test(strata))
-    assert pooled_table(SimpleNamespace(tests="settings"), cell_list) == []
-    assert pooled_table(SimpleNamespace(tests="arms"), [c for c in cell_list if c.setting == "lr=1,policy=weak"]) == []
+    assert lr1[7] == "stratified permutation"  # no seeds to pair the values by
+    assert lr1[8] == fmt_p(stratified_permutation_test(strata))
+    assert pooled_tests(SimpleNamespace(tests="settings", reference=None), cell_list) == []
+    assert pooled_tests(exp, [c for c in cell_list if c.setting == "lr=1,policy=weak"]) == []
+    # with a reference arm only its pairs are made
+    third = [Cell(s, "C", [0.1, 0.2], 0, 0) for s in dict.fromkeys(c.setting for c in cell_list)]
+    ref = pooled_tests(SimpleNamespace(tests="arms", reference="B"), cell_list + third)
+    assert {(r["a"], r["b"]) for r in ref} == {("B", "A"), ("B", "C")}
+
+
+def test_paired_cells_use_paired_tests_and_pool_by_sign_flips():
+    from types import SimpleNamespace
+
+    from lit_grpo.diagnostics.stats import paired_t_test, sign_flip_test
+    from lit_grpo.experiments.tables import compare_cells, pooled_tests, stratified_sign_flip_test
+
+    a = Cell("lr=1", "A", [0.5, 0.6, 0.7, 0.65], 0, 0, seeds=[0, 1, 2, 3])
+    b = Cell("lr=1", "B", [0.45, 0.58, 0.61, 0.66, 0.2], 0, 0, seeds=[0, 1, 2, 3, 4])  # seed 4: A failed
+    r = compare_cells(a, b)
+    assert r["paired"] == 1.0 and r["n"] == 4 and r["ahead"] == 3
+    assert (r["t"], r["df"], r["p_t"]) == pytest.approx(paired_t_test(a.values, [0.45, 0.58, 0.61, 0.66]))
+    assert r["p_flip"] == pytest.approx(sign_flip_test([0.05, 0.02, 0.09, -0.01]))
+    unpaired = compare_cells(a, Cell("lr=1", "C", [0.1, 0.2], 0, 0, seeds=[7, 8]))
+    assert unpaired["paired"] == 0.0 and not math.isnan(unpaired["p_welch"])
+    # pooled: one difference per stratum and seed, every sign flipped independently
+    assert stratified_sign_flip_test([[1.0], [3.0]]) == pytest.approx(0.5)  # statistics 2, 1, -1, -2
+    assert stratified_sign_flip_test([[0.1, 0.2, 0.3]]) == pytest.approx(sign_flip_test([0.1, 0.2, 0.3]))
+    a2 = Cell("lr=3", "A", [0.2, 0.3], 0, 0, seeds=[0, 1])
+    b2 = Cell("lr=3", "B", [0.1, 0.1], 0, 0, seeds=[0, 1])
+    (row,) = pooled_tests(SimpleNamespace(tests="arms", reference=None), [a, b, a2, b2])
+    assert row["paired"] and row["p"] == pytest.approx(
+        stratified_sign_flip_test([[0.05, 0.02, 0.09, -0.01], [0.1, 0.2]])
+    )
+
+
+def test_family_is_adjusted_together_and_anova_tests_the_interaction():
+    from types import SimpleNamespace
+
+    from lit_grpo.diagnostics.stats import benjamini_hochberg_adjust, holm_adjust, two_way_anova
+    from lit_grpo.experiments.collect import RunRecord
+    from lit_grpo.experiments.grid import Run
+    from lit_grpo.experiments.spec import Arm, Metric
+    from lit_grpo.experiments.tables import analyse, family_section
+
+    primary = Metric("test/accuracy", primary=True)
+    other = Metric("val/accuracy")
+    values = {("1", "A"): [0.5, 0.6, 0.55], ("1", "B"): [0.4, 0.5, 0.5], ("3", "A"): [0.2, 0.1, 0.3], ("3", "B"): [0.4, 0.45, 0.5]}
+    records = [
+        RunRecord(Run(arm, (("lr", lr),), seed, (), None), "done", values={primary.key: v, other.key: v})
+        for (lr, arm), vs in values.items()
+        for seed, v in enumerate(vs)
+    ]
+    exp = SimpleNamespace(arms=(Arm("A"), Arm("B")), metrics=(primary, other), family_metrics=(primary,),
+                          tests="arms", reference=None)  # fmt: skip
+    analysis = analyse(exp, records)
+    first, second = analysis.metrics
+    assert first.in_family and not second.in_family
+    tests = first.family_tests()
+    assert len(tests) == 2 + 1 + 1  # a pair per setting, the pool over both, the interaction
+    ps = [t["p"] for t in tests]
+    assert [t["holm"] for t in tests] == pytest.approx(holm_adjust(ps))
+    assert [t["bh"] for t in tests] == pytest.approx(benjamini_hochberg_adjust(ps))
+    assert all("holm" not in t for t in second.family_tests())
+    (anova,) = first.anova
+    want = two_way_anova([v for vs in values.values() for v in vs], [a for (_, a), vs in values.items() for _ in vs],
+                         [lr for (lr, _), vs in values.items() for _ in vs], [[s for vs in values.values() for s in range(len(vs))]])  # fmt: skip
+    assert anova["axis"] == "lr" and anova["blocks"] == ["seed"] and anova["p"] == pytest.approx(want["a:b"]["p"])
+    assert "4 tests on the metrics marked `primary`" in family_section(SimpleNamespace(metrics=exp.metrics, reference=None), analysis)[0]
+
+
+def test_minus_reports_a_difference_of_two_logged_metrics():
+    from lit_grpo.experiments.collect import metric_value
+    from lit_grpo.experiments.spec import Metric
+
+    scalars = {"test/pass@1": [(5, 0.4)], "test/before/pass@1": [(0, 0.15)]}
+    m = Metric("test/pass@1", minus="test/before/pass@1")
+    assert metric_value(scalars, m) == pytest.approx(0.25)
+    assert m.key == "test/pass@1 − test/before/pass@1 (last)"
