@@ -8,6 +8,7 @@ from callbacks.gradient_rank import GradientRank
 from callbacks.heldout import HeldOutReport
 from callbacks.passk import PassAtK, PassAtKMetric
 from callbacks.samples import CompletionSamples
+from callbacks.shadow import ShadowEstimators
 from callbacks.weight_curve import WeightCurve
 
 __all__ = [
@@ -21,4 +22,5 @@ __all__ = [
     "AdvantageStats",
     "CompletionSamples",
     "WeightCurve",
+    "ShadowEstimators",
 ]

@@ -97,3 +97,35 @@ def weight_curve_figure(ps: Sequence[float], curves: Mapping[str, Sequence[float
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize="small")
     fig.tight_layout()
     return fig
+
+
+def shadow_figure(
+    labels: Sequence[str], cos: Sequence[Sequence[float]], starved: Sequence[float], title: str
+) -> Any | None:
+    """The cosine matrix between estimators' update directions (NaN blank) beside their starved shares."""
+    import math
+
+    n = len(labels)
+    fig = new_figure((4.0 + 0.55 * n, 1.6 + 0.45 * n))
+    if fig is None:
+        return None
+    ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [max(n, 2), 2]})
+    grid = [[v if math.isfinite(v) else math.nan for v in row] for row in cos]
+    image = ax.imshow(grid, vmin=-1, vmax=1, cmap="RdBu")
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            if math.isfinite(v):
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize="x-small")
+    ax.set_xticks(range(n), list(labels), rotation=45, ha="right", fontsize="small")
+    ax.set_yticks(range(n), list(labels), fontsize="small")
+    ax.set_title("cosine of update directions", fontsize="medium")
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    bx.barh(range(n), list(starved))
+    bx.set_yticks(range(n), list(labels), fontsize="small")
+    bx.invert_yaxis()
+    bx.set_xlim(0, 1)
+    bx.set_xlabel("starved share of groups")
+    bx.grid(alpha=0.3, axis="x")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
