@@ -4,6 +4,7 @@ from callbacks.advantage_stats import AdvantageStats
 from callbacks.budget import GradientBudget
 from callbacks.degeneracy import DegeneracyMonitor
 from callbacks.export import SavePretrained
+from callbacks.fidelity import GradientFidelity
 from callbacks.gradient_rank import GradientRank
 from callbacks.heldout import HeldOutReport
 from callbacks.passk import PassAtK, PassAtKMetric
@@ -23,4 +24,5 @@ __all__ = [
     "CompletionSamples",
     "WeightCurve",
     "ShadowEstimators",
+    "GradientFidelity",
 ]
