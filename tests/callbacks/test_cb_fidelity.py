@@ -102,12 +102,22 @@ def test_the_callback_logs_fidelity_during_training(fit_run):
     run = fit_run([cb], max_steps=3)
     events = read_events(run.log_dir)
     assert [e.step for e in events.Scalars("fidelity/pass_rate_mean")] == [0, 2]
-    tags = set(events.Tags()["scalars"])
-    for label in ["GRPO", "Sign", "MaxRL"]:
-        assert {f"fidelity/{label}/snr", f"fidelity/{label}/norm_ratio_reward"} <= tags
     assert [e.step for e in events.Images("fidelity/omega")] == [0, 2]
+    logged = {(t, e.step): e.value for t in events.Tags()["scalars"] for e in events.Scalars(t)}
     for step in (0, 2):
         assert len(_read(Path(run.log_dir) / "fidelity" / f"step_{step}" / "prompts.csv")) == 3
+        bins = _read(Path(run.log_dir) / "fidelity" / f"step_{step}" / "bins.csv")
+        assert {r["estimator"] for r in bins} == {"GRPO", "Sign", "MaxRL"}
+        for r in bins:  # the scalars are the CSV's numbers; NaN (no reference direction) is left out
+            if r["bin"] == "all" and r["objective"] == "reward":
+                for tag, value in [
+                    (f"fidelity/{r['estimator']}/snr", r["snr"]),
+                    (f"fidelity/{r['estimator']}/cos_reward", r["cos"]),
+                ]:
+                    if math.isfinite(float(value)):
+                        assert logged[tag, step] == pytest.approx(float(value), rel=1e-4)
+                    else:
+                        assert (tag, step) not in logged
 
 
 @pytest.mark.slow
