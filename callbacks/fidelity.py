@@ -48,7 +48,7 @@ class GradientFidelity(Callback):
     - ``fidelity/pass_rate_mean``: the prompts' mean pass rate in the reference groups;
 
     the TensorBoard figure ``fidelity/omega`` (measured omega per prompt on the predicted curves, and the
-    signal-to-noise per bin), and ``fidelity/step_<n>/bins.csv`` and ``prompts.csv`` in the run directory.
+    signal-to-noise per bin), and the files bins.csv and prompts.csv in the run directory's fidelity/step_N.
     Needs binary rewards. Sampling runs under a forked RNG, the rows use ``torch.autograd.grad`` (``.grad``
     untouched), so training is unchanged; the other ranks wait at the next step. Cost: ``num_prompts x
     ref_group_size`` generated completions and as many rows per measurement.
