@@ -177,21 +177,13 @@ class GradientFidelity(Callback):
         T = self.maxrl_T if self.maxrl_T is not None else max(G - 1, 1)
         prompts = self.prompts(trainer)
         with fork_rng(pl_module):
-            pools = list(
-                pool(
-                    pl_module.policy,
-                    pl_module.engine.generate,
-                    pl_module.score,
-                    prompts,
-                    M,
-                    pl_module.sampling,
-                    self.targets,
-                    self.projection_dim,
-                    self.seed,
-                    self.micro_batch_size,
-                )
-            )
-        results = measure(pools, named, G, self.subsamples, self.k, T, self.seed)
+            pools = pool(
+                pl_module.policy, pl_module.engine.generate, pl_module.score, prompts, M, pl_module.sampling,
+                self.targets, self.projection_dim, self.seed, self.micro_batch_size,
+            )  # fmt: skip
+            results = measure(
+                pools, named, G, self.subsamples, self.k, T, self.seed
+            )  # one prompt's rows at a time
         per_prompt = prompt_table(results, prompts.ids, named, G, M)
         bins = bin_rows(results, list(named), OBJECTIVES)
         metrics = {"fidelity/pass_rate_mean": sum(r.pass_rate for r in results) / len(results)}

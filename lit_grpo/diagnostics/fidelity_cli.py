@@ -82,10 +82,21 @@ def measure(
     k: int,
     T: int,
     seed: int = 0,
+    report: Callable[[int, PromptFidelity, torch.Tensor], None] | None = None,
 ) -> list[PromptFidelity]:
-    """:func:`~lit_grpo.diagnostics.fidelity.prompt_fidelity` of every pool, subsamples drawn from ``seed``."""
+    """:func:`~lit_grpo.diagnostics.fidelity.prompt_fidelity` of each pool, subsamples drawn from ``seed``.
+
+    ``pools`` may be the :func:`pool` generator: each pool's rows are dropped once summarised, so memory
+    holds one prompt's ``[M, D]`` rows (and every prompt's few ``[D]`` vectors), not all of them.
+    ``report(i, result, rows)`` is called after each prompt.
+    """
     gen = torch.Generator().manual_seed(seed)
-    return [prompt_fidelity(rows, r, estimators, G, S, OBJECTIVES, k, T, gen) for rows, r, _ in pools]
+    out = []
+    for i, (rows, r, _) in enumerate(pools):
+        out.append(prompt_fidelity(rows, r, estimators, G, S, OBJECTIVES, k, T, gen))
+        if report is not None:
+            report(i, out[-1], rows)
+    return out
 
 
 def prompt_table(
@@ -283,29 +294,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"lit-grpo fidelity: --params {args.params} chooses no trainable nn.Linear of the policy"
         )
     start = time.perf_counter()
-    pools, unscorable = [], 0
-    for n, (rows, rewards, bad) in enumerate(
-        pool(
-            policy,
-            module.engine.generate,
-            module.score,
-            batch,
-            args.ref_group_size,
-            module.sampling,
-            targets,
-            args.projection_dim,
-            args.seed,
-            args.micro_batch_size,
-        ),
-        start=1,
-    ):
-        pools.append((rows, rewards, bad))
-        unscorable += bad
+    counts = {"unscorable": 0, "dim": 0}
+
+    def report(i: int, result: PromptFidelity, rows: torch.Tensor) -> None:
+        counts["dim"] = rows.shape[1]
         print(
-            f"prompt {n}/{len(batch)}: pass rate {rewards.mean().item():.3f}, rows {tuple(rows.shape)}",
+            f"prompt {i + 1}/{len(batch)}: pass rate {result.pass_rate:.3f}, rows {tuple(rows.shape)}",
             flush=True,
         )
-    prompts = measure(pools, estimators, G, args.subsamples, args.k, T, args.seed)
+
+    def pools():
+        for rows, rewards, bad in pool(
+            policy, module.engine.generate, module.score, batch, args.ref_group_size, module.sampling,
+            targets, args.projection_dim, args.seed, args.micro_batch_size,
+        ):  # fmt: skip
+            counts["unscorable"] += bad
+            yield rows, rewards, bad
+
+    prompts = measure(pools(), estimators, G, args.subsamples, args.k, T, args.seed, report)
     M = args.ref_group_size
     prompt_rows = prompt_table(prompts, batch.ids, estimators, G, M)
     bins = bin_rows(prompts, list(estimators), OBJECTIVES)
@@ -321,8 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     wall = time.perf_counter() - start
     print(f"wrote {out / 'bins.csv'}, {out / 'prompts.csv'}" + (", omega.png" if fig is not None else ""))
     print(
-        f"{len(batch)} prompts x {M} completions, D = {pools[0][0].shape[1]}, {wall:.0f} s; "
-        f"{unscorable} unscorable completions counted as wrong"
+        f"{len(batch)} prompts x {M} completions, D = {counts['dim']}, {wall:.0f} s; "
+        f"{counts['unscorable']} unscorable completions counted as wrong"
     )
     return 0
 

@@ -106,7 +106,7 @@ def shadow_figure(
     import math
 
     n = len(labels)
-    fig = new_figure((4.0 + 0.55 * n, 1.6 + 0.45 * n))
+    fig = new_figure((5.5 + 0.6 * n, 1.8 + 0.45 * n))
     if fig is None:
         return None
     ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [max(n, 2), 2]})
