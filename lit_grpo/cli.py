@@ -120,6 +120,10 @@ def main(args: list[str] | None = None) -> None:
         from lit_grpo.experiments.cli import compare_main
 
         raise SystemExit(compare_main(argv[1:], LitGRPOCLI))
+    if argv and argv[0] == "fidelity":
+        from lit_grpo.diagnostics.fidelity_cli import main as fidelity_main
+
+        raise SystemExit(fidelity_main(argv[1:]))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     cli = LitGRPOCLI(args=args)
     status = exit_status(cli.trainer)  # 75 when a signal stopped the run after writing its checkpoint

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -284,3 +284,36 @@ def group_gradient_norms(
             acc.index_add_(0, index, block.detach().cpu())
     squares = sum(acc.double().square().sum(-1) for acc in sums)  # [P]
     return squares.sqrt() if isinstance(squares, Tensor) else torch.zeros(groups, dtype=torch.float64)
+
+
+def gradient_row_blocks(
+    policy: nn.Module,
+    rollouts: Rollouts,
+    coefficients: Tensor,
+    targets: Sequence[LinearTarget],
+    temperature: float = 1.0,
+    projection_dim: int | None = None,
+    seed: int = 0,
+    micro_batch_size: int | None = None,
+) -> Iterator[tuple[int, Tensor]]:
+    """The rows ``c_i * grad sum_t log pi(y_i,t)`` of ``rollouts`` a micro-batch at a time.
+
+    Yields ``(start, rows [n_mb, D])`` for completions ``start .. start + n_mb``, the target blocks
+    concatenated (``D`` = their parameters) or projected to ``D = projection_dim`` with
+    :func:`project_rows` (one stream per target), detached. A caller that only needs products of the
+    rows with a few coefficient vectors (``A [E, N] @ rows``) accumulates them block by block and never
+    holds the whole ``[N, D]`` matrix.
+    """
+    step = micro_batch_size or max(len(rollouts), 1)
+    for start in range(0, len(rollouts), step):
+        stop = min(start + step, len(rollouts))
+        mb = take_rows(rollouts, list(range(start, stop)))
+        blocks = per_completion_gradients(policy, mb, coefficients[start:stop], targets, temperature)
+        if projection_dim is not None:
+            blocks = [sum(project_rows(b, projection_dim, seed, stream=j) for j, b in enumerate(blocks))]
+        yield start, torch.cat(blocks, dim=1).detach()
+
+
+def row_dim(targets: Sequence[LinearTarget], projection_dim: int | None = None) -> int:
+    """Columns ``D`` of the rows :func:`gradient_row_blocks` yields for ``targets``."""
+    return projection_dim if projection_dim is not None else sum(t.numel for t in targets)

@@ -1,0 +1,206 @@
+"""GradientFidelity: every estimator's size-G gradient estimate against a large-group reference, during training."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_warn
+
+from callbacks._common import (
+    every,
+    fork_rng,
+    log_scalars,
+    logging_step,
+    require_logger,
+    require_module,
+    tensorboard,
+)
+from lit_grpo.diagnostics.fidelity import ALL, OBJECTIVES, bin_rows
+from lit_grpo.diagnostics.fidelity_cli import figure, measure, pool, prompt_table, write_csv
+from lit_grpo.diagnostics.gradients import LinearTarget, select_linear_targets
+from lit_grpo.diagnostics.shadow import unique_labels
+from lit_grpo.estimators import AdvantageEstimator
+from lit_grpo.types import PromptBatch
+
+NAME = "GradientFidelity"
+#: Smallest reference group.
+MIN_REFERENCE = 256
+
+
+class GradientFidelity(Callback):
+    """Bias, variance and signal-to-noise of each estimator's gradient against a large-group reference.
+
+    Every ``every_n_steps`` steps (after the step's update, from step 0), on global rank 0, for the first
+    ``num_prompts`` validation prompts: draws ``ref_group_size`` completions per prompt once, computes their
+    score rows ``grad sum_t log pi(y_j,t)`` once over the chosen parameters, forms the reference gradient of
+    each objective (expected reward, ``pass@k``, ``log pass@k``, MaxRL's truncated likelihood ``J_T``) and
+    applies every estimator to ``subsamples`` subsamples of the run's group size
+    (:mod:`lit_grpo.diagnostics.fidelity`; ``lit-grpo fidelity`` does the same on a checkpoint). Per
+    estimator ``<estimator>`` (class name, or ``Class:key=value`` when two share a class) it writes
+
+    - ``fidelity/<estimator>/cos_<objective>`` and ``fidelity/<estimator>/norm_ratio_<objective>``: cosine
+      and norm ratio of the mean estimate summed over the prompts to the summed reference, for the
+      objectives ``reward``, ``pass@k``, ``log_pass@k`` and ``maxrl``;
+    - ``fidelity/<estimator>/snr`` (all prompts) and ``fidelity/<estimator>/snr_<bin>`` per pass-rate bin:
+      ``|sum of means| / sqrt(sum of variances)``, one group per prompt;
+    - ``fidelity/pass_rate_mean``: the prompts' mean pass rate in the reference groups;
+
+    the TensorBoard figure ``fidelity/omega`` (measured omega per prompt on the predicted curves, and the
+    signal-to-noise per bin), and the files bins.csv and prompts.csv in the run directory's fidelity/step_N.
+    Needs binary rewards. Sampling runs under a forked RNG, the rows use ``torch.autograd.grad`` (``.grad``
+    untouched), so training is unchanged; the other ranks wait at the next step. Cost: ``num_prompts x
+    ref_group_size`` generated completions and as many rows per measurement.
+
+    Args:
+        estimators: Estimators to measure (null: the run's own). Batch-coupled estimators (ReinforcePlusPlus,
+            GPG, GRPO with ``scale: batch``) have no per-prompt estimate and are refused.
+        every_n_steps: Measure at steps ``0, n, 2n, ...``.
+        num_prompts: Validation prompts measured.
+        ref_group_size: Completions per prompt in the reference group (at least 256).
+        subsamples: Size-G subsamples per prompt.
+        k: The k of the ``pass@k`` and ``log_pass@k`` objectives.
+        maxrl_T: Truncation T of the MaxRL objective (null: group size - 1, what MaxRL's estimator climbs).
+        params: Regular expressions choosing ``nn.Linear`` parameters (null: every Linear weight).
+        lora: Use the LoRA parameters.
+        projection_dim: Project the rows to this many dimensions (null: whole).
+        seed: Seed of the projection and the subsamples.
+        micro_batch_size: Completions per gradient forward.
+    """
+
+    def __init__(
+        self,
+        estimators: list[AdvantageEstimator] | None = None,
+        every_n_steps: int = 250,
+        num_prompts: int = 8,
+        ref_group_size: int = 256,
+        subsamples: int = 1000,
+        k: int = 4,
+        maxrl_T: int | None = None,
+        params: list[str] | None = None,
+        lora: bool = False,
+        projection_dim: int | None = None,
+        seed: int = 0,
+        micro_batch_size: int = 128,
+    ) -> None:
+        checks = [
+            (every_n_steps >= 1, f"every_n_steps={every_n_steps} must be >= 1"),
+            (num_prompts >= 1, f"num_prompts={num_prompts} must be >= 1"),
+            (ref_group_size >= MIN_REFERENCE, f"ref_group_size={ref_group_size} must be >= {MIN_REFERENCE}"),
+            (subsamples >= 2, f"subsamples={subsamples} must be >= 2 (e.g. 1000)"),
+            (1 <= k <= ref_group_size, f"k={k} must lie in [1, ref_group_size]"),
+            (
+                maxrl_T is None or 1 <= maxrl_T <= ref_group_size,
+                f"maxrl_T={maxrl_T} must lie in [1, ref_group_size]",
+            ),
+            (not (lora and params), f"give either lora=True or params={params}, not both"),
+            (
+                projection_dim is None or projection_dim >= 1,
+                f"projection_dim={projection_dim} must be >= 1 or null",
+            ),
+            (micro_batch_size >= 1, f"micro_batch_size={micro_batch_size} must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"{NAME}: {message}")
+        for pattern in params or []:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"{NAME}: {pattern!r} is not a regular expression ({err})") from err
+        self.estimators = list(estimators) if estimators else None
+        self.every_n_steps, self.num_prompts = every_n_steps, num_prompts
+        self.ref_group_size, self.subsamples, self.k, self.maxrl_T = ref_group_size, subsamples, k, maxrl_T
+        self.params, self.lora, self.projection_dim = params, lora, projection_dim
+        self.seed, self.micro_batch_size = seed, micro_batch_size
+        self.targets: list[LinearTarget] = []
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        require_module(NAME, pl_module, "policy", "engine", "score", "sampling", "group_size", "estimator")
+        require_logger(NAME, trainer, writer=True)
+        from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+
+        if isinstance(trainer.strategy, FSDPStrategy | ModelParallelStrategy):
+            raise ValueError(
+                f"{NAME} runs the policy on rank 0 alone, which a sharded policy cannot do; measure a checkpoint "
+                "with `lit-grpo fidelity` instead, or train under DDP or one process"
+            )
+        estimators = self.estimators or [pl_module.estimator]
+        G = pl_module.group_size
+        for estimator in estimators:
+            if getattr(estimator, "couples_groups", False) or estimator.min_group_size > G:
+                raise ValueError(
+                    f"{NAME}: {estimator!r} has no per-prompt estimate at group_size {G} (it is batch-coupled or "
+                    "needs larger groups); list other estimators in estimators"
+                )
+        dm = trainer.datamodule
+        if dm is None or not hasattr(dm, "val_dataloader"):
+            raise ValueError(
+                f"{NAME} needs validation prompts; give the data a validation split or remove {NAME}"
+            )
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.targets, left_out = select_linear_targets(pl_module.policy, self.params, self.lora)
+        if not self.targets:
+            raise ValueError(
+                f"{NAME}: {'lora=True' if self.lora else f'params={self.params}'} chooses no trainable nn.Linear "
+                "parameter of the policy; fix the patterns"
+            )
+        if left_out:
+            rank_zero_warn(
+                f"{NAME}: leaving out {len(left_out)} matched parameters outside trainable nn.Linear layers"
+            )
+
+    def prompts(self, trainer: Trainer) -> PromptBatch:
+        parts, have = [], 0
+        for batch in trainer.datamodule.val_dataloader():
+            parts.append(batch)
+            have += len(batch)
+            if have >= self.num_prompts:
+                break
+        if not parts:
+            raise ValueError(f"{NAME}: the validation split has no prompts; give the data a validation split")
+        return PromptBatch.concat(parts).select(list(range(min(have, self.num_prompts))))
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        step = logging_step(trainer)
+        if not every(step, self.every_n_steps) or not trainer.is_global_zero:
+            return
+        estimators = self.estimators or [pl_module.estimator]
+        named = dict(zip(unique_labels(estimators), estimators, strict=True))
+        G, M = pl_module.group_size, self.ref_group_size
+        T = self.maxrl_T if self.maxrl_T is not None else max(G - 1, 1)
+        prompts = self.prompts(trainer)
+        with fork_rng(pl_module):
+            pools = pool(
+                pl_module.policy, pl_module.engine.generate, pl_module.score, prompts, M, pl_module.sampling,
+                self.targets, self.projection_dim, self.seed, self.micro_batch_size,
+            )  # fmt: skip
+            results = measure(
+                pools, named, G, self.subsamples, self.k, T, self.seed
+            )  # one prompt's rows at a time
+        per_prompt = prompt_table(results, prompts.ids, named, G, M)
+        bins = bin_rows(results, list(named), OBJECTIVES)
+        metrics = {"fidelity/pass_rate_mean": sum(r.pass_rate for r in results) / len(results)}
+        for row in bins:
+            label = row["estimator"]
+            if row["bin"] == ALL:
+                metrics[f"fidelity/{label}/cos_{row['objective']}"] = row["cos"]
+                metrics[f"fidelity/{label}/norm_ratio_{row['objective']}"] = row["norm_ratio"]
+            if row["objective"] == "reward":
+                suffix = "" if row["bin"] == ALL else f"_{row['bin']}"
+                metrics[f"fidelity/{label}/snr{suffix}"] = row["snr"]
+        log_scalars(trainer, metrics, step)  # NaN (an empty reference) is left out
+        if trainer.log_dir is not None:
+            out = Path(trainer.log_dir) / "fidelity" / f"step_{step}"
+            write_csv(out / "bins.csv", bins)
+            write_csv(out / "prompts.csv", per_prompt)
+        writer = tensorboard(trainer)
+        fig = figure(per_prompt, bins, named, G, f"step {step}: G = {G}, M = {M}, {len(results)} prompts")
+        if writer is not None and fig is not None:
+            writer.add_figure("fidelity/omega", fig, global_step=step)

@@ -1,0 +1,313 @@
+"""ShadowEstimators: how every configured estimator would have treated the run's own rollouts."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_warn
+
+from callbacks._common import (
+    every,
+    fork_rng,
+    log_scalars,
+    log_this_step,
+    logging_step,
+    require_logger,
+    require_module,
+    rollout_stats,
+    tensorboard,
+)
+from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS
+from lit_grpo.diagnostics.gradients import (
+    LinearTarget,
+    gradient_row_blocks,
+    row_dim,
+    select_linear_targets,
+    take_rows,
+)
+from lit_grpo.diagnostics.plots import shadow_figure
+from lit_grpo.diagnostics.shadow import (
+    budget_by_bin,
+    cosine_matrix,
+    sequence_weights,
+    starved_groups,
+    unique_labels,
+)
+from lit_grpo.estimators import AdvantageEstimator
+from lit_grpo.estimators.functional import sum_over_ranks
+from lit_grpo.types import RolloutStats
+
+NAME = "ShadowEstimators"
+#: Label of the run's own advantages in the metrics and the figure.
+TRAIN = "train"
+
+
+class ShadowEstimators(Callback):
+    """Every configured estimator applied to the run's own rewards, without changing training.
+
+    At each logged step the estimators in ``estimators`` turn the step's rewards ``[P, G]`` into
+    advantages (the run's own estimator keeps training). Per estimator ``<estimator>`` (its class name,
+    or ``Class:key=value`` when two share a class; ``names`` overrides) it writes:
+
+    - ``shadow/<estimator>/starved_frac``: share of the step's groups whose advantages are all exactly
+      0 (no signal from that group);
+    - ``shadow/<estimator>/budget_<bin>``: share of its budget ``sum_i |A_i| T_i`` in each bin
+      ``0.0-0.2``, ``0.2-0.5``, ``0.5-0.7``, ``0.7-0.9``, ``0.9-1.0`` of the group's own success rate
+      (its mean reward; the same bins for every estimator).
+
+    The same for the run's advantages under ``shadow/train/starved_frac`` and ``shadow/train/budget_<bin>``.
+    Every ``gradient_every_n_steps`` steps it also builds the per-completion rows
+    ``w_i grad sum_t log pi(y_i,t)`` once (over the chosen ``nn.Linear`` parameters or a random
+    projection, as ``GradientRank``; ``w_i`` is the loss aggregation's weight of completion ``i``) and,
+    with one product ``A [E, N] @ rows``, every estimator's policy-gradient direction
+    ``d_e = sum_i A_e,i g_i``. It writes
+
+    - ``shadow/<estimator>/cos_train``: cosine between ``d_e`` and the direction of the run's own
+      advantages (the policy-gradient part of the run's update: exact for ``num_iterations: 1``,
+      ``beta: 0``, ``tis: off``; measured after the step's update, like ``GradientRank``);
+    - ``shadow/<estimator>/norm_ratio``: ``|d_e| / |d_train|``;
+    - ``shadow/<estimator>/cos_<other>``: cosine with each estimator listed after it;
+    - ``shadow/rows`` (completions with a non-zero advantage under some estimator) and
+      ``shadow/zero_train`` (running count of measurements where the run's direction was zero, whose
+      cosines are left out);
+
+    and the TensorBoard figure ``shadow/estimators`` (the cosine matrix and the starved shares).
+
+    Under data parallelism every rank calls every estimator at the same step, in the listed order
+    (ReinforcePlusPlus, GPG and GRPO with ``scale: batch`` sum batch statistics over the ranks, as in
+    training), and the counts and directions are summed over the ranks: the numbers are those of the
+    global batch.
+
+    Args:
+        estimators: The estimators to shadow, by class path (e.g. ``lit_grpo.Sign``).
+        names: Metric names of the estimators, one each (null: class names).
+        gradient_every_n_steps: Measure the directions at steps ``0, n, 2n, ...`` (0: never; then no
+            gradient is computed).
+        params: Regular expressions choosing ``nn.Linear`` parameters (null: every Linear weight not
+            tied to an embedding), as ``GradientRank``.
+        lora: Use the LoRA parameters instead of ``params``.
+        projection_dim: Project each row to this many dimensions with a fixed Gaussian matrix (null:
+            keep rows whole).
+        seed: Seed of the projection.
+        micro_batch_size: Completions per forward of the measurement (null: all at once); rows are
+            consumed a micro-batch at a time, so memory is one micro-batch of rows plus ``E x D``.
+        figure: Draw the figure at every direction measurement.
+    """
+
+    def __init__(
+        self,
+        estimators: list[AdvantageEstimator],
+        names: list[str] | None = None,
+        gradient_every_n_steps: int = 10,
+        params: list[str] | None = None,
+        lora: bool = False,
+        projection_dim: int | None = None,
+        seed: int = 0,
+        micro_batch_size: int | None = None,
+        figure: bool = True,
+    ) -> None:
+        estimators = list(estimators or [])
+        if not estimators:
+            raise ValueError(
+                f"{NAME}: estimators is empty; list the estimators to shadow, e.g. "
+                "[{class_path: lit_grpo.Sign}, {class_path: lit_grpo.MaxRL}]"
+            )
+        bad = [e for e in estimators if not isinstance(e, AdvantageEstimator)]
+        if bad:
+            raise TypeError(
+                f"{NAME}: estimators must be AdvantageEstimator instances, got {bad[0]!r}; give them by "
+                "class_path, e.g. {class_path: lit_grpo.MaxRL}"
+            )
+        if names is not None and len(names) != len(estimators):
+            raise ValueError(
+                f"{NAME}: names has {len(names)} entries for {len(estimators)} estimators; give one each"
+            )
+        labels = list(names) if names is not None else unique_labels(estimators)
+        if len(set(labels)) != len(labels) or TRAIN in labels or any("/" in x or not x for x in labels):
+            raise ValueError(
+                f"{NAME}: names {labels} must be distinct, non-empty, without '/', and not {TRAIN!r}; "
+                "set names to such a list"
+            )
+        if gradient_every_n_steps < 0:
+            raise ValueError(
+                f"{NAME}: gradient_every_n_steps={gradient_every_n_steps} must be >= 0 (0: never)"
+            )
+        if lora and params:
+            raise ValueError(f"{NAME}: give either lora=True or params={params}, not both")
+        if projection_dim is not None and projection_dim < 1:
+            raise ValueError(f"{NAME}: projection_dim={projection_dim} must be >= 1 or null (no projection)")
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise ValueError(f"{NAME}: micro_batch_size={micro_batch_size} must be >= 1 or null")
+        for pattern in params or []:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"{NAME}: {pattern!r} is not a regular expression ({err})") from err
+        self.estimators, self.labels = estimators, labels
+        self.gradient_every_n_steps = gradient_every_n_steps
+        self.params, self.lora = params, lora
+        self.projection_dim, self.seed = projection_dim, seed
+        self.micro_batch_size, self.figure = micro_batch_size, figure
+        self.targets: list[LinearTarget] = []
+        self.zero_train = 0
+
+    # ---- setup -------------------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        require_module(NAME, pl_module, "policy", "sampling", "group_size")
+        draws = self.figure and self.gradient_every_n_steps > 0
+        require_logger(NAME, trainer, writer=draws, figure_option="figure: false")
+        for estimator, label in zip(self.estimators, self.labels, strict=True):
+            if estimator.min_group_size > pl_module.group_size:
+                raise ValueError(
+                    f"{NAME}: {label} needs groups of at least {estimator.min_group_size}, but the run's "
+                    f"group_size is {pl_module.group_size}; drop it from estimators or raise group_size"
+                )
+        if self.gradient_every_n_steps:
+            from lightning.pytorch.strategies import FSDPStrategy
+
+            if isinstance(trainer.strategy, FSDPStrategy):
+                raise ValueError(
+                    f"{NAME} needs whole per-parameter gradients, which FSDPStrategy (FSDP1) does not expose; "
+                    "set gradient_every_n_steps: 0, or measure under FSDP2, DDP or one process"
+                )
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self.gradient_every_n_steps:
+            return
+        self.targets, left_out = select_linear_targets(pl_module.policy, self.params, self.lora)
+        if not self.targets:
+            names = [n for n, _ in pl_module.policy.named_parameters()][:6]
+            what = "lora=True" if self.lora else f"params={self.params}"
+            raise ValueError(
+                f"{NAME}: {what} chooses no trainable nn.Linear parameter of the policy; parameter names look "
+                f"like {names}; fix the patterns (regular expressions searched in these names)"
+            )
+        if left_out:
+            rank_zero_warn(
+                f"{NAME}: leaving out {len(left_out)} matched parameters that are not the weight or bias of a "
+                f"trainable nn.Linear (e.g. {left_out[:3]})"
+            )
+
+    # ---- measuring ---------------------------------------------------------------------------------
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        """``[E, P, G]`` advantages of every estimator, called in order (collectives included)."""
+        out = []
+        for estimator, label in zip(self.estimators, self.labels, strict=True):
+            try:
+                out.append(estimator(rewards).float().cpu())
+            except (ValueError, TypeError) as err:
+                raise ValueError(
+                    f"{NAME}: the shadow estimator {label} failed on the step's rewards: {err}"
+                ) from err
+        return torch.stack(out)
+
+    def directions(
+        self, pl_module: LightningModule, stats: RolloutStats, adv: torch.Tensor
+    ) -> tuple[torch.Tensor, int]:
+        """``(d [E + 1, D] float64, rows)``: the local directions ``A @ rows`` and the rows computed."""
+        dim = row_dim(self.targets, self.projection_dim)
+        total = torch.zeros(adv.shape[0], dim, dtype=torch.float64)  # [E + 1, D]
+        flat = adv.reshape(adv.shape[0], -1)  # [E + 1, N]
+        needed = (flat != 0).any(0).nonzero().flatten()  # completions some estimator weights
+        if needed.numel() == 0 or stats.rollouts is None:
+            return total, 0
+        rollouts = take_rows(stats.rollouts, needed)
+        weights = sequence_weights(stats.lengths[needed], getattr(pl_module, "aggregation", None))  # [n]
+        coef = flat[:, needed].double()  # [E + 1, n]
+        with fork_rng(pl_module):
+            for start, rows in gradient_row_blocks(
+                pl_module.policy,
+                rollouts,
+                weights,
+                self.targets,
+                pl_module.sampling.temperature,
+                self.projection_dim,
+                self.seed,
+                self.micro_batch_size,
+            ):
+                total += coef[:, start : start + rows.shape[0]] @ rows.double().cpu()  # [E + 1, D]
+        return total, int(needed.numel())
+
+    def measure(
+        self, pl_module: LightningModule, stats: RolloutStats, directions: bool
+    ) -> tuple[dict[str, float], torch.Tensor | None, list[float]]:
+        """The step's metrics, the cosine matrix ``[E + 1, E + 1]`` (with ``directions``; else None) and the
+        starved shares ``[E + 1]`` (the run first), all of the global batch. Every rank must call it at the
+        same step: the estimators and the sums over ranks are collectives."""
+        rewards = stats.rewards  # [P, G]
+        adv = torch.cat([stats.advantages.float().cpu()[None], self.advantages(rewards)])  # [E + 1, P, G]
+        pass_rate = rewards.double().nanmean(-1)  # [P], NaN for an all-unscorable group
+        local = torch.cat(
+            [
+                torch.tensor([float(rewards.shape[0])], dtype=torch.float64),
+                torch.stack([starved_groups(a).sum() for a in adv]).double(),  # [E + 1]
+                torch.stack(
+                    [budget_by_bin(a, stats.lengths, pass_rate) for a in adv]
+                ).flatten(),  # [(E + 1) * 5]
+            ]
+        )
+        totals = sum_over_ranks(local)
+        groups, starved = totals[0].item(), totals[1 : adv.shape[0] + 1]
+        budget = totals[adv.shape[0] + 1 :].view(adv.shape[0], NUM_BINS)  # [E + 1, 5]
+        labels = [TRAIN, *self.labels]
+        shares = (starved / groups).tolist() if groups > 0 else [float("nan")] * len(labels)
+        metrics: dict[str, float] = {}
+        for j, label in enumerate(labels):
+            metrics[f"shadow/{label}/starved_frac"] = shares[j]
+            if budget[j].sum() > 0:
+                for b, share in zip(BIN_LABELS, (budget[j] / budget[j].sum()).tolist(), strict=True):
+                    metrics[f"shadow/{label}/budget_{b}"] = share
+        if not directions:
+            return metrics, None, shares
+        local_d, rows = self.directions(pl_module, stats, adv)
+        d = sum_over_ranks(local_d.flatten()).view(local_d.shape)  # [E + 1, D], the global batch's
+        rows = int(sum_over_ranks(torch.tensor([float(rows)], dtype=torch.float64))[0].item())
+        cos = cosine_matrix(d)  # [E + 1, E + 1]
+        norms = torch.linalg.vector_norm(d, dim=1)  # [E + 1]
+        if norms[0] == 0:
+            self.zero_train += 1
+        for i, label in enumerate(self.labels, start=1):
+            metrics[f"shadow/{label}/cos_train"] = cos[i, 0].item()
+            metrics[f"shadow/{label}/norm_ratio"] = (
+                (norms[i] / norms[0]).item() if norms[0] > 0 else float("nan")
+            )
+            for j in range(i + 1, len(labels)):
+                metrics[f"shadow/{label}/cos_{labels[j]}"] = cos[i, j].item()
+        metrics["shadow/rows"] = float(rows)
+        metrics["shadow/zero_train"] = float(self.zero_train)
+        return metrics, cos, shares
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        stats = rollout_stats(outputs)
+        if stats is None:
+            return
+        step = logging_step(trainer)
+        directions = bool(self.gradient_every_n_steps) and every(step, self.gradient_every_n_steps)
+        if not (directions or log_this_step(trainer, step)):
+            return
+        metrics, cos, starved = self.measure(pl_module, stats, directions)
+        log_scalars(trainer, metrics, step)
+        if cos is not None and self.figure:
+            self.draw(trainer, [TRAIN, *self.labels], cos, starved, step)
+
+    def draw(
+        self, trainer: Trainer, labels: list[str], cos: torch.Tensor, starved: list[float], step: int
+    ) -> None:
+        writer = tensorboard(trainer)
+        if writer is None:
+            return
+        fig = shadow_figure(labels, cos.tolist(), starved, title=f"shadow estimators, step {step}")
+        if fig is not None:
+            writer.add_figure("shadow/estimators", fig, global_step=step)
+
+    def state_dict(self) -> dict:
+        return {"zero_train": self.zero_train}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.zero_train = int(state_dict.get("zero_train", 0))
