@@ -5,7 +5,8 @@ import torch
 
 from callbacks import GradientBudget
 from lit_grpo.diagnostics.gradients import group_gradient_norms, select_linear_targets, take_rows
-from lit_grpo.policy import load_policy, load_tokenizer, sequence_logprobs
+from lit_grpo.logprobs import sequence_logprobs
+from lit_grpo.models.loading import load_policy, load_tokenizer
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.types import SamplingParams
 from tests.callbacks.events import read_events

@@ -17,7 +17,8 @@ from lit_grpo.diagnostics.shadow import (
     starved_groups,
     unique_labels,
 )
-from lit_grpo.policy import load_policy, load_tokenizer, sequence_logprobs
+from lit_grpo.logprobs import sequence_logprobs
+from lit_grpo.models.loading import load_policy, load_tokenizer
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.types import PromptBatch, RolloutStats, SamplingParams
 from tests.callbacks.events import read_events
