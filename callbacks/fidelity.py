@@ -18,7 +18,7 @@ from callbacks._common import (
     tensorboard,
 )
 from lit_grpo.diagnostics.fidelity import ALL, OBJECTIVES, bin_rows
-from lit_grpo.diagnostics.fidelity_cli import figure, measure, pool, prompt_table, write_csv
+from lit_grpo.diagnostics.fidelity_pool import figure, measure, pool, prompt_table, write_csv
 from lit_grpo.diagnostics.gradients import LinearTarget, select_linear_targets
 from lit_grpo.diagnostics.shadow import unique_labels
 from lit_grpo.estimators import AdvantageEstimator

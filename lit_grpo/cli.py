@@ -121,9 +121,9 @@ def main(args: list[str] | None = None) -> None:
 
         raise SystemExit(compare_main(argv[1:], LitGRPOCLI))
     if argv and argv[0] == "fidelity":
-        from lit_grpo.diagnostics.fidelity_cli import main as fidelity_main
+        from lit_grpo.experiments.fidelity import main as fidelity_main
 
-        raise SystemExit(fidelity_main(argv[1:]))
+        raise SystemExit(fidelity_main(argv[1:], LitGRPOCLI))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     cli = LitGRPOCLI(args=args)
     status = exit_status(cli.trainer)  # 75 when a signal stopped the run after writing its checkpoint

@@ -29,3 +29,13 @@ def sft_model_path() -> str:
     if not (path / "model.safetensors").exists():
         pytest.fail(f"{path} is missing: regenerate it with `lit-grpo fit --config configs/sft_tiny.yaml`")
     return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_reward_failure_log():
+    """Each test sees a reward's first failure logged: the guarded path logs each kind of failure once per
+    reward and process (:mod:`lit_grpo.rewards.scoring`), and the test process is shared."""
+    from lit_grpo.rewards import scoring
+
+    scoring._logged.clear()
+    yield

@@ -9,8 +9,9 @@ import torch
 
 from callbacks import GradientFidelity
 from lit_grpo import GRPO, MaxRL, ReinforcePlusPlus, Sign
+from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.cli import main as cli_main
-from lit_grpo.diagnostics.fidelity_cli import main
+from lit_grpo.experiments.fidelity import main as fidelity_main
 from tests.callbacks.events import read_events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,23 +73,23 @@ def test_a_model_directory_or_a_checkpoint_can_be_measured(at_root, tmp_path, sf
             p.mul_(0.0)  # a policy that samples uniformly: almost never correct
     torch.save({"state_dict": module.state_dict()}, tmp_path / "zero.ckpt")
     common = ["--config", "configs/quickstart.yaml", "--num-prompts", "1", "--subsamples", "50", *PARAMS]
-    assert main([*common, "--out", str(tmp_path / "m"), "--model", sft_model_path]) == 0
-    assert main([*common, "--out", str(tmp_path / "c"), "--ckpt", str(tmp_path / "zero.ckpt")]) == 0
+    assert fidelity_main([*common, "--out", str(tmp_path / "m"), "--model", sft_model_path], LitGRPOCLI) == 0
+    assert fidelity_main([*common, "--out", str(tmp_path / "c"), "--ckpt", str(tmp_path / "zero.ckpt")], LitGRPOCLI) == 0
     sft, zero = _read(tmp_path / "m" / "prompts.csv"), _read(tmp_path / "c" / "prompts.csv")
     assert float(sft[0]["pass_rate"]) > 0.05 and float(zero[0]["pass_rate"]) < 0.05
     torch.save({"state_dict": {}}, tmp_path / "empty.ckpt")
     with pytest.raises(SystemExit, match="lacks .* policy weights"):
-        main([*common, "--out", str(tmp_path / "e"), "--ckpt", str(tmp_path / "empty.ckpt")])
+        fidelity_main([*common, "--out", str(tmp_path / "e"), "--ckpt", str(tmp_path / "empty.ckpt")], LitGRPOCLI)
 
 
 def test_bad_arguments_are_refused_with_the_fix(at_root, tmp_path):
     common = ["--config", "configs/quickstart.yaml", "--out", str(tmp_path), *PARAMS]
     with pytest.raises(SystemExit, match="below 256"):
-        main([*common, "--ref-group-size", "64"])
+        fidelity_main([*common, "--ref-group-size", "64"], LitGRPOCLI)
     with pytest.raises(SystemExit, match="ReinforcePlusPlus cannot be measured"):
-        main([*common, "--estimators", "ReinforcePlusPlus"])
+        fidelity_main([*common, "--estimators", "ReinforcePlusPlus"], LitGRPOCLI)
     with pytest.raises(SystemExit, match="unknown estimator"):
-        main([*common, "--estimators", "NoSuch"])
+        fidelity_main([*common, "--estimators", "NoSuch"], LitGRPOCLI)
 
 
 def test_the_callback_logs_fidelity_during_training(fit_run):

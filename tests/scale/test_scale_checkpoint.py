@@ -69,7 +69,7 @@ def test_an_incompatible_checkpoint_says_what_differs(tmp_path, sft_model_path):
         )
     message = str(info.value)
     assert "group_size: checkpoint 4, this run 8" in message
-    assert "estimator: checkpoint GRPO(" in message and "this run Sign()" in message
+    assert "estimator: checkpoint GRPO(" in message and "this run Sign(" in message
     assert "aggregation: checkpoint token-mean, this run seq-mean-token-mean" in message
     assert "model:" not in message and "lora:" not in message  # only what differs is listed
 
