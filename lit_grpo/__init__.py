@@ -19,7 +19,8 @@ _EXPORTS: dict[str, str] = {
          "ReinforcePlusPlus", "GPG", "PassAtK"],
         "lit_grpo.estimators",
     ),
-    **dict.fromkeys(["PolicyLoss", "PPOClip"], "lit_grpo.losses"),
+    **dict.fromkeys(["PolicyLoss", "PPOClip", "GSPO", "CISPO", "SAPO", "GMPO", "ImportanceCorrection", "TruncatedIS",
+                    "MaskedIS"], "lit_grpo.losses"),
     **dict.fromkeys(
         ["RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format"],
         "lit_grpo.rewards",
