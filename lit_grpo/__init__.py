@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
         ["AdvantageEstimator", "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance",
-         "ReinforcePlusPlus", "GPG", "PassAtK"],
+         "ReinforcePlusPlus", "GPG", "PassAtK", "OPO"],
         "lit_grpo.estimators",
     ),
     **dict.fromkeys(["PolicyLoss", "PPOClip", "GSPO", "CISPO", "SAPO", "GMPO", "ImportanceCorrection", "TruncatedIS",

@@ -16,5 +16,5 @@ class Sign(AdvantageEstimator):
     Rewards in [0, 1] use the same linear formula; unscorable (NaN) rewards give 0.
     """
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return sign_advantages(rewards)
