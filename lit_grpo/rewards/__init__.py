@@ -1,5 +1,5 @@
 """Reward functions: the interface, exact match, math-verify, choice letters, text similarity, format,
-weighted sums, and the scoring helpers (item-by-item scoring, worker pools)."""
+weighted sums, the scoring helpers (item-by-item scoring, worker pools), and reward shaping by completion length."""
 
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.choice import ChoiceLetter
@@ -8,6 +8,7 @@ from lit_grpo.rewards.format import Format
 from lit_grpo.rewards.mathverify import MathVerify
 from lit_grpo.rewards.pool import ScoringPool
 from lit_grpo.rewards.scoring import STANDARD_COUNTERS, Counted, Unscorable, call_reward, score_items
+from lit_grpo.rewards.shaping import OverlongPenalty, RewardShaping, ShapedRewards
 from lit_grpo.rewards.similarity import TextSimilarity
 from lit_grpo.rewards.weighted_sum import WeightedSum
 
@@ -25,4 +26,7 @@ __all__ = [
     "Counted",
     "Unscorable",
     "STANDARD_COUNTERS",
+    "RewardShaping",
+    "ShapedRewards",
+    "OverlongPenalty",
 ]
