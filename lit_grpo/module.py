@@ -319,7 +319,7 @@ class GRPOModule(PolicyModule):
                 self.manual_backward(loss)
             if self.loss.needs_old_logp:
                 ratios = ratio_statistics(batch.logp, batch.old_logp, batch.mask)
-                out.means.update(ratio=ratios["ratio"], policy_kl=ratios["policy_kl"])
+                out.means.update(ratio_mean=ratios["ratio"], policy_kl=ratios["policy_kl"])
                 step.add_extremes({"ratio_min": ratios["ratio_min"].item()}, {"ratio_max": ratios["ratio_max"].item()})
             step.add(loss, out, batch)
             if first_pass is not None:
