@@ -213,10 +213,9 @@ class GRPOModule(PolicyModule):
         self.observe(batch, rewards)  # the curriculum's running pass rates
         with timer("weight_sync_s"):
             self.engine.sync_weights(self.policy)
+        terms = {k: v.cpu() for k, v in {**reward_out.terms, **shaping_terms}.items()}  # name -> [N]
         stats = RolloutStats(batch, rollouts.texts, rewards.cpu(), advantages.cpu(), rollouts.lengths.cpu(),
-                             rollouts.truncated.cpu(), {k: v.cpu() for k, v in {**reward_out.terms,
-                                                                                **shaping_terms}.items()},
-                             reward_out.counters, drawn, rollouts)
+                             rollouts.truncated.cpu(), terms, reward_out.counters, drawn, rollouts)
         self.log_step(stats, update, timer)
         return {"loss": torch.tensor(update.loss), "rollout": stats}
 
