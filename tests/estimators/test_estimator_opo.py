@@ -81,3 +81,10 @@ def test_the_estimator_reads_the_lengths_it_is_given():
 def test_the_estimator_without_lengths_is_a_clear_error():
     with pytest.raises(ValueError, match=r"OPO needs the completion lengths: call it as estimator\(rewards, lengths="):
         OPO()(torch.tensor([[1.0, 0.0]]))
+
+
+def test_its_weight_curve_is_drgrpos_at_equal_lengths():
+    from lit_grpo.diagnostics.weight_curve import weight_curve
+
+    ps = [0.1, 0.5, 0.9]
+    torch.testing.assert_close(weight_curve(OPO(), 4, ps), weight_curve(DrGRPO(), 4, ps))
