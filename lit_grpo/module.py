@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from dataclasses import asdict, dataclass
@@ -148,6 +149,9 @@ class GRPOModule(PolicyModule):
                          lora=lora, gradient_checkpointing=gradient_checkpointing)
         self.estimator = estimator if estimator is not None else GRPO()
         self.loss = loss if loss is not None else PPOClip()
+        _check(_takes_lengths(self.estimator),
+               f"{type(self.estimator).__name__}.__call__ takes no `lengths` keyword; the training step passes the "
+               "completion lengths: write it as __call__(self, rewards, lengths=None) (an estimator may ignore them)")
         _check(group_size >= max(1, self.estimator.min_group_size),
                f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
                f"{self.estimator.min_group_size}; raise group_size")
@@ -492,6 +496,12 @@ class GRPOModule(PolicyModule):
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
+
+
+def _takes_lengths(estimator: AdvantageEstimator) -> bool:
+    """Whether ``estimator(rewards, lengths=...)`` is a valid call (the interface since lengths were added)."""
+    params = inspect.signature(estimator.__call__).parameters.values()
+    return any(p.name == "lengths" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _fused_adamw_ok(params: list[Tensor]) -> bool:
