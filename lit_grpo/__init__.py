@@ -16,19 +16,21 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
         ["AdvantageEstimator", "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance",
-         "ReinforcePlusPlus", "GPG", "PassAtK"],
+         "ReinforcePlusPlus", "GPG", "PassAtK", "OPO"],
         "lit_grpo.estimators",
     ),
-    **dict.fromkeys(["PolicyLoss", "PPOClip"], "lit_grpo.losses"),
+    **dict.fromkeys(["PolicyLoss", "PPOClip", "GSPO", "CISPO", "SAPO", "GMPO", "ImportanceCorrection", "TruncatedIS",
+                    "MaskedIS"], "lit_grpo.losses"),
     **dict.fromkeys(
-        ["RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format"],
+        ["RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
+         "RewardShaping", "OverlongPenalty"],
         "lit_grpo.rewards",
     ),
     **dict.fromkeys(["RolloutEngine", "HFGenerateEngine"], "lit_grpo.rollout"),
     "LoraSettings": "lit_grpo.lora",
     **dict.fromkeys(
         ["PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule", "GSM8K",
-         "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice"],
+         "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice", "PromptCurriculum"],
         "lit_grpo.data",
     ),
     "PolicyModule": "lit_grpo.policy",

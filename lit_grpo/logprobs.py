@@ -33,9 +33,11 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplie
 
 
 def sequence_logprobs(
-    policy: nn.Module, rollouts: Rollouts, temperature: float = 1.0, with_entropy: bool = False
+    policy: nn.Module, rollouts: Rollouts, temperature: float = 1.0, with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-probs ``[N, T]`` of the completion tokens under ``policy`` (and their entropy when asked).
+    """Log-probs ``[N, T]`` of the completion tokens under ``policy`` (and their entropy when asked; with
+    ``entropy_grad`` the entropy keeps its gradient, for an entropy bonus in the loss).
 
     Prompts are left padded and completions right padded, so position ids come from the attention mask.
     Only the ``T + 1`` last positions go through the LM head; when their logits would exceed
@@ -52,12 +54,14 @@ def sequence_logprobs(
         hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=positions,
                                      use_cache=False).last_hidden_state[:, -(t + 1) : -1]  # [N, T, H]
         head = model.get_output_embeddings()
-        return chunked_head_logprobs(head, hidden, rollouts.completion_ids, temperature, rows, with_entropy)
+        return chunked_head_logprobs(head, hidden, rollouts.completion_ids, temperature, rows, with_entropy,
+                                     entropy_grad)
     logits = policy(input_ids=ids, attention_mask=attn, position_ids=positions, logits_to_keep=t + 1,
                     use_cache=False).logits
     logits = logits[:, :-1]  # [N, T, V]: position j predicts completion token j
     logp = token_logprobs(logits, rollouts.completion_ids, temperature)  # [N, T]
-    entropy = token_entropy(logits.detach(), temperature) if with_entropy else None
+    entropy = token_entropy(logits if entropy_grad else logits.detach(), temperature, grad=entropy_grad) \
+        if with_entropy else None
     return logp, entropy
 
 
@@ -100,9 +104,10 @@ def chunked_head_logprobs(
     temperature: float = 1.0,
     chunk_rows: int = 1024,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-probs ``[N, T]`` of ``ids`` under ``head(hidden) / temperature`` (and the entropy ``[N, T]``,
-    without gradient, when asked), ``chunk_rows`` positions at a time.
+    """Log-probs ``[N, T]`` of ``ids`` under ``head(hidden) / temperature`` (and the entropy ``[N, T]``, with
+    gradient only when ``entropy_grad``, when asked), ``chunk_rows`` positions at a time.
 
     No ``[N, T, V]`` tensor exists at any point: each chunk's logits ``[C, V]`` are dropped after use and,
     when a gradient is needed, recomputed in the backward pass (activation checkpointing per chunk), so
@@ -114,7 +119,7 @@ def chunked_head_logprobs(
     logps, entropies = [], []
     for start in range(0, flat_ids.shape[0], chunk_rows):
         args = (head, flat_hidden[start : start + chunk_rows], flat_ids[start : start + chunk_rows], temperature,
-                with_entropy)
+                with_entropy, entropy_grad)
         logp, entropy = checkpoint(_head_chunk, *args, use_reentrant=False) if recompute else _head_chunk(*args)
         logps.append(logp)
         entropies.append(entropy)
@@ -122,20 +127,22 @@ def chunked_head_logprobs(
     return logp, torch.cat(entropies).view(ids.shape) if with_entropy else None
 
 
-def _head_chunk(head: nn.Module, hidden: Tensor, ids: Tensor, temperature: float, with_entropy: bool):
+def _head_chunk(head: nn.Module, hidden: Tensor, ids: Tensor, temperature: float, with_entropy: bool,
+                entropy_grad: bool = False):
     logits = head(hidden)  # [C, V]
-    return token_logprobs(logits, ids, temperature), token_entropy(logits, temperature) if with_entropy else None
+    entropy = token_entropy(logits, temperature, grad=entropy_grad) if with_entropy else None
+    return token_logprobs(logits, ids, temperature), entropy
 
 
-@torch.no_grad()
-def token_entropy(logits: Tensor, temperature: float = 1.0, chunk_size: int = 4096) -> Tensor:
-    """Entropy of each position's sampling distribution, ``[N, T]`` (no gradient)."""
-    flat = logits.reshape(-1, logits.shape[-1])
-    out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
-    for start in range(0, flat.shape[0], chunk_size):
-        logp = torch.log_softmax(flat[start : start + chunk_size].float() / temperature, dim=-1)
-        out[start : start + chunk_size] = -(logp.exp() * logp).sum(-1)
-    return out.view(logits.shape[:-1])
+def token_entropy(logits: Tensor, temperature: float = 1.0, chunk_size: int = 4096, grad: bool = False) -> Tensor:
+    """Entropy of each position's sampling distribution, ``[N, T]`` (with gradient only when ``grad``)."""
+    with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+        flat = logits.reshape(-1, logits.shape[-1])
+        parts = [flat.new_zeros(0, dtype=torch.float32)]
+        for start in range(0, flat.shape[0], chunk_size):
+            logp = torch.log_softmax(flat[start : start + chunk_size].float() / temperature, dim=-1)
+            parts.append(-(logp.exp() * logp).sum(-1))
+        return torch.cat(parts).view(logits.shape[:-1])
 
 
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+import logging
 import math
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from itertools import product
 from typing import Any, Literal
 
 import torch
@@ -18,16 +21,18 @@ from lit_grpo.checkpoint import (
     seed_step,
     set_rng_states,
 )
+from lit_grpo.data.curriculum import PromptCurriculum
 from lit_grpo.estimators import GRPO, AdvantageEstimator
 from lit_grpo.estimators.functional import constant_groups
 from lit_grpo.logprobs import logp_mismatch, sequence_logprobs
 from lit_grpo.lora import LoraSettings, adapters_disabled
 from lit_grpo.losses import Aggregation, LossInputs, PolicyLoss, PPOClip, token_weights
+from lit_grpo.losses.functional import ratio_statistics
 from lit_grpo.models.loading import DType, load_policy
 from lit_grpo.parallel import (
     check_layout,
     clip_grad_norm,
-    max_over_ranks,
+    extremes_over_ranks,
     min_over_ranks,
     reduce_ratios,
 )
@@ -35,32 +40,46 @@ from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import PolicyModule
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.scoring import DEFAULT_REWARD_TIMEOUT_S
+from lit_grpo.rewards.shaping import RewardShaping
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows, slice_rows
-from lit_grpo.step_metrics import UpdateStats
+from lit_grpo.step_metrics import StepStats, UpdateStats
 from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats
+
+logger = logging.getLogger(__name__)
 
 
 class GRPOModule(PolicyModule):
     """GRPO-family policy optimisation from verifiable rewards.
 
-    Each training step draws ``P`` prompts from the DataModule, samples ``group_size`` completions per
-    prompt, scores them, turns the rewards ``[P, G]`` into advantages with the estimator and takes
-    ``num_iterations`` optimizer steps on the policy loss (micro-batched, gradients accumulated).
-    ``trainer.max_steps`` counts optimizer steps. With several processes (DDP, or FSDP2 through
-    ``ModelParallelStrategy``) each rank draws its own ``P`` prompts and the loss divisors are summed over
-    ranks, so the update is the one-process update of the global batch; metrics are global too.
-    Randomness is reseeded from ``(seed, step, rank)`` before every step, so a resumed run is exact.
+    Each training step draws ``P`` prompts from the DataModule (the rollout batch), samples ``group_size``
+    completions per prompt, scores them, optionally shapes the rewards by length, turns them into advantages
+    with the estimator and takes ``steps_per_generation * num_iterations`` optimizer steps on the policy loss:
+    the batch is split into ``steps_per_generation`` mini-batches of whole groups, each an optimizer step
+    (micro-batched, gradients accumulated), and the pass over them repeats ``num_iterations`` times. The
+    trainer's log-probs of the batch are frozen before its first step, so from the second step on the
+    importance ratios differ from 1 and the loss's clip acts. ``trainer.max_steps`` counts optimizer steps: a
+    run draws ``max_steps / (steps_per_generation * num_iterations)`` rollout batches, and a batch cut short by
+    ``max_steps`` stops there. With several processes (DDP, or FSDP2 through ``ModelParallelStrategy``) each
+    rank draws its own ``P`` prompts and the loss divisors are summed over ranks, so the update is the
+    one-process update of the global batch; metrics are global too. Randomness is reseeded from
+    ``(seed, step, rank)`` before every step, so a resumed run is exact.
 
-    Logged every step: ``train/loss``, ``train/entropy``, ``train/grad_norm``, ``train/lr``,
-    ``train/nonfinite_steps``, the loss's statistics as ``train/<name>`` (PPOClip: ``train/clip_frac``, and
-    ``train/kl`` when ``beta > 0``); ``rollout/reward_mean``,
-    ``rollout/reward_std``, ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``,
-    ``rollout/prompts_drawn``; ``reward/<term>`` and ``reward/<counter>``; ``data/skipped_rows`` (bad rows the
-    DataModule skipped so far under ``skip_bad_rows``, every split; this process's count); ``perf/<phase>_s``,
-    ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged);
-    ``rollout/logp_diff_mean``, ``rollout/logp_diff_max`` and ``rollout/logp_kl_k3``: how far the engine's
-    sampling log-probs are from the trainer's on the sampled tokens, before the update (METHODS section 2).
+    Logged every training step (one rollout batch): ``train/loss`` and ``train/grad_norm`` (of its last
+    optimizer step), ``train/entropy`` (its first pass), ``train/lr``, ``train/nonfinite_steps``, the loss's
+    statistics as ``train/<name>`` (PPOClip: ``train/clip_frac``, and ``train/kl`` when ``beta > 0``) pooled
+    over its optimizer steps, and, when the loss reads old log-probs, ``train/ratio_mean``,
+    ``train/ratio_min``, ``train/ratio_max`` and ``train/policy_kl`` (k3 estimate of KL(pi_old || pi)): how far
+    the policy moved from the rollout policy; ``rollout/reward_mean``, ``rollout/reward_std``,
+    ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``, ``rollout/prompts_drawn``;
+    ``reward/<term>`` and ``reward/<counter>``; ``data/skipped_rows`` (bad rows the
+    DataModule skipped so far under ``skip_bad_rows``, every split; this process's count); ``perf/<phase>_s``, ``perf/step_s`` and ``perf/tokens_per_s``
+    (counts and throughput summed over ranks, times averaged); ``rollout/logp_diff_mean``,
+    ``rollout/logp_diff_max`` and ``rollout/logp_kl_k3``: how far the engine's sampling log-probs are from the
+    trainer's on the sampled tokens, before the update (METHODS section 2). With a curriculum,
+    ``rollout/retired_prompts`` and ``rollout/skipped_prompts``. When a rollout batch takes several optimizer
+    steps, each step's loss, gradient norm and loss statistics also go to the loggers as ``optim/<name>`` at
+    that optimizer step.
 
     Args:
         model: Hugging Face hub id or local directory of the initial policy.
@@ -69,11 +88,21 @@ class GRPOModule(PolicyModule):
         engine: Rollout engine (default ``HFGenerateEngine()``).
         loss: Policy loss (default ``PPOClip()``: clip ranges, dual clip, KL to a reference, truncated
             importance sampling); options on the command line: ``--model.loss.eps_high=0.28``.
+        shaping: Reward shaping by completion length between scoring and the estimator (e.g.
+            ``OverlongPenalty``, DAPO's soft overlong punishment); null = the rewards as scored.
         group_size: Completions per prompt (G).
-        aggregation: How token losses become the batch loss, whatever the loss (see METHODS: section 2).
-        num_iterations: Optimizer steps per rollout batch (mu). Old log-probs are computed once per batch
-            when ``> 1`` and the loss reads them; with 1 the update is on-policy and the ratio is exactly 1.
-        micro_batch_size: Completions per forward/backward (null = the whole batch); gradients accumulate.
+        aggregation: How token losses become the batch loss, whatever the loss (see METHODS: section 2). With
+            several mini-batches each is normalised over its own tokens (or completions).
+        drop_truncated: Leave completions that hit ``max_new_tokens`` without EOS out of the loss (DAPO's
+            overlong filtering); they still count in the group statistics of the estimator.
+        entropy_coef: Entropy bonus: ``- entropy_coef * entropy`` per token is added to the loss, aggregated like
+            it (0 = off). Every completion then carries gradient, also those with zero advantage.
+        steps_per_generation: Optimizer steps per pass over a rollout batch (its mini-batches of whole groups);
+            ``prompts_per_step`` must be a multiple of it.
+        num_iterations: Passes over each rollout batch (mu). Old log-probs are computed once per batch
+            when ``steps_per_generation * num_iterations > 1`` and the loss reads them; with one optimizer step
+            per batch the update is on-policy and the ratio is exactly 1.
+        micro_batch_size: Completions per forward/backward (null = the whole mini-batch); gradients accumulate.
         lr: AdamW learning rate.
         weight_decay: AdamW weight decay.
         betas: AdamW betas.
@@ -82,7 +111,10 @@ class GRPOModule(PolicyModule):
         filter_degenerate: Dynamic sampling: drop groups whose rewards are all equal (within the tolerance
             of the estimators, so every kept group can get a non-zero advantage) and draw further prompts
             (``DataModule.refill``) until ``P`` groups are kept or ``max_refill_batches`` is reached.
-        max_refill_batches: Most refill draws per step when ``filter_degenerate``.
+        max_refill_batches: Most refill draws per step when ``filter_degenerate`` (and, apart, to replace
+            prompts the curriculum retired).
+        curriculum: Retire prompts whose running pass rate is about 1 (or 0): skipped when drawn, the batch
+            topped up from the refill stream; null = every prompt stays.
         on_nonfinite: What a non-finite loss or gradient norm does: ``skip`` the step (counted in
             ``train/nonfinite_steps``) or ``raise``.
         max_nonfinite_steps: With ``skip``, this many consecutive skipped optimizer steps stop the run with
@@ -100,8 +132,12 @@ class GRPOModule(PolicyModule):
         estimator: AdvantageEstimator | None = None,
         engine: RolloutEngine | None = None,
         loss: PolicyLoss | None = None,
+        shaping: RewardShaping | None = None,
         group_size: int = 8,
         aggregation: Aggregation = "token-mean",
+        drop_truncated: bool = False,
+        entropy_coef: float = 0.0,
+        steps_per_generation: int = 1,
         num_iterations: int = 1,
         micro_batch_size: int | None = None,
         lr: float = 1e-5,
@@ -111,6 +147,7 @@ class GRPOModule(PolicyModule):
         max_grad_norm: float | None = 1.0,
         filter_degenerate: bool = False,
         max_refill_batches: int = 4,
+        curriculum: PromptCurriculum | None = None,
         on_nonfinite: Literal["skip", "raise"] = "skip",
         max_nonfinite_steps: int | None = 10,
         dtype: DType = "float32",
@@ -127,17 +164,25 @@ class GRPOModule(PolicyModule):
                          lora=lora, gradient_checkpointing=gradient_checkpointing, reward_timeout_s=reward_timeout_s)
         self.estimator = estimator if estimator is not None else GRPO()
         self.loss = loss if loss is not None else PPOClip()
+        _check(_takes_lengths(self.estimator),
+               f"{type(self.estimator).__name__}.__call__ takes no `lengths` keyword; the training step passes the "
+               "completion lengths: write it as __call__(self, rewards, lengths=None) (an estimator may ignore them)")
         _check(group_size >= max(1, self.estimator.min_group_size),
                f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
                f"{self.estimator.min_group_size}; raise group_size")
         _check(num_iterations >= 1, f"num_iterations={num_iterations} must be >= 1")
+        _check(steps_per_generation >= 1, f"steps_per_generation={steps_per_generation} must be >= 1")
         _check(micro_batch_size is None or micro_batch_size >= 1, f"micro_batch_size={micro_batch_size} must be >= 1")
         _check(lr > 0, f"lr={lr} must be > 0")
         _check(max_refill_batches >= 0, f"max_refill_batches={max_refill_batches} must be >= 0")
         _check(max_nonfinite_steps is None or max_nonfinite_steps >= 1,
                f"max_nonfinite_steps={max_nonfinite_steps} must be >= 1, or null to never stop")
-        self.group_size, self.aggregation = group_size, aggregation
-        self.num_iterations, self.micro_batch_size = num_iterations, micro_batch_size
+        _check(entropy_coef >= 0, f"entropy_coef={entropy_coef} must be >= 0 (a bonus; 0 = off)")
+        self.shaping, self.curriculum = shaping, curriculum
+        self.group_size, self.aggregation, self.drop_truncated = group_size, aggregation, drop_truncated
+        self.entropy_coef = entropy_coef
+        self.steps_per_generation, self.num_iterations = steps_per_generation, num_iterations
+        self.micro_batch_size = micro_batch_size
         self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
         self.max_grad_norm = max_grad_norm
         self.filter_degenerate, self.max_refill_batches = filter_degenerate, max_refill_batches
@@ -146,6 +191,7 @@ class GRPOModule(PolicyModule):
         self.ref_policy = None
         self.nonfinite_steps = 0
         self.rollout_seed: int | None = None  # base of the per-step seeds; saved in checkpoints
+        self._skipped_prompts = 0  # retired prompts drawn and skipped in the current step
         self.automatic_optimization = False
 
     def setup(self, stage: str) -> None:
@@ -153,6 +199,10 @@ class GRPOModule(PolicyModule):
         if stage == "fit" and hasattr(data, "prompts_per_step"):
             train = getattr(data, "splits", {}).get("train")
             check_layout(self.trainer.world_size, data.prompts_per_step, None if train is None else len(train))
+            _check(data.prompts_per_step % self.steps_per_generation == 0,
+                   f"prompts_per_step={data.prompts_per_step} is not a multiple of steps_per_generation="
+                   f"{self.steps_per_generation}: each optimizer step trains on an equal share of the rollout "
+                   f"batch's prompts; set data.prompts_per_step to a multiple of it")
 
     def configure_model(self) -> None:
         super().configure_model()
@@ -178,20 +228,29 @@ class GRPOModule(PolicyModule):
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict:
         timer = PhaseTimer()
         batch, rollouts, rewards, reward_out, drawn = self.collect(batch, timer)  # [P], [N, T], [P, G]
-        advantages = self.estimator(rewards)  # [P, G]
-        update = self.update(rollouts, advantages.reshape(-1), timer)  # num_iterations optimizer steps
+        lengths = rollouts.lengths.view(rewards.shape)  # [P, G] generated tokens
+        shaped, shaping_terms = self.shape(rewards, lengths)  # [P, G]: the rewards the estimator sees
+        advantages = self.estimator(shaped, lengths=lengths)  # [P, G]
+        update = self.update(rollouts, advantages.reshape(-1), timer)  # steps_per_generation x num_iterations steps
+        self.observe(batch, rewards)  # the curriculum's running pass rates
         with timer("weight_sync_s"):
             self.engine.sync_weights(self.policy)
+        terms = {k: v.cpu() for k, v in {**reward_out.terms, **shaping_terms}.items()}  # name -> [N]
         stats = RolloutStats(batch, rollouts.texts, rewards.cpu(), advantages.cpu(), rollouts.lengths.cpu(),
-                             rollouts.truncated.cpu(), {k: v.cpu() for k, v in reward_out.terms.items()},
-                             reward_out.counters, drawn, rollouts)
+                             rollouts.truncated.cpu(), terms, reward_out.counters, drawn, rollouts)
         self.log_step(stats, update, timer)
         return {"loss": torch.tensor(update.loss), "rollout": stats}
 
     def collect(self, batch: PromptBatch, timer: PhaseTimer):
-        """Generate and score groups; with ``filter_degenerate``, refill until ``P`` groups vary (on every
-        rank: each keeps as many groups as the rank with the fewest, so the ranks stay in step)."""
-        want, drawn, parts = len(batch), 0, []
+        """Generate and score groups of prompts the curriculum has not retired; with ``filter_degenerate``, refill
+        until ``P`` groups vary (on every rank: each keeps as many groups as the rank with the fewest, so the
+        ranks stay in step)."""
+        want, parts = len(batch), []
+        self._skipped_prompts = 0
+        batch, drawn = self._unretired(batch)
+        if self.curriculum is not None and self.trainer.world_size > 1:  # the ranks keep as many prompts
+            batch = batch.select(list(range(min_over_ranks(len(batch), self.trainer.strategy,
+                                                           self.trainer.world_size))))
         while True:
             with timer("generate_s"):
                 rollouts = self.engine.generate(batch.prompts, self.group_size, self.sampling)
@@ -207,68 +266,142 @@ class GRPOModule(PolicyModule):
                 have = min_over_ranks(have, self.trainer.strategy, self.trainer.world_size)
             if not self.filter_degenerate or have >= want or len(parts) > self.max_refill_batches:
                 break
-            batch = self.trainer.datamodule.refill(want - have)
+            batch, skipped = self._unretired(self.trainer.datamodule.refill(want - have))
+            drawn += skipped
         batch, rollouts, rewards, out = _merge(parts, self.tokenizer.pad_token_id)
         if len(batch) > min(want, have):
             batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, list(range(min(want, have))))
         return batch, rollouts.to(self.device), rewards, out, drawn
 
+    def shape(self, rewards: Tensor, lengths: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The rewards ``[P, G]`` after the ``shaping`` component, and its terms ``[N]`` (logged as reward/<term>)."""
+        if self.shaping is None:
+            return rewards, {}
+        shaped = self.shaping(rewards, lengths, self.sampling.max_new_tokens)
+        return shaped.rewards, {name: term.reshape(-1) for name, term in shaped.terms.items()}
+
     def update(self, rollouts: Rollouts, advantages: Tensor, timer: PhaseTimer) -> UpdateStats:
-        """``num_iterations`` optimizer steps on the loss: token weights and the frozen log-probs the loss reads,
-        then per micro-batch the log-prob forward, the loss and its backward, then the optimizer step."""
-        n = len(rollouts)
-        if n == 0:  # every group was filtered out: count the steps, change nothing
-            grad_norms = [self._optimizer_step(0.0) for _ in range(self.num_iterations)]
-            return UpdateStats(grad_norm=grad_norms[-1])
-        step = self.micro_batch_size or n
-        if step < n:  # micro-batches of similar lengths pad less; the sums, so the update, stay the same
-            rollouts, advantages = _by_length(rollouts, advantages)
+        """``steps_per_generation * num_iterations`` optimizer steps on the loss (fewer when ``max_steps`` comes
+        first): the frozen log-probs the loss reads, then each optimizer step on its mini-batch."""
         adv = advantages.to(self.device)  # [N]
-        weights = token_weights(rollouts.completion_mask, self.aggregation, self.sampling.max_new_tokens,
-                                **self._global_counts(rollouts.completion_mask))  # [N, T]
+        reused = self.steps_per_generation * self.num_iterations > 1
         old_logp = self._frozen_logprobs(self.policy, rollouts, timer, "old_logprob_s") \
-            if self.num_iterations > 1 and self.loss.needs_old_logp else None  # [N, T]
+            if reused and self.loss.needs_old_logp else None  # [N, T]
         ref_logp = self._reference_logprobs(rollouts, timer) if self.loss.needs_ref_logp else None  # [N, T]
-        train_logp = torch.zeros(rollouts.completion_ids.shape, device=self.device)  # [N, T], before the update
+        loss_mask = rollouts.completion_mask & ~rollouts.truncated[:, None] if self.drop_truncated \
+            else rollouts.completion_mask  # [N, T] the tokens in the loss
+        whole, minis = _Rows(rollouts, loss_mask, adv, old_logp, ref_logp), self._mini_batches(rollouts)
+        before = old_logp if old_logp is not None else torch.zeros(rollouts.completion_ids.shape, device=self.device)
         stats = UpdateStats()
-        for iteration in range(self.num_iterations):
-            stats = UpdateStats(entropy=stats.entropy)  # the loss of the last pass, the entropy of the first
-            for start in range(0, n, step):
-                mb, rows = slice_rows(rollouts, start, start + step), slice(start, start + step)
-                with timer("forward_s"):
-                    logp, entropy = sequence_logprobs(self.policy, mb, self.sampling.temperature,
-                                                      with_entropy=iteration == 0)  # [n, t]
-                    batch = self._loss_inputs(logp, mb, rows, adv, weights, old_logp, ref_logp)
-                    out = self.loss(batch)
-                    loss = (out.loss * batch.weights).sum()
-                with timer("backward_s"):
-                    self.manual_backward(loss)
-                if iteration == 0:
-                    train_logp[rows, : logp.shape[1]] = logp.detach()
-                stats.add(loss, out, batch, entropy)
-            with timer("optimizer_s"):
-                stats.grad_norm = self._optimizer_step(stats.loss)
-        mismatch = logp_mismatch(train_logp, rollouts.logprobs, rollouts.completion_mask)
-        stats.mismatch = {k: v.item() for k, v in mismatch.items()}
+        for iteration, rows in product(range(self.num_iterations), minis):
+            if 0 <= self.trainer.max_steps <= self.global_step:
+                break
+            stats.steps.append(self._step(whole.select(rows), rows, timer, stats if iteration == 0 else None,
+                                          before if old_logp is None else None))
+        if len(rollouts):  # the engine's log-probs against the trainer's before the update
+            mismatch = logp_mismatch(before, rollouts.logprobs, rollouts.completion_mask)
+            stats.mismatch = {k: v.item() for k, v in mismatch.items()}
         return stats
 
+    def observe(self, batch: PromptBatch, rewards: Tensor) -> None:
+        """Hand each prompt's mean reward over its group to the curriculum (every rank's, so all agree)."""
+        if self.curriculum is None:
+            return
+        means = [float("nan") if row.isnan().all() else float(row.nanmean()) for row in rewards.float().cpu()]
+        visits = list(zip(batch.ids, means, strict=True))
+        if self.trainer.world_size > 1:
+            visits = [v for rank in gather_objects(visits) for v in rank]
+        self.curriculum.observe(visits)
+
     # ---- pieces ------------------------------------------------------------------------------------
-    def _loss_inputs(self, logp: Tensor, mb: Rollouts, rows: slice, advantages: Tensor, weights: Tensor,
-                     old_logp: Tensor | None, ref_logp: Tensor | None) -> LossInputs:
-        """Micro-batch ``mb`` (rows ``rows`` of the rollout batch, ``t`` tokens) as the loss reads it: the
-        batch-wide ``advantages [N]``, ``weights``, ``old_logp`` and ``ref_logp [N, T]`` cut to it, and only the
-        log-probs the loss declares. Without frozen old log-probs (one optimizer step) they are ``logp``."""
+    def _step(self, rows: _Rows, index: Tensor, timer: PhaseTimer, first_pass: UpdateStats | None,
+              before: Tensor | None) -> StepStats:
+        """One optimizer step on ``rows`` (a mini-batch, rows ``index [n]`` of the batch): token weights over its
+        tokens, then per micro-batch the log-prob forward, the loss and its backward. ``first_pass``: where the
+        entropy goes on the first pass over the batch; ``before``: where the log-probs go when nothing was
+        frozen (one optimizer step per batch)."""
+        mask = rows.loss_mask
+        weights = token_weights(mask, self.aggregation, self.sampling.max_new_tokens,
+                                **self._global_counts(mask))  # [n, T]
+        step, size = StepStats(), self.micro_batch_size or max(len(rows.rollouts), 1)
+        for start in range(0, len(rows.rollouts), size):
+            part = slice(start, start + size)
+            mb = slice_rows(rows.rollouts, start, start + size)
+            with timer("forward_s"):
+                logp, entropy = sequence_logprobs(self.policy, mb, self.sampling.temperature,
+                                                  with_entropy=first_pass is not None or self.entropy_coef > 0,
+                                                  entropy_grad=self.entropy_coef > 0)  # [n, t]
+                batch = self._loss_inputs(logp, mb, rows, part, weights)
+                out = self.loss(batch)
+                loss = (out.loss * batch.weights).sum()
+                if self.entropy_coef > 0:  # a bonus: every token carries gradient, whatever its advantage
+                    loss = loss - self.entropy_coef * (entropy * batch.weights).sum()
+            with timer("backward_s"):
+                self.manual_backward(loss)
+            if self.loss.needs_old_logp:
+                ratios = ratio_statistics(batch.logp, batch.old_logp, batch.mask)
+                out.means.update(ratio_mean=ratios["ratio"], policy_kl=ratios["policy_kl"])
+                step.add_extremes({"ratio_min": ratios["ratio_min"].item()}, {"ratio_max": ratios["ratio_max"].item()})
+            step.add(loss, out, batch)
+            if first_pass is not None:
+                first_pass.add_entropy(entropy, batch.mask)
+            if before is not None:
+                before[index[part], : logp.shape[1]] = logp.detach()
+        with timer("optimizer_s"):
+            step.grad_norm = self._optimizer_step(step.loss)
+        return step
+
+    def _mini_batches(self, rollouts: Rollouts) -> list[Tensor]:
+        """Row indices ``[n]`` of each of the ``steps_per_generation`` mini-batches: whole groups, as even as the
+        group count allows (the same on every rank, which holds as many groups), sorted by length when
+        micro-batched (micro-batches of similar lengths pad less; the sums, so the update, stay the same)."""
+        groups = torch.arange(len(rollouts) // rollouts.group_size)
+        out = []
+        for chunk in groups.tensor_split(self.steps_per_generation):
+            rows = group_rows(chunk, rollouts.group_size)  # [n]
+            if self.micro_batch_size is not None and self.micro_batch_size < len(rows):
+                lengths = (rollouts.prompt_mask.sum(-1) + rollouts.completion_mask.sum(-1)).cpu()[rows]
+                rows = rows[lengths.argsort(stable=True)]
+            out.append(rows)
+        return out
+
+    def _loss_inputs(self, logp: Tensor, mb: Rollouts, rows: _Rows, part: slice, weights: Tensor) -> LossInputs:
+        """Micro-batch ``mb`` (rows ``part`` of the mini-batch ``rows``, ``t`` tokens) as the loss reads it: the
+        mini-batch's advantages, ``weights``, old and reference log-probs cut to it, and only the log-probs the
+        loss declares. Without frozen old log-probs (one optimizer step per batch) they are ``logp``."""
         t = logp.shape[1]
-        old = old_logp[rows, :t] if old_logp is not None else logp.detach()
+        old = rows.old_logp[part, :t] if rows.old_logp is not None else logp.detach()
         return LossInputs(
             logp=logp,
             old_logp=old if self.loss.needs_old_logp else None,
             engine_logp=mb.logprobs if self.loss.needs_engine_logp else None,
-            ref_logp=ref_logp[rows, :t] if ref_logp is not None else None,
-            advantages=advantages[rows],
-            mask=mb.completion_mask,
-            weights=weights[rows, :t],
+            ref_logp=rows.ref_logp[part, :t] if rows.ref_logp is not None else None,
+            advantages=rows.advantages[part],
+            mask=rows.loss_mask[part, :t],
+            weights=weights[part, :t],
         )
+
+    def _unretired(self, batch: PromptBatch) -> tuple[PromptBatch, int]:
+        """``batch`` without the prompts the curriculum retired, topped up from the refill stream (at most
+        ``max_refill_batches`` draws), and how many prompts were drawn and skipped. When every prompt drawn is
+        retired the first batch is kept as drawn (a warning says so)."""
+        if self.curriculum is None:
+            return batch, 0
+        want, first, parts, drawn = len(batch), batch, [], 0
+        for attempt in range(self.max_refill_batches + 1):
+            drawn += len(batch)
+            parts.append(batch.select(self.curriculum.active(batch.ids)))
+            have = sum(len(p) for p in parts)
+            if have >= want or attempt == self.max_refill_batches:
+                break
+            batch = self.trainer.datamodule.refill(want - have)
+        active = PromptBatch.concat(parts)
+        if len(active) == 0 and want > 0:
+            logger.warning("every prompt drawn this step is retired by the curriculum; training on the drawn "
+                           "prompts. Raise curriculum.retire_above, lower retire_below or add prompts")
+            active = first
+        self._skipped_prompts += drawn - len(active)
+        return active, drawn - len(active)
 
     @torch.no_grad()
     def _frozen_logprobs(self, policy, rollouts: Rollouts, timer: PhaseTimer, phase: str) -> Tensor:
@@ -331,10 +464,18 @@ class GRPOModule(PolicyModule):
         world, tokens = self.trainer.world_size, float(stats.lengths.sum())
         pairs = {**step_metrics.rollout_pairs(stats, world), **step_metrics.train_pairs(update),
                  **step_metrics.mismatch_pairs(update, tokens), **step_metrics.perf_pairs(timer, tokens, world)}
+        if self.curriculum is not None:
+            pairs["rollout/retired_prompts"] = (float(len(self.curriculum.retired)), 1.0)  # the same on every rank
+            pairs["rollout/skipped_prompts"] = (float(self._skipped_prompts), 1.0 / world)
+        rows = step_metrics.step_pairs(update) if len(update.steps) > 1 else []
+        pairs.update({f"{name}@{k}": value for k, row in enumerate(rows) for name, value in row.items()})
         metrics = step_metrics.finish(reduce_ratios(pairs, self.trainer.strategy, world))
+        mins, maxs = step_metrics.extremes(update, per_step=bool(rows))
         if "logp_diff_max" in update.mismatch:
-            metrics["rollout/logp_diff_max"] = max_over_ranks(update.mismatch["logp_diff_max"], self.trainer.strategy,
-                                                              world)
+            maxs["rollout/logp_diff_max"] = update.mismatch["logp_diff_max"]
+        mins, maxs = extremes_over_ranks(mins, maxs, self.trainer.strategy, world)
+        metrics.update({**mins, **maxs})
+        self._log_optimizer_steps(metrics, len(update.steps) if rows else 0)
         metrics["train/lr"] = self.optimizers().param_groups[0]["lr"]
         metrics["train/nonfinite_steps"] = float(self.nonfinite_steps)
         skipped = getattr(self.trainer.datamodule, "skipped_rows", None)  # PromptDataModule(skip_bad_rows=True)
@@ -342,6 +483,17 @@ class GRPOModule(PolicyModule):
             metrics["data/skipped_rows"] = float(sum(skipped.values()))
         self.log("rollout/reward_mean", metrics.pop("rollout/reward_mean"), prog_bar=True, batch_size=len(stats.batch))
         self.log_dict(metrics, batch_size=max(len(stats.batch), 1))
+
+    def _log_optimizer_steps(self, metrics: dict[str, float], steps: int) -> None:
+        """Move the ``optim/<name>@<k>`` entries of ``metrics`` to the loggers, one row per optimizer step ``k`` of
+        the rollout batch at that optimizer step's number (Lightning's own rows count training steps)."""
+        rows: list[dict[str, float]] = [{} for _ in range(steps)]
+        for key in [k for k in metrics if k.startswith("optim/")]:
+            name, _, k = key.rpartition("@")
+            rows[int(k)][name] = metrics.pop(key)
+        for k, row in enumerate(rows):
+            for log in self.loggers:
+                log.log_metrics(row, step=self.global_step - steps + k + 1)
 
     # ---- checkpoints: Lightning saves weights, optimizer, scheduler, data position; this module the rest ----
     def fingerprint(self) -> dict[str, Any]:
@@ -355,9 +507,12 @@ class GRPOModule(PolicyModule):
                 "lora": asdict(self.lora) if self.lora is not None else None, "dtype": self.dtype_name}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """The fingerprint, counters, rollout seed and every rank's random states (gathered on every rank)."""
+        """The fingerprint, counters, rollout seed and every rank's random states (gathered on every rank); the
+        curriculum's state (the same on every rank) beside them."""
         checkpoint["lit_grpo"] = {"fingerprint": self.fingerprint(), "nonfinite_steps": self.nonfinite_steps,
                                   "rollout_seed": self.rollout_seed, "rng": gather_objects(rng_states())}
+        if self.curriculum is not None:
+            checkpoint["lit_grpo_curriculum"] = self.curriculum.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Raise when the checkpoint was written with other settings; then restore what was saved."""
@@ -369,11 +524,19 @@ class GRPOModule(PolicyModule):
         rng = state.get("rng") or []
         if rng:
             set_rng_states(rng[self.global_rank] if self.global_rank < len(rng) else rng[0])
+        if self.curriculum is not None and "lit_grpo_curriculum" in checkpoint:
+            self.curriculum.load_state_dict(checkpoint["lit_grpo_curriculum"])
 
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
+
+
+def _takes_lengths(estimator: AdvantageEstimator) -> bool:
+    """Whether ``estimator(rewards, lengths=...)`` is a valid call (the interface since lengths were added)."""
+    params = inspect.signature(estimator.__call__).parameters.values()
+    return any(p.name == "lengths" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _fused_adamw_ok(params: list[Tensor]) -> bool:
@@ -384,11 +547,22 @@ def _fused_adamw_ok(params: list[Tensor]) -> bool:
     return bool(params) and all(p.device.type in ("cpu", "cuda") and not isinstance(p, DTensor) for p in params)
 
 
-def _by_length(rollouts: Rollouts, advantages: Tensor) -> tuple[Rollouts, Tensor]:
-    """The completions and their advantages ``[N]`` sorted by prompt + completion tokens (groups are not kept
-    together), so that consecutive micro-batches hold sequences of similar length."""
-    order = (rollouts.prompt_mask.sum(-1) + rollouts.completion_mask.sum(-1)).argsort(stable=True)  # [N]
-    return select_rows(rollouts, order), advantages[order.to(advantages.device)]
+@dataclass
+class _Rows:
+    """Completions one optimizer step trains on, with the batch-wide tensors cut to them."""
+
+    rollouts: Rollouts
+    loss_mask: Tensor  # [n, T] bool, the generated tokens in the loss (drop_truncated leaves some out)
+    advantages: Tensor  # [n]
+    old_logp: Tensor | None  # [n, T]
+    ref_logp: Tensor | None  # [n, T]
+
+    def select(self, rows: Tensor) -> _Rows:
+        """The completions ``rows [n']`` of these, in that order."""
+        index = rows.to(self.advantages.device)
+        return _Rows(select_rows(self.rollouts, rows), self.loss_mask[index], self.advantages[index],
+                     None if self.old_logp is None else self.old_logp[index],
+                     None if self.ref_logp is None else self.ref_logp[index])
 
 
 def _take_groups(batch: PromptBatch, rollouts: Rollouts, rewards: Tensor, out: RewardOutput, groups: list[int]):

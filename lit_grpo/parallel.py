@@ -205,6 +205,19 @@ def max_over_ranks(value: float, strategy: Any, world_size: int) -> float:
     return float(strategy.reduce(tensor, reduce_op="max").item())
 
 
+def extremes_over_ranks(
+    mins: dict[str, float], maxs: dict[str, float], strategy: Any, world_size: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The smallest of each of ``mins`` and the largest of each of ``maxs`` over all ranks, in one all-reduce."""
+    if world_size == 1 or not (mins or maxs):
+        return dict(mins), dict(maxs)
+    values = torch.tensor([-v for v in mins.values()] + list(maxs.values()), dtype=torch.float64,
+                          device=strategy.root_device)
+    values = strategy.reduce(values, reduce_op="max").cpu().tolist()
+    return ({k: -v for k, v in zip(mins, values[: len(mins)], strict=True)},
+            dict(zip(maxs, values[len(mins) :], strict=True)))
+
+
 def min_over_ranks(value: int, strategy: Any, world_size: int) -> int:
     """The smallest ``value`` over all ranks (the value itself with one process)."""
     if world_size == 1:

@@ -21,19 +21,18 @@ Pairs = dict[str, tuple[float, float]]
 
 
 @dataclass
-class UpdateStats:
-    """What the update on one rollout batch measured on this rank: the loss, gradient norm and loss statistics
-    of its last optimizer step, the entropy of its first pass, and the engine/trainer mismatch before it."""
+class StepStats:
+    """What one optimizer step measured on this rank: its loss, gradient norm and loss statistics."""
 
     loss: float = 0.0  # sum of (loss * weights) over the micro-batches: global, as the weights' divisors are
     grad_norm: float = 0.0
     means: Pairs = field(default_factory=dict)  # name -> (sum, count) over this rank's tokens or completions
     terms: dict[str, float] = field(default_factory=dict)  # name -> sum of (term * weights), like the loss
-    entropy: tuple[float, float] | None = None  # (sum, tokens), None when nothing was trained on
-    mismatch: dict[str, float] = field(default_factory=dict)  # logp_diff_mean, logp_diff_max, logp_kl_k3
+    mins: dict[str, float] = field(default_factory=dict)  # name -> smallest value on this rank
+    maxs: dict[str, float] = field(default_factory=dict)  # name -> largest value on this rank
 
-    def add(self, loss: Tensor, out: LossOutput, batch: LossInputs, entropy: Tensor | None) -> None:
-        """Fold in one micro-batch: its weighted loss, the loss's statistics and the entropy ``[n, T]``."""
+    def add(self, loss: Tensor, out: LossOutput, batch: LossInputs) -> None:
+        """Fold in one micro-batch: its weighted loss and the loss's statistics."""
         maskf = batch.mask.float()  # [n, T]
         self.loss += loss.item()
         for name, value in out.means.items():  # [n, T]: over tokens; [n]: over completions
@@ -47,9 +46,38 @@ class UpdateStats:
             self.means[name] = (old[0] + float(num), old[1] + float(den))
         for name, value in out.terms.items():
             self.terms[name] = self.terms.get(name, 0.0) + (value * batch.weights).sum().item()
-        if entropy is not None:
-            old = self.entropy or (0.0, 0.0)
-            self.entropy = (old[0] + (entropy * maskf).sum().item(), old[1] + maskf.sum().item())
+
+    def add_extremes(self, mins: dict[str, float], maxs: dict[str, float]) -> None:
+        for name, value in mins.items():
+            self.mins[name] = min(self.mins.get(name, math.inf), value)
+        for name, value in maxs.items():
+            self.maxs[name] = max(self.maxs.get(name, -math.inf), value)
+
+
+@dataclass
+class UpdateStats:
+    """What the update on one rollout batch measured on this rank: each optimizer step's statistics, the
+    entropy of its first pass over the batch, and the engine/trainer mismatch before it."""
+
+    steps: list[StepStats] = field(default_factory=list)  # one per optimizer step, in order
+    entropy: tuple[float, float] | None = None  # (sum, tokens), None when nothing was trained on
+    mismatch: dict[str, float] = field(default_factory=dict)  # logp_diff_mean, logp_diff_max, logp_kl_k3
+
+    @property
+    def loss(self) -> float:
+        """The loss of the last optimizer step."""
+        return self.steps[-1].loss if self.steps else 0.0
+
+    @property
+    def grad_norm(self) -> float:
+        """The gradient norm of the last optimizer step."""
+        return self.steps[-1].grad_norm if self.steps else 0.0
+
+    def add_entropy(self, entropy: Tensor, mask: Tensor) -> None:
+        """Fold in one micro-batch's token entropies ``[n, T]`` over its generated tokens ``mask``."""
+        maskf = mask.float()
+        old = self.entropy or (0.0, 0.0)
+        self.entropy = (old[0] + (entropy.detach() * maskf).sum().item(), old[1] + maskf.sum().item())
 
 
 def rollout_pairs(stats: RolloutStats, world_size: int) -> Pairs:
@@ -75,14 +103,49 @@ def rollout_pairs(stats: RolloutStats, world_size: int) -> Pairs:
 
 
 def train_pairs(update: UpdateStats) -> Pairs:
-    """``train/*`` pairs: the loss's means and the entropy over the global batch; the loss, its terms (KL) and
-    the gradient norm, which are global already, averaged over ranks."""
+    """``train/*`` pairs of a rollout batch: the loss and gradient norm of its last optimizer step (global already,
+    averaged over ranks), the loss's means pooled over all its optimizer steps and tokens (or completions) of the
+    global batch, its terms (KL) averaged over the steps, and the entropy of the first pass."""
     pairs: Pairs = {"train/loss": (update.loss, 1.0), "train/grad_norm": (update.grad_norm, 1.0)}
-    pairs.update({f"train/{name}": value for name, value in update.means.items()})
-    pairs.update({f"train/{name}": (value, 1.0) for name, value in update.terms.items()})
+    for step in update.steps:
+        for name, (num, den) in step.means.items():
+            old = pairs.get(f"train/{name}", (0.0, 0.0))
+            pairs[f"train/{name}"] = (old[0] + num, old[1] + den)
+        for name, value in step.terms.items():
+            old = pairs.get(f"train/{name}", (0.0, 0.0))
+            pairs[f"train/{name}"] = (old[0] + value / len(update.steps), 1.0)
     if update.entropy is not None:
         pairs["train/entropy"] = update.entropy
     return pairs
+
+
+def step_pairs(update: UpdateStats) -> list[Pairs]:
+    """One set of ``optim/*`` pairs per optimizer step of the rollout batch: its loss, gradient norm, the loss's
+    means and terms (the per-step view of :func:`train_pairs`)."""
+    rows = []
+    for step in update.steps:
+        row: Pairs = {"optim/loss": (step.loss, 1.0), "optim/grad_norm": (step.grad_norm, 1.0)}
+        row.update({f"optim/{name}": value for name, value in step.means.items()})
+        row.update({f"optim/{name}": (value, 1.0) for name, value in step.terms.items()})
+        rows.append(row)
+    return rows
+
+
+def extremes(update: UpdateStats, per_step: bool) -> tuple[dict[str, float], dict[str, float]]:
+    """``(minima, maxima)`` of this rank over the rollout batch's optimizer steps, as ``train/<name>``; and, with
+    ``per_step``, per step as ``optim/<name>@<k>``. The caller reduces them over ranks with a min and a max."""
+    mins: dict[str, float] = {}
+    maxs: dict[str, float] = {}
+    for k, step in enumerate(update.steps):
+        for name, value in step.mins.items():
+            mins[f"train/{name}"] = min(mins.get(f"train/{name}", math.inf), value)
+            if per_step:
+                mins[f"optim/{name}@{k}"] = value
+        for name, value in step.maxs.items():
+            maxs[f"train/{name}"] = max(maxs.get(f"train/{name}", -math.inf), value)
+            if per_step:
+                maxs[f"optim/{name}@{k}"] = value
+    return mins, maxs
 
 
 def mismatch_pairs(update: UpdateStats, tokens: float) -> Pairs:

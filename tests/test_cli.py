@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml"))
 ESTIMATORS = [
     "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance", "ReinforcePlusPlus", "GPG", "PassAtK",
+    "OPO",
 ]
 
 
@@ -136,3 +137,35 @@ def test_old_config_files_fail_with_the_new_spelling(capsys, tmp_path):
         LitGRPOCLI(args=["--config", str(path)], run=False)
     err = capsys.readouterr().err
     assert f"model.beta in {path}" in err and "--model.loss.beta=" in err and "init_args: {beta:" in err
+
+
+#: 2 tiny steps of each loss, and of the update's options together, from the command line: the option, and the
+#: scalars the run must have written.
+UPDATE_RUNS = {
+    "GSPO": (["--model.loss=GSPO", "--model.steps_per_generation=2"], {"train/seq_ratio", "optim/clip_frac"}),
+    "CISPO": (["--model.loss=CISPO", "--model.steps_per_generation=2"], {"train/clip_frac", "optim/ratio_max"}),
+    "SAPO": (["--model.loss=SAPO", "--model.steps_per_generation=2"], {"train/gate", "train/policy_kl"}),
+    "GMPO": (["--model.loss=GMPO", "--model.steps_per_generation=2"], {"train/seq_ratio", "train/ratio_min"}),
+    "options": ([
+        "--model.loss.correction=MaskedIS", "--model.loss.correction.level=geometric",
+        "--model.shaping=OverlongPenalty", "--model.shaping.buffer=2", "--model.drop_truncated=true",
+        "--model.entropy_coef=0.001", "--model.curriculum=PromptCurriculum", "--model.curriculum.min_visits=1",
+    ], {"train/is_masked_frac", "reward/overlong_penalty", "rollout/retired_prompts", "rollout/skipped_prompts"}),
+}
+
+
+@pytest.mark.parametrize("run", list(UPDATE_RUNS))
+def test_losses_and_update_options_run_a_few_steps(tmp_path, run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args, expected = UPDATE_RUNS[run]
+    main(["fit", "--config", "configs/quickstart.yaml", *args, "--trainer.max_steps=2", "--data.prompts_per_step=4",
+          "--model.group_size=4", "--data.max_val_prompts=4", "--trainer.val_check_interval=2",
+          "--trainer.enable_progress_bar=false", f"--trainer.logger.init_args.save_dir={tmp_path}"])
+    (run_dir,) = glob.glob(f"{tmp_path}/quickstart/version_*")
+    events = EventAccumulator(glob.glob(f"{run_dir}/events*")[0])
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert expected <= tags, expected - tags
+    saved = yaml.safe_load(Path(run_dir, "config.yaml").read_text())["model"]["init_args"]
+    assert saved["loss"]["class_path"].endswith(run if run != "options" else "PPOClip")

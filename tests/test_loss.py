@@ -6,7 +6,7 @@ import torch
 from lit_grpo.logprobs import kl_estimate, token_entropy, token_logprobs
 from lit_grpo.losses import LossInputs, LossOutput, PPOClip
 from lit_grpo.losses.functional import AGGREGATIONS, clipped_policy_loss, token_weights, truncated_is_weights
-from lit_grpo.step_metrics import UpdateStats
+from lit_grpo.step_metrics import StepStats
 
 
 def _batch(seed=0, n=6, t=5):
@@ -182,9 +182,9 @@ def test_ppo_clip_rejects_bad_options_naming_them(options, message):
 def test_loss_statistics_are_means_over_tokens_or_completions():
     batch = _inputs()
     mask = batch.mask.float()
-    stats = UpdateStats()
-    stats.add(torch.tensor(1.0), LossOutput(batch.logp, means={"tok": mask * 2, "seq": torch.arange(6.0)}), batch, None)
+    stats = StepStats()
+    stats.add(torch.tensor(1.0), LossOutput(batch.logp, means={"tok": mask * 2, "seq": torch.arange(6.0)}), batch)
     assert stats.means["tok"] == (2 * mask.sum().item(), mask.sum().item())  # padding left out
     assert stats.means["seq"] == (15.0, 6.0)
     with pytest.raises(ValueError, match=r"'bad' has shape \(6, 1\); a mean is \[n, T\]"):
-        stats.add(torch.tensor(1.0), LossOutput(batch.logp, means={"bad": torch.ones(6, 1)}), batch, None)
+        stats.add(torch.tensor(1.0), LossOutput(batch.logp, means={"bad": torch.ones(6, 1)}), batch)

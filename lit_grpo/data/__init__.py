@@ -1,5 +1,6 @@
 """Prompt sources, tasks and the DataModule that serves them."""
 
+from lit_grpo.data.curriculum import PromptCurriculum
 from lit_grpo.data.datamodule import PromptDataModule
 from lit_grpo.data.multiple_choice import MultipleChoice
 from lit_grpo.data.records import BadRowError
@@ -12,5 +13,5 @@ from lit_grpo.data.templates import THINK_TEMPLATE, PromptStyle
 __all__ = [
     "PromptSource", "RowSource", "FileSource", "HubSource",
     "SyntheticArithmetic", "SyntheticChoice", "GSM8K", "MATH500", "MultipleChoice", "ReferenceText",
-    "PromptDataModule", "PromptStream", "BadRowError", "PromptStyle", "THINK_TEMPLATE",
+    "PromptDataModule", "PromptStream", "BadRowError", "PromptStyle", "THINK_TEMPLATE", "PromptCurriculum",
 ]  # fmt: skip

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from lit_grpo.diagnostics.budget import advantage_mass
+from lit_grpo.estimators.base import AdvantageEstimator
 
 Estimator = Callable[[Tensor], Tensor]
 
@@ -44,7 +45,11 @@ def _advantages(estimator: Estimator, G: int) -> Tensor:
     min_g = getattr(estimator, "min_group_size", 1)
     if G < min_g:
         raise ValueError(f"group size G={G} is below the estimator's min_group_size={min_g}")
-    adv = estimator(binary_groups(G)).detach().double()  # [G + 1, G]
+    groups = binary_groups(G)
+    # estimators get equal completion lengths (a length-weighted baseline, OPO's, is then the group mean)
+    adv = estimator(groups, lengths=torch.ones(G + 1, G)) if isinstance(estimator, AdvantageEstimator) \
+        else estimator(groups)
+    adv = adv.detach().double()  # [G + 1, G]
     if adv.shape != (G + 1, G):
         raise ValueError(f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(G + 1, G)}")
     return adv

@@ -5,6 +5,7 @@ from lit_grpo.estimators.drgrpo import DrGRPO
 from lit_grpo.estimators.gpg import GPG
 from lit_grpo.estimators.grpo import GRPO
 from lit_grpo.estimators.maxrl import MaxRL
+from lit_grpo.estimators.opo import OPO
 from lit_grpo.estimators.passk import PassAtK
 from lit_grpo.estimators.reinforce_pp import ReinforcePlusPlus
 from lit_grpo.estimators.rloo import RLOO
@@ -18,6 +19,7 @@ __all__ = [
     "GPG",
     "GRPO",
     "MaxRL",
+    "OPO",
     "PassAtK",
     "RLOO",
     "ReinforcePlusPlus",

@@ -18,8 +18,12 @@ class AdvantageEstimator(ABC):
     min_group_size: int = 1
 
     @abstractmethod
-    def __call__(self, rewards: Tensor) -> Tensor:
-        """``rewards [P, G]`` (float, NaN = unscorable) -> ``advantages [P, G]`` (float32)."""
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """``rewards [P, G]`` (float, NaN = unscorable) -> ``advantages [P, G]`` (float32).
+
+        ``lengths [P, G]``: the completions' lengths in tokens, which the training step always passes; an
+        estimator that does not use them ignores them (OPO needs them).
+        """
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())

@@ -15,5 +15,5 @@ class DrGRPO(AdvantageEstimator):
     2503.20783). Pairs with the ``seq-sum-constant`` loss aggregation. Constant groups give exactly 0.
     """
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return drgrpo_advantages(rewards)

@@ -46,5 +46,5 @@ class GPG(AdvantageEstimator):
         self.normalize = normalize
         self.eps = eps
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return gpg_advantages(rewards, normalize=self.normalize, eps=self.eps, reduce=sum_over_ranks)

@@ -51,5 +51,5 @@ class GRPO(AdvantageEstimator):
         """Whether an advantage depends on other groups of the batch (``scale="batch"``)."""
         return self.scale == "batch"
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return grpo_advantages(rewards, std=self.std, eps=self.eps, scale=self.scale, reduce=sum_over_ranks)

@@ -23,5 +23,5 @@ class MaxRL(AdvantageEstimator):
         check_positive("MaxRL eps", eps, "1e-6")
         self.eps = eps
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return maxrl_advantages(rewards, eps=self.eps)

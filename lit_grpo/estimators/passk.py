@@ -45,5 +45,5 @@ class PassAtK(AdvantageEstimator):
     def min_group_size(self) -> int:  # type: ignore[override]
         return self.k
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return pass_at_k_advantages(rewards, k=self.k, variant=self.variant)

@@ -45,5 +45,5 @@ class ReinforcePlusPlus(AdvantageEstimator):
         self.std = std
         self.eps = eps
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return reinforce_pp_advantages(rewards, std=self.std, eps=self.eps, reduce=sum_over_ranks)

@@ -16,5 +16,5 @@ class RLOO(AdvantageEstimator):
     group with fewer than two of them gives 0 (G = 1 is allowed and yields no signal).
     """
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return rloo_advantages(rewards)

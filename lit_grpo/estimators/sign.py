@@ -27,5 +27,5 @@ class Sign(AdvantageEstimator):
         check_choice("Sign all_wrong", all_wrong, ("push", "zero"))
         self.all_wrong = all_wrong
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return sign_advantages(rewards, self.all_wrong)

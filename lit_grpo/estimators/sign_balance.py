@@ -35,5 +35,5 @@ class SignBalance(AdvantageEstimator):
         self.c = c
         self.all_correct = all_correct
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return sign_balance_advantages(rewards, c=self.c, all_correct=self.all_correct)

@@ -24,5 +24,5 @@ class SoftmaxGRPO(AdvantageEstimator):
         check_positive("SoftmaxGRPO tau", tau, "0.1 for binary rewards or 0.3 for rewards in [0, 1]")
         self.tau = tau
 
-    def __call__(self, rewards: Tensor) -> Tensor:
+    def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         return softmax_advantages(rewards, tau=self.tau)

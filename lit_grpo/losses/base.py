@@ -65,8 +65,9 @@ class PolicyLoss(ABC):
 
     @property
     def needs_engine_logp(self) -> bool:
-        """Reads ``engine_logp`` (the engine's sampling log-probs, e.g. for importance corrections)."""
-        return False
+        """Reads ``engine_logp`` (the engine's sampling log-probs): when the loss has an importance ``correction``
+        (:mod:`lit_grpo.losses.correction`)."""
+        return getattr(self, "correction", None) is not None
 
     @abstractmethod
     def __call__(self, batch: LossInputs) -> LossOutput:

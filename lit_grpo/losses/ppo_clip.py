@@ -6,7 +6,8 @@ from typing import Literal, get_args
 
 from lit_grpo.logprobs import KLEstimator
 from lit_grpo.losses.base import LossInputs, LossOutput, PolicyLoss
-from lit_grpo.losses.functional import TISLevel, clipped_policy_loss, kl_penalty, truncated_is_weights
+from lit_grpo.losses.correction import ImportanceCorrection, TruncatedIS, apply_correction
+from lit_grpo.losses.functional import TISLevel, clipped_policy_loss, kl_penalty
 
 
 class PPOClip(PolicyLoss):
@@ -30,6 +31,8 @@ class PPOClip(PolicyLoss):
             token by its completion's capped product). Corrects for an engine (vLLM) whose numerics differ
             from the trainer's.
         tis_cap: The truncation C of the importance weights.
+        correction: An importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``); ``tis``
+            is its shorthand ``TruncatedIS(level=tis, cap=tis_cap)``, so set one or the other.
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class PPOClip(PolicyLoss):
         kl_estimator: KLEstimator = "k3",
         tis: Literal["off"] | TISLevel = "off",
         tis_cap: float = 2.0,
+        correction: ImportanceCorrection | None = None,
     ) -> None:
         _check(0 <= eps_low < 1 and eps_high >= 0,
                f"eps_low={eps_low}, eps_high={eps_high}: need 0 <= eps_low < 1 and eps_high >= 0")
@@ -52,22 +56,20 @@ class PPOClip(PolicyLoss):
         _check(tis_cap > 0, f"tis_cap={tis_cap} must be > 0 (2 is the usual choice)")
         self.eps_low, self.eps_high, self.dual_clip = eps_low, eps_high, dual_clip
         self.beta, self.kl_estimator = beta, kl_estimator
+        _check(tis == "off" or correction is None,
+               f"tis={tis!r} and correction={correction!r} both correct the engine mismatch; set only one")
         self.tis, self.tis_cap = tis, tis_cap
+        self.correction = TruncatedIS(tis, tis_cap) if tis != "off" else correction
 
     @property
     def needs_ref_logp(self) -> bool:
         return self.beta > 0
 
-    @property
-    def needs_engine_logp(self) -> bool:
-        return self.tis != "off"
-
     def __call__(self, batch: LossInputs) -> LossOutput:
         loss, clipped = clipped_policy_loss(batch.logp, batch.old_logp, batch.advantages, self.eps_low,
                                             self.eps_high, self.dual_clip)  # [n, T]
-        if self.tis != "off":  # the engine drew the tokens: reweight towards the trainer's policy
-            loss = loss * truncated_is_weights(batch.old_logp, batch.engine_logp, batch.mask, self.tis, self.tis_cap)
-        out = LossOutput(loss, means={"clip_frac": clipped.float()})
+        loss, correction_stats = apply_correction(self.correction, loss, batch)  # the engine drew the tokens
+        out = LossOutput(loss, means={"clip_frac": clipped.float(), **correction_stats})
         if self.beta > 0:
             penalty, out.terms["kl"] = kl_penalty(batch.logp, batch.ref_logp, self.beta, self.kl_estimator)
             out.loss = out.loss + penalty

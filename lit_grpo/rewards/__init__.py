@@ -1,5 +1,5 @@
 """Reward functions: the interface, exact match, math-verify, choice letters, text similarity, format,
-weighted sums, and the scoring helpers (item-by-item scoring, worker pools)."""
+weighted sums, the scoring helpers (item-by-item scoring, worker pools), and reward shaping by completion length."""
 
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.choice import ChoiceLetter
@@ -15,6 +15,7 @@ from lit_grpo.rewards.scoring import (
     call_reward,
     score_items,
 )
+from lit_grpo.rewards.shaping import OverlongPenalty, RewardShaping, ShapedRewards
 from lit_grpo.rewards.similarity import TextSimilarity
 from lit_grpo.rewards.weighted_sum import WeightedSum
 
@@ -33,4 +34,7 @@ __all__ = [
     "Counted",
     "Unscorable",
     "STANDARD_COUNTERS",
+    "RewardShaping",
+    "ShapedRewards",
+    "OverlongPenalty",
 ]

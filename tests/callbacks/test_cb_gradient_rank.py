@@ -203,7 +203,7 @@ def test_training_is_unchanged_and_ranks_are_logged(fit_run):
 
 
 class Zero(AdvantageEstimator):
-    def __call__(self, rewards):
+    def __call__(self, rewards, lengths=None):
         return torch.zeros_like(rewards)
 
 

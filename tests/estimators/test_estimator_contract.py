@@ -29,11 +29,15 @@ def _rewards() -> torch.Tensor:
     return r
 
 
+#: Completion lengths ``[P, G]`` in tokens, passed to every estimator as the training step does.
+LENGTHS = torch.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8], [9, 7, 9, 3, 2, 3], [8, 4, 6, 2, 6, 4]])
+
+
 def test_every_estimator_is_discovered():
     names = {cls.__name__ for cls in CLASSES}
     assert names == {
         "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance", "ReinforcePlusPlus", "GPG",
-        "PassAtK",
+        "PassAtK", "OPO",
     }  # fmt: skip
 
 
@@ -49,13 +53,13 @@ def test_output_contract(cls):
     estimator = cls()
     rewards = _rewards().requires_grad_()
     before = rewards.detach().clone()
-    adv = estimator(rewards)
+    adv = estimator(rewards, lengths=LENGTHS)
     assert adv.shape == rewards.shape
     assert adv.dtype == torch.float32
     assert adv.isfinite().all()
     assert not adv.requires_grad and adv.grad_fn is None
     torch.testing.assert_close(rewards.detach(), before, rtol=0, atol=0, equal_nan=True)
-    assert torch.equal(adv, estimator(rewards))
+    assert torch.equal(adv, estimator(rewards, lengths=LENGTHS))
     assert torch.equal(adv[2], torch.zeros(6))  # all-unscorable group
     assert adv[1, 2] == 0  # unscorable completion
 
@@ -63,12 +67,12 @@ def test_output_contract(cls):
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
 def test_groups_are_independent_and_p_equal_one_works(cls):
     estimator, rewards = cls(), _rewards()
-    rows = torch.cat([estimator(row[None]) for row in rewards])
+    rows = torch.cat([estimator(row[None], lengths=lens[None]) for row, lens in zip(rewards, LENGTHS, strict=True)])
     if not getattr(estimator, "couples_groups", False):
-        assert torch.equal(estimator(rewards), rows)
+        assert torch.equal(estimator(rewards, lengths=LENGTHS), rows)
         return
     # a batch-coupled estimator scales each group by a positive number taken from the batch
-    together = estimator(rewards)
+    together = estimator(rewards, lengths=LENGTHS)
     assert (together != 0).sum() >= 6  # groups 0 and 3 vary
     for alone, joint in zip(rows, together, strict=True):
         assert torch.equal(alone == 0, joint == 0) and torch.equal(alone > 0, joint > 0)
@@ -85,16 +89,17 @@ def test_coupled_estimators_declare_it():
 def test_completions_within_a_group_are_exchangeable(cls):
     estimator, rewards = cls(), _rewards()
     perm = torch.randperm(6, generator=torch.Generator().manual_seed(1))
-    torch.testing.assert_close(estimator(rewards[:, perm]), estimator(rewards)[:, perm])
+    torch.testing.assert_close(estimator(rewards[:, perm], lengths=LENGTHS[:, perm]),
+                               estimator(rewards, lengths=LENGTHS)[:, perm])
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
 def test_any_floating_dtype_gives_float32(cls, dtype):
     rewards = _rewards()
-    adv = cls()(rewards.to(dtype))
+    adv = cls()(rewards.to(dtype), lengths=LENGTHS)
     assert adv.dtype == torch.float32
-    torch.testing.assert_close(adv, cls()(rewards))
+    torch.testing.assert_close(adv, cls()(rewards, lengths=LENGTHS))
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)

@@ -1,10 +1,11 @@
-"""OPO's length-weighted baseline (a pure function until the estimator call carries lengths)."""
+"""OPO's length-weighted baseline: the pure function and the estimator the training step calls with lengths."""
 
 import math
 
+import pytest
 import torch
 
-from lit_grpo.estimators import DrGRPO
+from lit_grpo.estimators import OPO, DrGRPO
 from lit_grpo.estimators.functional import opo_advantages
 
 NAN = math.nan
@@ -66,3 +67,24 @@ def test_output_contract():
     adv = opo_advantages(rewards, lengths)
     assert adv.dtype == torch.float32 and adv.grad_fn is None
     torch.testing.assert_close(adv, torch.tensor([[0.25, -0.75, 0.0]]))
+
+
+def test_the_estimator_reads_the_lengths_it_is_given():
+    rewards = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    lengths = torch.tensor([[1, 2, 3, 4]] * 5)
+    # methods.md section 5, column "OPO, lengths 1 2 3 4"
+    expected = torch.tensor([[0.9, -0.1, -0.1, -0.1], [0.7, 0.7, -0.3, -0.3], [0.4, 0.4, 0.4, -0.6], [0.0] * 4,
+                             [0.0] * 4])
+    torch.testing.assert_close(OPO()(rewards, lengths=lengths), expected)
+
+
+def test_the_estimator_without_lengths_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"OPO needs the completion lengths: call it as estimator\(rewards, lengths="):
+        OPO()(torch.tensor([[1.0, 0.0]]))
+
+
+def test_its_weight_curve_is_drgrpos_at_equal_lengths():
+    from lit_grpo.diagnostics.weight_curve import weight_curve
+
+    ps = [0.1, 0.5, 0.9]
+    torch.testing.assert_close(weight_curve(OPO(), 4, ps), weight_curve(DrGRPO(), 4, ps))

@@ -66,6 +66,27 @@ def test_sigkill_mid_training_resumes_exactly(uninterrupted, tmp_path):
     assert _metrics(tmp_path) == _metrics(uninterrupted)  # rewards, lengths, loss, entropy... of every step
 
 
+MINI = {**SAMPLED, "steps_per_generation": 2}  # two optimizer steps per rollout batch
+
+
+def test_sigkill_between_the_optimizer_steps_of_a_rollout_batch_resumes_exactly(tmp_path):
+    """Killed in the second optimizer step of the second rollout batch: the checkpoint is the one written after
+    the first batch (checkpoints fall between rollout batches), and the resumed run is the uninterrupted one."""
+    whole = tmp_path / "whole"
+    train_tiny.run_single(whole, STEPS, **MINI)
+    assert sorted(_metrics(whole)) == [2, 4, 6]  # one row per rollout batch, at its last optimizer step
+    env = {**os.environ, "PYTHONPATH": str(Path(train_tiny.__file__).parents[2])}
+    cmd = [sys.executable, train_tiny.__file__, "kill", str(tmp_path / "parts"), "--steps", str(STEPS), "--kill-at", "3",
+           "--steps-per-generation", "2", "--threads", str(torch.get_num_threads())]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    last = tmp_path / "parts" / "ckpt" / "last.ckpt"
+    assert sorted(_metrics(tmp_path / "parts")) == [2] and torch.load(last, weights_only=True)["global_step"] == 2
+    train_tiny.run_single(tmp_path / "parts", STEPS, resume=str(last), **MINI)
+    _same_params(tmp_path / "parts", whole)
+    assert _metrics(tmp_path / "parts") == _metrics(whole)
+
+
 def test_resume_at_an_epoch_boundary_continues(tmp_path):
     """8 prompts, 2 per step: an epoch is 4 steps; the checkpoint of step 4 ends epoch 0."""
 

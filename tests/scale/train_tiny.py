@@ -48,6 +48,9 @@ LOGGED = (
     "train/entropy",
     "train/grad_norm",
     "train/kl",
+    "train/ratio_mean",
+    "train/ratio_max",
+    "train/policy_kl",
 )
 
 
@@ -314,12 +317,14 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--kill-at", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", nargs="*", default=None, help="parallel mode: run only these configurations")
+    parser.add_argument("--steps-per-generation", type=int, default=1, help="kill mode: optimizer steps per batch")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.mode == "parallel":
         run_parallel(args.out, args.steps, args.only)
     else:
-        run_single(args.out, args.steps, kill_at=args.kill_at, engine="hf", loss=PPOClip(), num_iterations=1)
+        run_single(args.out, args.steps, kill_at=args.kill_at, engine="hf", loss=PPOClip(), num_iterations=1,
+                   steps_per_generation=args.steps_per_generation)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,71 @@
+"""Reward shaping by completion length: a step between scoring and the estimator that sees token counts.
+
+A reward function scores texts; shaping by length needs each completion's length in tokens, which the
+training step has. ``GRPOModule(shaping=...)`` applies a :class:`RewardShaping` to the rewards ``[P, G]``
+before the estimator; the raw rewards stay what the diagnostics and dynamic sampling read.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class ShapedRewards:
+    """Shaped rewards ``[P, G]`` (NaN where the reward was unscorable) and the shaping terms ``[P, G]``, each
+    logged as ``reward/<name>`` (its mean over scorable completions)."""
+
+    rewards: Tensor
+    terms: dict[str, Tensor] = field(default_factory=dict)
+
+
+class RewardShaping(ABC):
+    """Turns the rewards of ``P`` groups and their completion lengths into shaped rewards."""
+
+    @abstractmethod
+    def __call__(self, rewards: Tensor, lengths: Tensor, max_new_tokens: int) -> ShapedRewards:
+        """``rewards [P, G]`` (NaN = unscorable), ``lengths [P, G]`` generated tokens -> shaped rewards."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int, penalty: float = 1.0) -> Tensor:
+    """DAPO's soft overlong punishment ``[P, G]``: 0 up to ``max_new_tokens - buffer`` tokens, then falling
+    linearly to ``-penalty`` at ``max_new_tokens`` (``-penalty`` beyond, which generation never reaches).
+
+    ``lengths`` count each completion's generated tokens (EOS included), never its padding or prompt.
+    """
+    if not 0 < buffer <= max_new_tokens:
+        raise ValueError(f"OverlongPenalty: buffer={buffer} must be in 1..max_new_tokens ({max_new_tokens})")
+    over = (lengths.double() - (max_new_tokens - buffer)).clamp(min=0.0, max=float(buffer))  # [P, G]
+    return (-penalty * over / buffer).float()
+
+
+class OverlongPenalty(RewardShaping):
+    """DAPO's soft overlong punishment (Yu et al., arXiv 2503.14476): adds 0 to a completion's reward up to
+    ``max_new_tokens - buffer`` tokens, then a penalty falling linearly to ``-penalty`` over the last ``buffer``
+    tokens, so a completion cut at ``max_new_tokens`` gets ``-penalty`` (METHODS.md section 6). Logged as
+    ``reward/overlong_penalty``.
+
+    Args:
+        buffer: Length of the punishment interval in tokens (DAPO: 4096 of 20480); at most ``max_new_tokens``.
+        penalty: Penalty at ``max_new_tokens`` (DAPO: 1).
+    """
+
+    def __init__(self, buffer: int, penalty: float = 1.0) -> None:
+        if buffer < 1:
+            raise ValueError(f"OverlongPenalty: buffer={buffer} must be >= 1 token")
+        if not penalty >= 0:
+            raise ValueError(f"OverlongPenalty: penalty={penalty} must be >= 0")
+        self.buffer, self.penalty = buffer, penalty
+
+    def __call__(self, rewards: Tensor, lengths: Tensor, max_new_tokens: int) -> ShapedRewards:
+        term = overlong_penalty(lengths.to(rewards.device), max_new_tokens, self.buffer, self.penalty)  # [P, G]
+        term = torch.where(rewards.isnan(), torch.nan, term)
+        return ShapedRewards(rewards + term, {"overlong_penalty": term})
