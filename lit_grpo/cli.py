@@ -50,6 +50,10 @@ def main(args: list[str] | None = None) -> None:
         from lit_grpo.experiments.cli import compare_main
 
         raise SystemExit(compare_main(argv[1:]))
+    if argv and argv[0] == "models":
+        from lit_grpo.models.cli import models_main
+
+        raise SystemExit(models_main(argv[1:]))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import lit_grpo  # noqa: F401  (registers every component for short names)
 

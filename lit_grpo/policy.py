@@ -14,6 +14,7 @@ from torchmetrics import MeanMetric
 
 from lit_grpo.lora import LoraSettings, apply_lora, base_model, is_peft, meta_copy
 from lit_grpo.loss import chunked_head_logprobs, token_entropy, token_logprobs
+from lit_grpo.models.sources import resolve_model
 from lit_grpo.parallel import is_fsdp1, is_sharded, shard_policy, wrap_fsdp1
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.scoring import call_reward
@@ -33,6 +34,7 @@ def load_tokenizer(model: str):
     """The tokenizer of a hub id or local directory, with a clear error when it cannot be found."""
     from transformers import AutoTokenizer
 
+    model = resolve_model(model)  # a packaged model or a .gguf file: its converted directory
     _check_model_path(model)
     try:
         return AutoTokenizer.from_pretrained(model)
@@ -44,6 +46,7 @@ def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False
     """A causal LM from a hub id or local directory; ``from_scratch`` initialises its config randomly."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    model = resolve_model(model)  # a packaged model or a .gguf file: its converted directory
     _check_model_path(model)
     torch_dtype = getattr(torch, dtype)
     try:
