@@ -11,6 +11,7 @@ from lit_grpo.data import (
     ReferenceText,
     SyntheticArithmetic,
     SyntheticChoice,
+    WordProblems,
 )
 from lit_grpo.estimators import GRPO, RLOO, AdvantageEstimator, DrGRPO, MaxRL, Sign, SignBalance, SoftmaxGRPO
 from lit_grpo.lora import LoraSettings
@@ -20,6 +21,7 @@ from lit_grpo.rewards import (
     ChoiceLetter,
     ExactMatch,
     Format,
+    LastNumber,
     MathVerify,
     RewardFunction,
     TextSimilarity,
@@ -33,10 +35,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdvantageEstimator", "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance",
-    "RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
+    "RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format", "LastNumber",
     "RolloutEngine", "HFGenerateEngine", "LoraSettings",
     "PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule",
-    "GSM8K", "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice",
+    "GSM8K", "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice", "WordProblems",
     "PolicyModule", "GRPOModule", "SFTModule",
     "PromptBatch", "Rollouts", "RolloutStats", "RewardOutput", "SamplingParams",
 ]

@@ -27,10 +27,10 @@ class LastNumber(RewardFunction):
     """1.0 when the last number in the completion equals the reference's answer, else 0.0.
 
     For instruction-tuned models that answer in prose ("59 + 63 = 122. The answer is 122."): no answer
-    marker is needed, the last number written counts. Both sides are parsed and compared by
-    ``math-verify`` (so ``"42"``, ``"42.0"`` and ``"-3"``/``"-3.00"`` compare as numbers). A completion
-    without any number scores 0 and is counted in ``no_answer``; a reference without a parsable
-    answer scores NaN (``unscorable``).
+    marker is needed, the last number written counts. The reference's last number is the expected
+    answer (``"42"``, or a worked solution ending in it). Both are parsed and compared by ``math-verify``
+    (so ``"42"`` and ``"42.0"``, ``"-3"`` and ``"-3.00"`` are equal). A completion without any number
+    scores 0 and is counted in ``no_answer``; a reference without a number scores NaN (``unscorable``).
 
     Args:
         timeout_s: math-verify's time limit per parse and comparison, in whole seconds (main thread only).
@@ -45,9 +45,10 @@ class LastNumber(RewardFunction):
         timeout = self.timeout_s if threading.current_thread() is threading.main_thread() else None
         if reference is None or not str(reference).strip():
             raise Unscorable("unscorable", "empty reference")
-        gold = extract_answer(str(reference), "auto", timeout, bare=True)
-        if not any(not isinstance(item, str) for item in gold):
-            raise Unscorable("unscorable", f"no parsable answer in reference {reference!r}")
+        expected = last_number(str(reference))
+        if expected is None:
+            raise Unscorable("unscorable", f"no number in reference {reference!r}")
+        gold = extract_answer(expected, "auto", timeout, bare=True)
         number = last_number(completion)
         if number is None:
             return Counted(0.0, "no_answer")
