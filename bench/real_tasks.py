@@ -47,12 +47,22 @@ def tasks(n: int) -> dict:
     }
 
 
+def write(args, name: str, row: dict) -> None:
+    """Adds task ``name`` to the JSON file ``args.out`` (keeping the other tasks), with how it was measured."""
+    data = json.loads(args.out.read_text()) if args.out.exists() else {"tasks": {}}
+    row["measured"] = {"command": "python " + " ".join(sys.argv), "model": args.model, "engine": args.engine,
+                       "max_new_tokens": args.max_new_tokens, "seed": args.seed, "load": round(os.getloadavg()[0], 1)}
+    data["tasks"][name] = row
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--prompts", type=int, default=500)
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.7], help="sampling temperatures")
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0], help="sampling temperatures")
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
     parser.add_argument("--tasks", nargs="*", help="subset of task names (default: all)")
     parser.add_argument("--seed", type=int, default=0)
@@ -71,7 +81,7 @@ def main() -> None:
     if args.engine == "vllm":
         from lit_grpo.rollout import VLLMEngine
 
-        engine = VLLMEngine(dtype="float32", kv_cache_gib=1.0, max_num_seqs=128, seed=args.seed)
+        engine = VLLMEngine(dtype="float32", kv_cache_gib=2.5, max_num_seqs=512, seed=args.seed)
     else:
         from lit_grpo.rollout import HFGenerateEngine
 
@@ -100,14 +110,11 @@ def main() -> None:
             }
         row["seconds"] = round(time.perf_counter() - start, 1)
         results[name] = row
+        if args.out:  # after every task, merged into what earlier runs wrote
+            write(args, name, row)
         print(f"{name:<12} " + "  ".join(f"{mode} {row[mode]['accuracy']:.3f} (len {row[mode]['len_mean']:.1f}, "
                                          f"trunc {row[mode]['truncated']:.2f})" for mode, _ in modes)
               + f"  {row['seconds']} s", flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"model": args.model, "engine": args.engine, "max_new_tokens": args.max_new_tokens,
-                "seed": args.seed, "load": os.getloadavg()[0], "command": "python " + " ".join(sys.argv)}
-        args.out.write_text(json.dumps({"meta": meta, "tasks": results}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
