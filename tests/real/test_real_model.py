@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning import Callback
 from safetensors import safe_open
 
 from lit_grpo.cli import LitGRPOCLI
@@ -21,6 +22,16 @@ from tests.real.conftest import NAME
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "real" / "quickstart.yaml")
 pytestmark = pytest.mark.slow
+
+
+class Advantages(Callback):
+    """Keeps each training step's advantages ``[P, G]``."""
+
+    def __init__(self) -> None:
+        self.seen: list[torch.Tensor] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.seen.append(outputs["rollout"].advantages)
 
 
 def tiny_run(tmp_path: Path, *extra: str) -> list[str]:
@@ -104,15 +115,17 @@ def test_two_grpo_steps_with_lora_then_export_validate_and_test(real_model, in_t
     from peft import AutoPeftModelForCausalLM
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    cli = LitGRPOCLI(args=["fit", *tiny_run(tmp_path)])
+    cli = LitGRPOCLI(args=["fit", *tiny_run(tmp_path), "--trainer.callbacks+=tests.real.test_real_model.Advantages"])
     module = cli.model
     assert cli.trainer.global_step == 2 and module.policy.name_or_path == real_model
     events = EventAccumulator(str(next(tmp_path.rglob("events.out.tfevents.*")).parent)).Reload()
     tags = set(events.Tags()["scalars"])
     assert {"rollout/reward_mean", "train/loss", "reward/no_answer", "val/accuracy"} <= tags
-    # the adapters moved, and the export loads back in transformers with the trained weights
-    trained = {k: v for k, v in module.policy.named_parameters() if "lora_B" in k}
-    assert any(v.abs().sum() > 0 for v in trained.values())
+    # the adapters moved exactly when some advantage was non-zero (a group whose rewards differed)
+    advantages = next(c for c in cli.trainer.callbacks if type(c).__name__ == "Advantages").seen
+    moved = any(v.abs().sum() > 0 for k, v in module.policy.named_parameters() if "lora_B" in k)
+    assert len(advantages) == 2 and moved == any(bool(a.abs().sum() > 0) for a in advantages), (advantages, moved)
+    # the export loads back in transformers with the trained weights
     adapters, merged_dir = export_merged(tmp_path)
     ids = torch.tensor([[1, 9690, 198, 2683, 359, 253, 5356]])
     module.policy.eval()
