@@ -23,14 +23,14 @@ _EXPORTS: dict[str, str] = {
                     "MaskedIS"], "lit_grpo.losses"),
     **dict.fromkeys(
         ["RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
-         "RewardShaping", "OverlongPenalty"],
+         "RewardShaping", "OverlongPenalty", "LastNumber"],
         "lit_grpo.rewards",
     ),
     **dict.fromkeys(["RolloutEngine", "HFGenerateEngine"], "lit_grpo.rollout"),
     "LoraSettings": "lit_grpo.lora",
     **dict.fromkeys(
         ["PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule", "GSM8K",
-         "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice", "PromptCurriculum"],
+         "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice", "PromptCurriculum", "WordProblems"],
         "lit_grpo.data",
     ),
     "PolicyModule": "lit_grpo.policy",

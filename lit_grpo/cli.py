@@ -120,6 +120,10 @@ def main(args: list[str] | None = None) -> None:
         from lit_grpo.experiments.cli import compare_main
 
         raise SystemExit(compare_main(argv[1:], LitGRPOCLI))
+    if argv and argv[0] == "models":
+        from lit_grpo.models.cli import models_main
+
+        raise SystemExit(models_main(argv[1:]))
     if argv and argv[0] == "fidelity":
         from lit_grpo.experiments.fidelity import main as fidelity_main
 

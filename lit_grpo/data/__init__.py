@@ -9,9 +9,10 @@ from lit_grpo.data.stream import PromptStream
 from lit_grpo.data.synthetic import SyntheticArithmetic, SyntheticChoice
 from lit_grpo.data.tasks import GSM8K, MATH500, ReferenceText
 from lit_grpo.data.templates import THINK_TEMPLATE, PromptStyle
+from lit_grpo.data.word_problems import WordProblems
 
 __all__ = [
     "PromptSource", "RowSource", "FileSource", "HubSource",
-    "SyntheticArithmetic", "SyntheticChoice", "GSM8K", "MATH500", "MultipleChoice", "ReferenceText",
+    "SyntheticArithmetic", "SyntheticChoice", "GSM8K", "MATH500", "MultipleChoice", "ReferenceText", "WordProblems",
     "PromptDataModule", "PromptStream", "BadRowError", "PromptStyle", "THINK_TEMPLATE", "PromptCurriculum",
 ]  # fmt: skip

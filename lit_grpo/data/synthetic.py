@@ -72,6 +72,8 @@ class SyntheticArithmetic(StyledSource):
         style: Prompt style (``plain`` keeps the bare ``"12+30="``).
         tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
         instruction: Text appended to the problem in the ``plain`` and ``chat`` styles.
+        question: How a problem is written, with ``{a}``, ``{op}`` and ``{b}`` (e.g. ``"What is {a} {op} {b}?"``
+            for instruction-tuned models).
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class SyntheticArithmetic(StyledSource):
         style: PromptStyle = "plain",
         tokenizer: str | None = None,
         instruction: str = "",
+        question: str = "{a}{op}{b}=",
     ) -> None:
         sizes = {"num_train": num_train, "num_val": num_val, "num_test": num_test}
         _check_problem_space("SyntheticArithmetic", sizes, max_operand, operators)
@@ -98,12 +101,20 @@ class SyntheticArithmetic(StyledSource):
         self.style = style
         self.tokenizer = tokenizer
         self.instruction = instruction
+        try:
+            question.format(a=1, op="+", b=2)
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(
+                f"SyntheticArithmetic: question={question!r} is not a format string over {{a}}, {{op}} and {{b}} "
+                f"({err!r}); e.g. 'What is {{a}} {{op}} {{b}}?'"
+            ) from None
+        self.question = question
 
     def load(self, split: Split) -> list[Record]:
         sizes = {"num_train": self.num_train, "num_val": self.num_val, "num_test": self.num_test}
         return [
             {
-                "prompt": self.render(f"{a}{op}{b}="),
+                "prompt": self.render(self.question.format(a=a, op=op, b=b)),
                 "reference": str(_OPERATORS[op](a, b)),
                 "id": f"{split}-{row}",
                 "columns": {},

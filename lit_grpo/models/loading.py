@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from lit_grpo.models.files import check_model_files, check_tokenizer_files, damaged, local_dir
+from lit_grpo.models.sources import resolve_model
 
 DType = Literal["float32", "bfloat16", "float16"]
 
@@ -27,6 +28,7 @@ def load_tokenizer(model: str):
     """The tokenizer of a hub id or local directory, with a clear error when it cannot be found."""
     from transformers import AutoTokenizer
 
+    model = resolve_model(model)  # a packaged model or a .gguf file: its converted directory
     _check_model_path(model)
     check_tokenizer_files(model)
     try:
@@ -43,6 +45,7 @@ def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False
     """A causal LM from a hub id or local directory; ``from_scratch`` initialises its config randomly."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    model = resolve_model(model)  # a packaged model or a .gguf file: its converted directory
     _check_model_path(model)
     check_model_files(model, weights=not from_scratch)
     torch_dtype = getattr(torch, dtype)

@@ -1,10 +1,12 @@
-"""Reward functions: the interface, exact match, math-verify, choice letters, text similarity, format,
-weighted sums, the scoring helpers (item-by-item scoring, worker pools), and reward shaping by completion length."""
+"""Reward functions: the interface, exact match, math-verify, last number, choice letters, text similarity,
+format, weighted sums, the scoring helpers (item-by-item scoring, worker pools), and reward shaping by
+completion length."""
 
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.choice import ChoiceLetter
 from lit_grpo.rewards.exact_match import ExactMatch
 from lit_grpo.rewards.format import Format
+from lit_grpo.rewards.last_number import LastNumber
 from lit_grpo.rewards.mathverify import MathVerify
 from lit_grpo.rewards.pool import ScoringPool
 from lit_grpo.rewards.scoring import (
@@ -23,6 +25,7 @@ __all__ = [
     "RewardFunction",
     "ExactMatch",
     "MathVerify",
+    "LastNumber",
     "ChoiceLetter",
     "TextSimilarity",
     "Format",

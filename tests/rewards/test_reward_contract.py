@@ -8,6 +8,7 @@ from lit_grpo.rewards import (
     ChoiceLetter,
     ExactMatch,
     Format,
+    LastNumber,
     MathVerify,
     RewardFunction,
     TextSimilarity,
@@ -20,6 +21,7 @@ REWARDS = {
     "ChoiceLetter": ChoiceLetter,
     "TextSimilarity": TextSimilarity,
     "Format": Format,
+    "LastNumber": LastNumber,
     "WeightedSum": lambda: WeightedSum([ExactMatch(), MathVerify()], weights=[0.5, 1.0]),
 }
 REFERENCE_FREE = {"Format"}  # scores the completion alone: a missing reference is no reason for NaN

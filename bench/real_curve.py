@@ -1,0 +1,83 @@
+"""The curve of a real-quickstart run: per-step numbers from its TensorBoard events, as JSON and a figure.
+
+    python bench/real_curve.py runs/real_quickstart/version_0 --json docs/results/real_quickstart.json \
+        --figure docs/results/real_quickstart_curve.png
+
+Reads ``rollout/reward_mean`` (the mean reward of the step's sampled completions: sampled accuracy on
+training prompts the policy had not seen before, since an epoch has more prompts than the run draws),
+``rollout/len_mean``, ``rollout/truncated_frac``, ``reward/no_answer``, the ``perf/*`` seconds per phase and
+the held-out numbers ``heldout/*_before|after`` that ``HeldOutReport`` logs at the end. The figure shows the
+per-step sampled reward with a moving average, and the held-out sampled and greedy accuracy before/after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def read_run(run: Path) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0}).Reload()
+    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    wanted = ("rollout/reward_mean", "rollout/len_mean", "rollout/truncated_frac", "reward/no_answer",
+              "train/loss", "train/grad_norm")
+    steps = {tag: [round(v, 4) for _, v in scalars[tag]] for tag in wanted if tag in scalars}
+    perf = {tag: round(sum(v for _, v in values) / len(values), 2) for tag, values in scalars.items()
+            if tag.startswith("perf/") and values}
+    heldout = {tag: round(values[-1][1], 4) for tag, values in scalars.items() if tag.startswith("heldout/")}
+    return {"run": str(run), "steps": len(steps.get("rollout/reward_mean", [])), "per_step": steps,
+            "perf_mean": perf, "heldout": heldout}
+
+
+def plot(data: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    reward = data["per_step"]["rollout/reward_mean"]
+    window = 5
+    smooth = [sum(reward[max(0, i - window + 1) : i + 1]) / len(reward[max(0, i - window + 1) : i + 1])
+              for i in range(len(reward))]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(range(1, len(reward) + 1), reward, ".", alpha=0.4, label="sampled reward of the step (8 x 8)")
+    ax.plot(range(1, len(reward) + 1), smooth, "-", label=f"moving average ({window} steps)")
+    held = data["heldout"]
+    for key, style, label in [("reward_mean", "s", "held-out sampled accuracy (500)"),
+                              ("accuracy", "^", "held-out greedy accuracy (500)")]:
+        if f"heldout/{key}_before" in held:
+            ax.plot([0, len(reward)], [held[f"heldout/{key}_before"], held[f"heldout/{key}_after"]], style, markersize=8,
+                    label=label)
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("accuracy (last number = a + b)")
+    ax.set_ylim(0, 1)
+    ax.set_title("SmolLM2-135M-Instruct, LoRA GRPO, 2 CPU cores")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", type=Path, help="the run's version directory (holding the events file)")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--figure", type=Path)
+    parser.add_argument("--note", default="", help="what else to record with the numbers (load, wall time)")
+    args = parser.parse_args()
+    data = read_run(args.run)
+    if args.note:
+        data["note"] = args.note
+    print(json.dumps({k: v for k, v in data.items() if k != "per_step"}, indent=1))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    if args.figure:
+        plot(data, args.figure)
+
+
+if __name__ == "__main__":
+    main()

