@@ -32,9 +32,8 @@ def timed(fn, *args, **kwargs):
 
 def measure(engine, policy, prompts, args) -> dict:
     import torch
-    from lit_grpo.rollout.mismatch import logp_mismatch
 
-    from lit_grpo.policy import sequence_logprobs
+    from lit_grpo.logprobs import logp_mismatch, sequence_logprobs
     from lit_grpo.types import SamplingParams
 
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
@@ -67,7 +66,7 @@ def main() -> None:
 
     from lit_grpo import SyntheticArithmetic
     from lit_grpo.lora import LoraSettings, apply_lora
-    from lit_grpo.policy import load_policy, load_tokenizer
+    from lit_grpo.models.loading import load_policy, load_tokenizer
     from lit_grpo.rollout import HFGenerateEngine, VLLMEngine
 
     torch.manual_seed(0)

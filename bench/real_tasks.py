@@ -71,7 +71,7 @@ def main() -> None:
 
     import torch
 
-    from lit_grpo.policy import load_policy, load_tokenizer
+    from lit_grpo.models.loading import load_policy, load_tokenizer
     from lit_grpo.rewards.last_number import last_number
     from lit_grpo.rewards.scoring import call_reward
     from lit_grpo.types import SamplingParams

@@ -16,7 +16,7 @@ import pytest
 from lit_grpo.models import sources
 from lit_grpo.models.cli import models_main
 from lit_grpo.models.gguf_convert import ModelSourceError, gguf_architecture
-from lit_grpo.policy import load_policy, load_tokenizer
+from lit_grpo.models.loading import load_policy, load_tokenizer
 
 NAME = "smollm2-135m-instruct"
 

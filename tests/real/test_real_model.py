@@ -14,8 +14,9 @@ from lightning import Callback
 from safetensors import safe_open
 
 from lit_grpo.cli import LitGRPOCLI
+from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.models import sources
-from lit_grpo.policy import load_policy, load_tokenizer, sequence_logprobs
+from lit_grpo.models.loading import load_policy, load_tokenizer
 from lit_grpo.types import SamplingParams
 from tests.real.conftest import NAME
 
