@@ -56,7 +56,9 @@ class GRPOModule(PolicyModule):
     ``train/nonfinite_steps``, the loss's statistics as ``train/<name>`` (PPOClip: ``train/clip_frac``, and
     ``train/kl`` when ``beta > 0``); ``rollout/reward_mean``,
     ``rollout/reward_std``, ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``,
-    ``rollout/prompts_drawn``; ``reward/<term>`` and ``reward/<counter>``; ``data/skipped_rows`` (bad rows the
+    ``rollout/prompts_drawn``; ``rollout/completions_generated`` and ``rollout/tokens_generated`` (completions
+    and completion tokens generated since the run started, over all ranks, the groups ``filter_degenerate``
+    dropped included: the compute axis of ``lit-grpo compare`` curves); ``reward/<term>`` and ``reward/<counter>``; ``data/skipped_rows`` (bad rows the
     DataModule skipped so far under ``skip_bad_rows``, every split; this process's count); ``perf/<phase>_s``,
     ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged);
     ``rollout/logp_diff_mean``, ``rollout/logp_diff_max`` and ``rollout/logp_kl_k3``: how far the engine's
@@ -146,6 +148,7 @@ class GRPOModule(PolicyModule):
         self.ref_policy = None
         self.nonfinite_steps = 0
         self.rollout_seed: int | None = None  # base of the per-step seeds; saved in checkpoints
+        self.generated = {"completions": 0.0, "tokens": 0.0}  # since the run started, all ranks; saved in checkpoints
         self.automatic_optimization = False
 
     def setup(self, stage: str) -> None:
@@ -177,27 +180,28 @@ class GRPOModule(PolicyModule):
     # ---- the algorithm -----------------------------------------------------------------------------
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict:
         timer = PhaseTimer()
-        batch, rollouts, rewards, reward_out, drawn = self.collect(batch, timer)  # [P], [N, T], [P, G]
+        batch, rollouts, rewards, reward_out, drawn, tokens = self.collect(batch, timer)  # [P], [N, T], [P, G]
         advantages = self.estimator(rewards)  # [P, G]
         update = self.update(rollouts, advantages.reshape(-1), timer)  # num_iterations optimizer steps
         with timer("weight_sync_s"):
             self.engine.sync_weights(self.policy)
         stats = RolloutStats(batch, rollouts.texts, rewards.cpu(), advantages.cpu(), rollouts.lengths.cpu(),
                              rollouts.truncated.cpu(), {k: v.cpu() for k, v in reward_out.terms.items()},
-                             reward_out.counters, drawn, rollouts)
+                             reward_out.counters, drawn, rollouts, tokens)
         self.log_step(stats, update, timer)
         return {"loss": torch.tensor(update.loss), "rollout": stats}
 
     def collect(self, batch: PromptBatch, timer: PhaseTimer):
         """Generate and score groups; with ``filter_degenerate``, refill until ``P`` groups vary (on every
-        rank: each keeps as many groups as the rank with the fewest, so the ranks stay in step)."""
-        want, drawn, parts = len(batch), 0, []
+        rank: each keeps as many groups as the rank with the fewest, so the ranks stay in step). Also returns the
+        prompts drawn and the completion tokens generated, dropped groups included."""
+        want, drawn, tokens, parts = len(batch), 0, 0, []
         while True:
             with timer("generate_s"):
                 rollouts = self.engine.generate(batch.prompts, self.group_size, self.sampling)
             with timer("score_s"):
                 rewards, out = self.score(batch, rollouts)
-            drawn += len(batch)
+            drawn, tokens = drawn + len(batch), tokens + int(rollouts.lengths.sum())
             if self.filter_degenerate:
                 keep = (~constant_groups(rewards)).nonzero()[:, 0].tolist()  # groups the estimator can use
                 batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, keep)
@@ -211,7 +215,7 @@ class GRPOModule(PolicyModule):
         batch, rollouts, rewards, out = _merge(parts, self.tokenizer.pad_token_id)
         if len(batch) > min(want, have):
             batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, list(range(min(want, have))))
-        return batch, rollouts.to(self.device), rewards, out, drawn
+        return batch, rollouts.to(self.device), rewards, out, drawn, tokens
 
     def update(self, rollouts: Rollouts, advantages: Tensor, timer: PhaseTimer) -> UpdateStats:
         """``num_iterations`` optimizer steps on the loss: token weights and the frozen log-probs the loss reads,
@@ -332,6 +336,9 @@ class GRPOModule(PolicyModule):
         pairs = {**step_metrics.rollout_pairs(stats, world), **step_metrics.train_pairs(update),
                  **step_metrics.mismatch_pairs(update, tokens), **step_metrics.perf_pairs(timer, tokens, world)}
         metrics = step_metrics.finish(reduce_ratios(pairs, self.trainer.strategy, world))
+        for name in ("completions", "tokens"):  # this step's global counts -> totals since the start
+            self.generated[name] += metrics.pop(f"rollout/_{name}_drawn")
+            metrics[f"rollout/{name}_generated"] = self.generated[name]
         if "logp_diff_max" in update.mismatch:
             metrics["rollout/logp_diff_max"] = max_over_ranks(update.mismatch["logp_diff_max"], self.trainer.strategy,
                                                               world)
@@ -357,7 +364,8 @@ class GRPOModule(PolicyModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """The fingerprint, counters, rollout seed and every rank's random states (gathered on every rank)."""
         checkpoint["lit_grpo"] = {"fingerprint": self.fingerprint(), "nonfinite_steps": self.nonfinite_steps,
-                                  "rollout_seed": self.rollout_seed, "rng": gather_objects(rng_states())}
+                                  "rollout_seed": self.rollout_seed, "generated": dict(self.generated),
+                                  "rng": gather_objects(rng_states())}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Raise when the checkpoint was written with other settings; then restore what was saved."""
@@ -366,6 +374,7 @@ class GRPOModule(PolicyModule):
             check_fingerprint(state["fingerprint"], self.fingerprint())
         self.nonfinite_steps = state.get("nonfinite_steps", 0)
         self.rollout_seed = state.get("rollout_seed", self.rollout_seed)
+        self.generated = {**self.generated, **state.get("generated", {})}
         rng = state.get("rng") or []
         if rng:
             set_rng_states(rng[self.global_rank] if self.global_rank < len(rng) else rng[0])
