@@ -25,7 +25,7 @@ from lit_grpo.experiments.spec import Experiment
 #: The resolved settings each shared quantity depends on (names as in the report's table).
 PROMPTS = ("data seed", "data source", "prompts per step", "processes")
 SAMPLING_SEED = ("seed_everything", "optimizer steps per batch", "processes")
-FIRST_COMPLETIONS = PROMPTS + SAMPLING_SEED + ("model", "group size", "engine", "sampling")
+FIRST_COMPLETIONS = PROMPTS + ("seed_everything", "model", "group size", "engine", "sampling")
 
 
 @dataclass(frozen=True)

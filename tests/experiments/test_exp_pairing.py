@@ -19,6 +19,7 @@ import torch
 
 from lit_grpo import GRPO, Sign
 from lit_grpo.estimators.functional import constant_groups
+from lit_grpo.experiments.pairing import Pairing, shared
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
 STEPS = 2
@@ -102,3 +103,24 @@ def test_dynamic_sampling_keeps_the_prompt_stream_and_the_first_draw(tmp_path, s
     assert kept["prompts"][: len(informative)] == [first["prompts"][i] for i in informative]
     for j, i in enumerate(informative):
         assert kept["texts"][j * g : (j + 1) * g] == first["texts"][i * g : (i + 1) * g]
+
+
+def _pairing(**changes) -> Pairing:
+    values = {"seed_everything": "0", "data seed": "0", "data source": "Synthetic()", "prompts per step": "4",
+              "processes": "1", "optimizer steps per batch": "1", "model": "m", "group size": "4",
+              "engine": "HFGenerateEngine", "sampling": "temperature=1.0"}  # fmt: skip
+    return Pairing(tuple({**values, **changes}.items()))
+
+
+def test_the_report_says_what_breaks_the_pairing():
+    assert set(shared(_pairing(), _pairing()).values()) == {"yes"}
+    # more optimizer steps per rollout batch: later steps are seeded at other step numbers
+    s = shared(_pairing(), _pairing(**{"optimizer steps per batch": "2"}))
+    assert s["prompts of every step"] == "yes" and s["step 0 completions"] == "yes"
+    assert s["sampling seed of every step"] == "no: optimizer steps per batch 1 vs 2 (only step 0's is shared)"
+    s = shared(_pairing(), _pairing(**{"data seed": "1", "sampling": "temperature=0.7"}))
+    assert s["prompts of every step"] == "no: data seed 0 vs 1" and s["sampling seed of every step"] == "yes"
+    assert s["step 0 completions"] == "no: data seed 0 vs 1, sampling temperature=1.0 vs temperature=0.7"
+    s = shared(_pairing(seed_everything="random"), _pairing(seed_everything="random"))
+    assert s["sampling seed of every step"].startswith("no: seed_everything is not fixed")
+    assert "refilled prompts" in shared(_pairing(), Pairing(_pairing().values, dynamic_sampling=True))
