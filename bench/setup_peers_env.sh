@@ -48,6 +48,6 @@ fi
 echo "*" > "$env/.gitignore"
 pip "trl==1.16.0"
 pip --no-deps "verl==0.9.1" "openrlhf==0.11.2" "deepspeed==0.19.8" "hjson==3.1.0"
-pip "omegaconf" "codetiming==1.4.0" "orjson" "ray==2.60.0" "ninja" "py-cpuinfo" "msgpack"
+pip "omegaconf==2.4.0" "codetiming==1.4.0" "orjson==3.13.0" "ray==2.60.0" "msgpack==1.2.4" "ninja" "py-cpuinfo"
 pip --no-deps "tensordict==0.15.3" "pyvers==0.2.3"
 "$env/bin/python" "$here/bench/conformance.py" --check-imports
