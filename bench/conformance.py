@@ -330,7 +330,8 @@ def main() -> int:
         saved = json.loads(REFERENCE.read_text())["cases"]
         bad = [cid for cid, r in results.items() if "peer_values" in r and cid in saved and
                any(max_difference(v, saved[cid]["peer_values"][k]) > TOLERANCE for k, v in r["peer_values"].items())]  # fmt: skip
-        print("the peers' numbers match the committed reference" if not bad else f"changed: {bad}")
+        bad += [cid for cid, r in results.items() if "error" in r]  # a peer that no longer runs
+        print("the peers' numbers match the committed reference" if not bad else f"changed or not run: {bad}")
         return 1 if bad else 0
     payload = {"produced_by": "bench/conformance.py", "peer_versions": versions,
                "torch": torch.__version__, "tolerance": TOLERANCE, "golden": {"P": P, "G": G, "T": T},

@@ -80,3 +80,18 @@ def test_trl_kl_term_without_its_importance_weight_is_ppoclips():
     without = RECORDED["trl/loss_type=dapo,beta=0.04,use_bias_correction_kl=False"]["max_difference"]
     assert max(with_weight.values()) > 1e-4 and max(without.values()) <= TOLERANCE
     assert not math.isnan(max(without.values()))
+
+
+PEERS_PYTHON = BENCH / ".venv-peers" / "bin" / "python"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PEERS_PYTHON.exists(), reason="no bench/.venv-peers (bash bench/setup_peers_env.sh): "
+                    "the recorded peer numbers above are what is checked")  # fmt: skip
+def test_the_installed_peers_still_give_the_recorded_numbers():
+    import subprocess
+
+    done = subprocess.run([str(PEERS_PYTHON), str(BENCH / "conformance.py"), "--verify"], capture_output=True,
+                          text=True, timeout=600, cwd=BENCH.parent)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "the peers' numbers match the committed reference" in done.stdout
