@@ -72,9 +72,12 @@ class GRPOModule(PolicyModule):
     ``train/ratio_min``, ``train/ratio_max`` and ``train/policy_kl`` (k3 estimate of KL(pi_old || pi)): how far
     the policy moved from the rollout policy; ``rollout/reward_mean``, ``rollout/reward_std``,
     ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``, ``rollout/prompts_drawn``;
+    ``rollout/completions_generated`` and ``rollout/tokens_generated`` (completions and completion tokens
+    generated since the run started, over all ranks, the groups ``filter_degenerate`` dropped included: the
+    compute axis of ``lit-grpo compare`` curves);
     ``reward/<term>`` and ``reward/<counter>``; ``data/skipped_rows`` (bad rows the
-    DataModule skipped so far under ``skip_bad_rows``, every split; this process's count); ``perf/<phase>_s``, ``perf/step_s`` and ``perf/tokens_per_s``
-    (counts and throughput summed over ranks, times averaged); ``rollout/logp_diff_mean``,
+    DataModule skipped so far under ``skip_bad_rows``, every split; this process's count); ``perf/<phase>_s``,
+    ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged); ``rollout/logp_diff_mean``,
     ``rollout/logp_diff_max`` and ``rollout/logp_kl_k3``: how far the engine's sampling log-probs are from the
     trainer's on the sampled tokens, before the update (METHODS section 2). With a curriculum,
     ``rollout/retired_prompts`` and ``rollout/skipped_prompts``. When a rollout batch takes several optimizer
@@ -192,6 +195,7 @@ class GRPOModule(PolicyModule):
         self.nonfinite_steps = 0
         self.rollout_seed: int | None = None  # base of the per-step seeds; saved in checkpoints
         self._skipped_prompts = 0  # retired prompts drawn and skipped in the current step
+        self.generated = {"completions": 0.0, "tokens": 0.0}  # since the run started, all ranks; saved in checkpoints
         self.automatic_optimization = False
 
     def setup(self, stage: str) -> None:
@@ -227,7 +231,7 @@ class GRPOModule(PolicyModule):
     # ---- the algorithm -----------------------------------------------------------------------------
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict:
         timer = PhaseTimer()
-        batch, rollouts, rewards, reward_out, drawn = self.collect(batch, timer)  # [P], [N, T], [P, G]
+        batch, rollouts, rewards, reward_out, drawn, tokens = self.collect(batch, timer)  # [P], [N, T], [P, G]
         lengths = rollouts.lengths.view(rewards.shape)  # [P, G] generated tokens
         shaped, shaping_terms = self.shape(rewards, lengths)  # [P, G]: the rewards the estimator sees
         advantages = self.estimator(shaped, lengths=lengths)  # [P, G]
@@ -237,15 +241,17 @@ class GRPOModule(PolicyModule):
             self.engine.sync_weights(self.policy)
         terms = {k: v.cpu() for k, v in {**reward_out.terms, **shaping_terms}.items()}  # name -> [N]
         stats = RolloutStats(batch, rollouts.texts, rewards.cpu(), advantages.cpu(), rollouts.lengths.cpu(),
-                             rollouts.truncated.cpu(), terms, reward_out.counters, drawn, rollouts)
+                             rollouts.truncated.cpu(), terms, reward_out.counters, drawn, rollouts,
+                             tokens)
         self.log_step(stats, update, timer)
         return {"loss": torch.tensor(update.loss), "rollout": stats}
 
     def collect(self, batch: PromptBatch, timer: PhaseTimer):
         """Generate and score groups of prompts the curriculum has not retired; with ``filter_degenerate``, refill
         until ``P`` groups vary (on every rank: each keeps as many groups as the rank with the fewest, so the
-        ranks stay in step)."""
-        want, parts = len(batch), []
+        ranks stay in step). Also returns the prompts drawn and the completion tokens generated, dropped groups
+        included."""
+        want, parts, tokens = len(batch), [], 0
         self._skipped_prompts = 0
         batch, drawn = self._unretired(batch)
         if self.curriculum is not None and self.trainer.world_size > 1:  # the ranks keep as many prompts
@@ -256,7 +262,7 @@ class GRPOModule(PolicyModule):
                 rollouts = self.engine.generate(batch.prompts, self.group_size, self.sampling)
             with timer("score_s"):
                 rewards, out = self.score(batch, rollouts)
-            drawn += len(batch)
+            drawn, tokens = drawn + len(batch), tokens + int(rollouts.lengths.sum())
             if self.filter_degenerate:
                 keep = (~constant_groups(rewards)).nonzero()[:, 0].tolist()  # groups the estimator can use
                 batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, keep)
@@ -271,7 +277,7 @@ class GRPOModule(PolicyModule):
         batch, rollouts, rewards, out = _merge(parts, self.tokenizer.pad_token_id)
         if len(batch) > min(want, have):
             batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, list(range(min(want, have))))
-        return batch, rollouts.to(self.device), rewards, out, drawn
+        return batch, rollouts.to(self.device), rewards, out, drawn, tokens
 
     def shape(self, rewards: Tensor, lengths: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """The rewards ``[P, G]`` after the ``shaping`` component, and its terms ``[N]`` (logged as reward/<term>)."""
@@ -470,6 +476,9 @@ class GRPOModule(PolicyModule):
         rows = step_metrics.step_pairs(update) if len(update.steps) > 1 else []
         pairs.update({f"{name}@{k}": value for k, row in enumerate(rows) for name, value in row.items()})
         metrics = step_metrics.finish(reduce_ratios(pairs, self.trainer.strategy, world))
+        for name in ("completions", "tokens"):  # this step's global counts -> totals since the start
+            self.generated[name] += metrics.pop(f"rollout/_{name}_drawn")
+            metrics[f"rollout/{name}_generated"] = self.generated[name]
         mins, maxs = step_metrics.extremes(update, per_step=bool(rows))
         if "logp_diff_max" in update.mismatch:
             maxs["rollout/logp_diff_max"] = update.mismatch["logp_diff_max"]
@@ -510,7 +519,8 @@ class GRPOModule(PolicyModule):
         """The fingerprint, counters, rollout seed and every rank's random states (gathered on every rank); the
         curriculum's state (the same on every rank) beside them."""
         checkpoint["lit_grpo"] = {"fingerprint": self.fingerprint(), "nonfinite_steps": self.nonfinite_steps,
-                                  "rollout_seed": self.rollout_seed, "rng": gather_objects(rng_states())}
+                                  "rollout_seed": self.rollout_seed, "generated": dict(self.generated),
+                                  "rng": gather_objects(rng_states())}
         if self.curriculum is not None:
             checkpoint["lit_grpo_curriculum"] = self.curriculum.state_dict()
 
@@ -521,6 +531,7 @@ class GRPOModule(PolicyModule):
             check_fingerprint(state["fingerprint"], self.fingerprint())
         self.nonfinite_steps = state.get("nonfinite_steps", 0)
         self.rollout_seed = state.get("rollout_seed", self.rollout_seed)
+        self.generated = {**self.generated, **state.get("generated", {})}
         rng = state.get("rng") or []
         if rng:
             set_rng_states(rng[self.global_rank] if self.global_rank < len(rng) else rng[0])

@@ -94,6 +94,8 @@ def rollout_pairs(stats: RolloutStats, world_size: int) -> Pairs:
         "rollout/truncated_frac": (stats.truncated.double().sum().item(), float(stats.truncated.numel())),
         "rollout/unscorable_frac": (n - k, n),
         "rollout/prompts_drawn": (float(stats.num_drawn), total),
+        "rollout/_completions_drawn": (float(stats.num_drawn * stats.group_size), total),  # summed over ranks
+        "rollout/_tokens_drawn": (float(stats.tokens_drawn), total),
     }
     for name, values in stats.reward_terms.items():
         kept = values[~values.isnan()].double()

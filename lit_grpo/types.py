@@ -125,6 +125,7 @@ class RolloutStats:
     reward_counters: dict[str, int] = field(default_factory=dict)
     num_drawn: int = 0  # prompts drawn this step, refills included
     rollouts: Rollouts | None = None  # the token ids behind ``texts`` (on the training device, detached)
+    tokens_drawn: int = 0  # completion tokens generated this step, groups dropped by filter_degenerate included
 
     @property
     def group_size(self) -> int:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_grpo.experiments.grid import Run
+from lit_grpo.experiments.pairing import Pairing, pairing_of
 from lit_grpo.experiments.registry import metric_sources
-from lit_grpo.experiments.spec import Experiment
+from lit_grpo.experiments.spec import X_METRICS, Experiment
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class CellInfo:
     group_size: int
     lr: float
     model: str
+    pairing: Pairing | None = None  # what its runs share with another cell's of the same seed
 
 
 @contextlib.contextmanager
@@ -69,6 +71,7 @@ def _check_metrics(exp: Experiment, cli, run: Run, names: set[str] | None = None
     present = [cli.model, *cli.trainer.callbacks]
     if names is None:
         names = {m.name for m in exp.all_metrics()} | {m for c in exp.curves for m in c.metrics}
+        names |= {X_METRICS[c.x] for c in exp.curves if c.x in X_METRICS}
         names |= {m.se for m in exp.metrics if m.se is not None} | {m.minus for m in exp.metrics if m.minus}
     for name in sorted(names):
         sources = metric_sources(name, exp.callbacks)
@@ -123,5 +126,6 @@ def check_runs(
             int(getattr(model, "group_size", 0)),
             float(getattr(model, "lr", float("nan"))),
             str(model.model_name),
+            pairing_of(cli),
         )
     return cells

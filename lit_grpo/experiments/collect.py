@@ -10,7 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from lit_grpo.experiments.grid import Run
 from lit_grpo.experiments.runner import read_status
-from lit_grpo.experiments.spec import Experiment, Metric
+from lit_grpo.experiments.spec import X_METRICS, Experiment, Metric
 
 Series = list[tuple[int, float]]  # (step, value), steps increasing, one value per step
 
@@ -102,7 +102,7 @@ def collect(exp: Experiment, runs: list[Run], metrics: tuple[Metric, ...] | None
     """Status, reduced metric values (``metrics``, default: the experiment's) and curve series of every
     run (failed runs: no values)."""
     metrics = exp.all_metrics() if metrics is None else metrics
-    curve_names = sorted({m for c in exp.curves for m in c.metrics})
+    curve_names = sorted({m for c in exp.curves for m in c.metrics} | {X_METRICS[c.x] for c in exp.curves if c.x in X_METRICS})
     records = []
     for run in runs:
         status = read_status(run.run_dir)

@@ -13,17 +13,8 @@ from pathlib import Path
 from lit_grpo.diagnostics.plots import new_figure
 from lit_grpo.diagnostics.stats import t_quantile
 from lit_grpo.experiments.collect import RunRecord, Series
+from lit_grpo.experiments.compute import X_LABELS, curve_points, grid, interpolate, matched_budget, smooth
 from lit_grpo.experiments.spec import Curve, Experiment, Metric, Profile
-
-
-def smooth(series: Series, window: int) -> Series:
-    """Trailing moving average over ``window`` logged points (``window = 1`` leaves it as it is)."""
-    values = [v for _, v in series]
-    out = []
-    for i, (step, _) in enumerate(series):
-        part = values[max(0, i - window + 1) : i + 1]
-        out.append((step, sum(part) / len(part)))
-    return out
 
 
 def mean_band(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float, int]:
@@ -69,8 +60,21 @@ def _done(records: list[RunRecord], setting: str, arm: str) -> list[RunRecord]:
     return [r for r in records if r.status == "done" and r.run.setting_label == setting and r.run.arm == arm]
 
 
+def x_band(runs: Sequence[list[tuple[float, float]]]) -> list[tuple[float, float, float, float, int]]:
+    """Per x of an even grid: ``(x, mean, low, high, n)`` over the runs whose logged range holds that x
+    (each interpolated linearly; runs end where their compute ends)."""
+    out = []
+    for x in grid(runs):
+        stats = mean_band([interpolate(points, x) for points in runs])
+        if stats[3]:
+            out.append((x, *stats))
+    return out
+
+
 def curve_figure(exp: Experiment, curve: Curve, records: list[RunRecord], path: Path) -> Path | None:
-    """One panel per setting; a line (mean) and band (95% t interval) per arm and metric."""
+    """One panel per setting; a line (mean) and band (95% t interval) per arm and metric, against the step
+    or, with ``curve.x``, the completions or completion tokens generated so far (dashed: the setting's
+    matched budget, the largest x every run reached)."""
     settings = _settings(records)
     fig, axes = _grid(len(settings))
     if fig is None:
@@ -79,15 +83,23 @@ def curve_figure(exp: Experiment, curve: Curve, records: list[RunRecord], path: 
         for arm in exp.arms:
             runs = _done(records, setting, arm.label)
             for name in curve.metrics:
-                band = curve_band([r.series.get(name, []) for r in runs], curve.smooth)
+                if curve.x == "step":
+                    band = curve_band([r.series.get(name, []) for r in runs], curve.smooth)
+                else:
+                    band = x_band([curve_points(curve, r, name, curve.smooth) for r in runs])
                 if not band:
                     continue
                 steps, mean, lo, hi, _ = zip(*band, strict=True)
                 label = arm.label if len(curve.metrics) == 1 else f"{arm.label}: {name}"
                 (line,) = ax.plot(steps, mean, label=f"{label} (n={len(runs)})", linewidth=1.3)
                 ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        if curve.x != "step":
+            done = [r for r in records if r.status == "done" and r.run.setting_label == setting]
+            budget = matched_budget([curve_points(curve, r, curve.metrics[0]) for r in done])
+            if math.isfinite(budget):
+                ax.axvline(budget, color="grey", linestyle="--", linewidth=0.8)
         ax.set_title(setting, fontsize=9)
-        ax.set_xlabel("step")
+        ax.set_xlabel(X_LABELS[curve.x])
         ax.set_ylabel(curve.metrics[0] if len(curve.metrics) == 1 else "value")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -19,6 +19,7 @@ from lit_grpo.experiments.spec import (
     DEFAULT_SEED_ARGS,
     Arm,
     Curve,
+    CurveX,
     Experiment,
     Metric,
     Prepare,
@@ -239,14 +240,15 @@ def _test(data: Any, quick: dict | None, where: str) -> dict | None:
 
 
 def _curve(data: Any, where: str, callbacks: tuple[str, ...]) -> Curve:
-    data = _keys(data, {"metrics", "smooth", "title"}, where)
+    data = _keys(data, {"metrics", "smooth", "title", "x"}, where)
     metrics = _strs(data.get("metrics"), f"{where}.metrics")
     for m in metrics:
         check_metric(m, f"{where}.metrics", callbacks)
     smooth = int(data.get("smooth", 1))
     if not metrics or smooth < 1:
         raise _fail(where, "needs at least one metric and smooth >= 1")
-    return Curve(metrics, smooth, str(data.get("title", "")))
+    x = _choice(data.get("x", "step"), CurveX, f"{where}.x")
+    return Curve(metrics, smooth, str(data.get("title", "")), x)
 
 
 def _profile(data: Any, where: str, callbacks: tuple[str, ...]) -> Profile:

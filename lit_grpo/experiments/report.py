@@ -9,8 +9,10 @@ from pathlib import Path
 
 from lit_grpo.experiments.check import CellInfo
 from lit_grpo.experiments.collect import RunRecord
+from lit_grpo.experiments.compute import matched_section
 from lit_grpo.experiments.figures import curve_figure, profile_figure
 from lit_grpo.experiments.grid import Choice, prepare_args, prepare_output, shell_command, substitute
+from lit_grpo.experiments.pairing import pairing_section
 from lit_grpo.experiments.results_csv import RUNS_CSV, SELECT_CSV, write_runs_csv
 from lit_grpo.experiments.select import selection_section
 from lit_grpo.experiments.spec import Experiment
@@ -156,6 +158,7 @@ def write_report(
     ]
     if exp.runtime:
         lines += [f"Expected runtime: {exp.runtime}", ""]
+    pairings = {key: info.pairing for key, info in cells.items() if info.pairing is not None}
     lines += [
         "## Runtime",
         "",
@@ -164,6 +167,10 @@ def write_report(
         "## Arms as resolved",
         "",
         *_arms(exp, cells),
+        "",
+        "## Pairing: what the runs of one seed share",
+        "",
+        *pairing_section(exp, pairings),
         "",
     ]
     if selection is not None:
@@ -191,6 +198,11 @@ def write_report(
     drawn = _figures(exp, records, out) if figures else []
     if drawn:
         lines += ["## Figures", "", *drawn, ""]
+    matched = [c for c in exp.curves if c.x != "step"]
+    if matched and any(r.series for r in records):  # curves need the run directories, not a runs.csv
+        lines += ["## At matched compute", ""]
+        for curve in matched:
+            lines += [f"### {curve.title or ', '.join(curve.metrics)}", "", *matched_section(exp, curve, records), ""]
     lines += ["## Runs", "", *_runs(records), "", "## Reproduce", "", *_commands(exp, records, root), ""]
     (out / RESULTS_FILE).write_text(json.dumps(_results(exp, records), indent=1))
     write_runs_csv(exp, records, out / RUNS_CSV, exp.all_metrics())

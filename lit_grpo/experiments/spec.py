@@ -12,6 +12,9 @@ from typing import Any, Literal
 Reduce = Literal["last", "first", "delta", "mean", "min", "max", "tail"]
 Transform = Literal["none", "chance_corrected", "guess_share"]
 Tests = Literal["arms", "settings", "both"]
+CurveX = Literal["step", "completions", "tokens"]
+#: The logged cumulative counter behind each curve x other than the step (GRPOModule logs them).
+X_METRICS = {"completions": "rollout/completions_generated", "tokens": "rollout/tokens_generated"}
 DEFAULT_SEED_ARGS = ("--seed_everything={seed}", "--data.seed={seed}")
 
 
@@ -54,11 +57,14 @@ class Metric:
 
 @dataclass(frozen=True)
 class Curve:
-    """Logged metrics against the training step, mean and 95% band over seeds per arm and setting."""
+    """Logged metrics against the training step, or against the completions or completion tokens generated
+    so far (``x``: compute-matched; dynamic sampling's refills count), mean and 95% band over seeds per arm
+    and setting."""
 
     metrics: tuple[str, ...]
     smooth: int = 1  # trailing moving average over this many logged points, per run
     title: str = ""
+    x: CurveX = "step"
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,8 @@ def prompt_sampling_se(metric: Metric, cell: Cell) -> float:
 
 def paired_values(a: Cell, b: Cell) -> tuple[list[float], list[float]]:
     """The values of the seeds both cells finished, in seed order (runs of one seed share the initial
-    weights and the prompt order, so they pair); nothing when a cell does not know its seeds."""
+    weights, the prompts and the per-step sampling seeds where :mod:`lit_grpo.experiments.pairing` says
+    so); nothing when a cell does not know its seeds."""
     if len(a.seeds) != len(a.values) or len(b.seeds) != len(b.values):
         return [], []
     vb = dict(zip(b.seeds, b.values, strict=True))
@@ -414,7 +415,7 @@ def pairwise_table(pairs: list[tuple[Cell, Cell, dict]]) -> list[str]:
     if pair_rows:
         head = ["A", "B", "pairs", "mean A − B", "A ahead", "paired t", "df", "p (paired t)",
                 "p (sign flip, exact)", "p (Wilcoxon)", "Holm", "BH"]  # fmt: skip
-        lines += ["Paired by seed (the runs of a seed share the initial weights and the prompt order):", ""]
+        lines += ["Paired by seed (what the runs of a seed share: the Pairing section above):", ""]
         lines += [_row(head), _row(["---"] * len(head))]
         for a, b, r in pair_rows:
             lines.append(

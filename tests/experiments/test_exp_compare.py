@@ -49,7 +49,7 @@ def experiment(tmp_path, monkeypatch):
         "Sign": {"config": ["configs/estimators/sign.yaml"]},
         "Broken": {"estimator": "GRPO", "args": ["--trainer.callbacks+=crashmod.Crash"]},
     }
-    curves = [{"metrics": ["rollout/reward_mean"]}]
+    curves = [{"metrics": ["rollout/reward_mean"]}, {"metrics": ["rollout/reward_mean"], "x": "tokens"}]
     return write_experiment(tmp_path / "exp.yaml", args=SMALL, arms=arms, metrics=METRICS, curves=curves)
 
 
@@ -108,6 +108,12 @@ def test_compare_end_to_end(experiment, tmp_path, capsys):
     assert "p (sign flip)" in report  # the one-sample tests of val/accuracy
     assert "The family of tests: " in report and "Holm" in report
     assert "lit-grpo compare --config" in report and "OMP_NUM_THREADS=1 lit-grpo fit --config" in report
+    # the arms differ in the estimator only: prompts, sampling seeds and first completions are shared
+    assert "| GRPO @ default | Sign @ default | yes | yes | yes |" in report
+    # the reward against the completion tokens generated, compared at the budget every run reached
+    assert (out_dir / "figures" / "curve_1.png").stat().st_size > 0
+    assert "## At matched compute\n\n### rollout/reward_mean" in report
+    assert re.search(r"\| default \| rollout/reward_mean \| \d+ \| GRPO \| 2 \|", report)
 
     # runs.csv holds every run's values; the report's tables rebuild from it alone
     rows = list(csv.DictReader(open(out_dir / "runs.csv")))
