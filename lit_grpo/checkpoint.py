@@ -268,7 +268,7 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any]) -> None:
             "the checkpoint was written with a different configuration, so its state does not fit this run: "
             + "; ".join(differ)
             + ". Resume with the checkpoint's settings, or start a new run from exported weights "
-            "(callbacks.SavePretrained) to change them."
+            "(lit_grpo.callbacks.SavePretrained) to change them."
         )
 
 

@@ -52,7 +52,7 @@ _KEYS = {
     "test",
     "quick",
 }
-#: Metrics of callbacks.TestSplitReport that log their prompt-sampling SE under ``<name>_se``.
+#: Metrics of lit_grpo.callbacks.TestSplitReport that log their prompt-sampling SE under ``<name>_se``.
 _TEST_SE = re.compile(r"test/(before/)?(accuracy|reward_mean|skill|pass@\d+)")
 
 
@@ -165,7 +165,7 @@ def _metric(data: Any, where: str, callbacks: tuple[str, ...]) -> Metric:
             raise _fail(where, "`minus` and `transform` cannot be combined")
     se = data.get("se")
     if se is None and minus is None and _TEST_SE.fullmatch(name):
-        se = f"{name}_se"  # callbacks.TestSplitReport logs it beside the metric
+        se = f"{name}_se"  # lit_grpo.callbacks.TestSplitReport logs it beside the metric
     if se is not None:
         check_metric(str(se), f"{where}.se", callbacks)
     prompts = data.get("prompts")
