@@ -1,19 +1,23 @@
 """``lit-grpo fit|validate|test --config ...``: LightningCLI over the GRPO and SFT modules.
 
 The command line sits above everything: it imports the experiment tool for ``lit-grpo compare`` and hands it
-:class:`LitGRPOCLI`, so nothing below imports this module.
+:class:`LitGRPOCLI`, so nothing below imports this module. ``--config`` takes a file or the name of a built-in
+config (``lit-grpo fit --config quickstart``; ``lit-grpo configs list`` shows them, see :mod:`lit_grpo.resources`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
-from lightning import LightningModule
-from lightning.pytorch.cli import LightningCLI
+from lightning import LightningModule, Trainer
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 # The component packages, imported for their classes: LightningCLI resolves short names such as
 # --model.estimator=Sign, --model.loss=PPOClip or --model.reward=ExactMatch among the imported subclasses.
@@ -23,6 +27,7 @@ import lit_grpo.module
 import lit_grpo.rewards
 import lit_grpo.rollout
 import lit_grpo.sft  # noqa: F401
+from lit_grpo import resources
 from lit_grpo.checkpoint import SaveOnInterrupt, damaged_checkpoint, exit_status
 from lit_grpo.data import PromptDataModule
 
@@ -52,9 +57,15 @@ class LitGRPOCLI(LightningCLI):
     """
 
     def __init__(self, args=None, run: bool = True, **kwargs) -> None:
-        check_moved_options(sys.argv[1:] if args is None else args)
+        given = sys.argv[1:] if args is None else args
+        resolved = builtin_configs(given)  # --config quickstart: the built-in config of that name
+        if resolved != given:
+            args = resolved
+        check_moved_options(resolved)
+        check_callback_spelling(resolved)
         # Ctrl-C / SIGTERM / SIGUSR1 finish the step, write last.ckpt and stop: appended to the config's callbacks
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
+        kwargs.setdefault("save_config_callback", SaveConfigWithVersion)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         super().__init__(
             LightningModule, PromptDataModule, subclass_mode_model=True, args=args, run=run,
@@ -70,6 +81,56 @@ class LitGRPOCLI(LightningCLI):
             if damaged is None:
                 raise
             raise damaged from err
+
+
+class SaveConfigWithVersion(SaveConfigCallback):
+    """Lightning's ``SaveConfigCallback`` (the resolved ``config.yaml`` in the run directory), headed by a comment
+    line naming the lit-grpo version that wrote it and the versions of its main dependencies
+    (:func:`lit_grpo.resources.version_line`); being a comment, it leaves the file usable as ``--config``."""
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        first = self.save_to_log_dir and not self.already_saved
+        log_dir = trainer.log_dir if first else None  # every rank asks (it broadcasts), as the parent does
+        super().setup(trainer, pl_module, stage)
+        if first and log_dir is not None and trainer.is_global_zero:
+            path = os.path.join(log_dir, self.config_filename)
+            fs = get_filesystem(path)
+            with fs.open(path, "r") as f:
+                text = f.read()
+            with fs.open(path, "w") as f:
+                f.write(f"# {resources.version_line()}\n{text}")
+
+
+def builtin_configs(args: Any) -> Any:
+    """The arguments with each ``--config NAME`` that is not a file replaced by the path of the built-in config
+    of that name (:func:`lit_grpo.resources.resolve`); exits with status 2 naming close names when there is none.
+    A ``--config`` value that is YAML text rather than a path is left to LightningCLI."""
+    if not isinstance(args, list | tuple):
+        return args
+    out: list[str] = []
+    pending = False
+    for arg in map(str, args):
+        if pending:
+            out.append(_builtin_config(arg))
+            pending = False
+            continue
+        key, eq, value = arg.partition("=")
+        if key in ("--config", "-c") and eq:
+            out.append(f"{key}={_builtin_config(value)}")
+        else:
+            out.append(arg)
+            pending = key in ("--config", "-c")
+    return out if out != list(map(str, args)) else args
+
+
+def _builtin_config(value: str) -> str:
+    if any(c in value for c in ":{\n") and not Path(value).is_file():
+        return value  # YAML text, not a file name
+    try:
+        return resources.resolve(value)
+    except resources.ConfigNotFoundError as err:
+        print(f"error: --config: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def check_moved_options(args: Any) -> None:
@@ -100,6 +161,50 @@ def check_moved_options(args: Any) -> None:
         raise SystemExit(2)
 
 
+#: A class path in the callbacks' older spelling: ``callbacks.HeldOutReport``, ``callbacks.export.SavePretrained``.
+OLD_CALLBACK = re.compile(r"(?<![\w.])callbacks\.(?:[a-z_]+\.)?[A-Z]\w*")
+
+
+def check_callback_spelling(args: Any) -> None:
+    """Exit with the new spelling when the command line or a ``--config`` file names a callback as ``callbacks.X``
+    where that older spelling cannot work: outside a clone of the repository, whose top-level ``callbacks/`` maps
+    it onto :mod:`lit_grpo.callbacks` (or where an unrelated package of that name is installed)."""
+    if not isinstance(args, list | tuple) or _callbacks_alias_available():
+        return
+    args = [str(a) for a in args]
+    texts = list(args)
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if key in ("--config", "-c"):
+            path = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                texts.append(Path(path).read_text())
+            except OSError:
+                continue
+    found = sorted({m for text in texts for m in OLD_CALLBACK.findall(text)})
+    if found:
+        print(
+            f"error: {', '.join(found)}: the callbacks are lit_grpo.callbacks now; write "
+            f"{', '.join('lit_grpo.' + name for name in found)} (the older spelling works only in a clone of the "
+            "repository)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+def _callbacks_alias_available() -> bool:
+    """Whether ``import callbacks`` gives the repository's alias of :mod:`lit_grpo.callbacks` (a clone)."""
+    loaded = sys.modules.get("callbacks")
+    if loaded is not None:  # imported already: the alias put lit_grpo.callbacks in its place
+        return loaded is sys.modules.get("lit_grpo.callbacks")
+    try:
+        spec = importlib.util.find_spec("callbacks")
+    except (ImportError, ValueError):
+        return False
+    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    return origin is not None and origin.parent.parent == Path(__file__).resolve().parent.parent
+
+
 def _moved_in_config(path: str) -> list[str]:
     """Options of :data:`MOVED_TO_LOSS` set under ``model`` in a YAML config (none when it cannot be read)."""
     try:
@@ -116,6 +221,11 @@ def _moved_in_config(path: str) -> list[str]:
 def main(args: list[str] | None = None) -> None:
     """Console entry point of ``lit-grpo``."""
     argv = sys.argv[1:] if args is None else args
+    if argv and argv[0] in ("--version", "-V"):
+        print(resources.version_line())
+        raise SystemExit(0)
+    if argv and argv[0] == "configs":
+        raise SystemExit(resources.configs_main(argv[1:]))
     if argv and argv[0] == "compare":
         from lit_grpo.experiments.cli import compare_main
 
