@@ -317,20 +317,21 @@ def _prepare(data: Any, where: str, named_in: Path) -> tuple[Prepare, ...]:
                 "must be lit-grpo arguments starting with fit/validate/test and "
                 "containing {output} (the directory it writes, e.g. SavePretrained's dirpath)",
             )
-        command = _config_args(command, f"{where}.{name}.command", named_in)
+        command = _config_args(command, named_in)
         steps.append(Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where)))
     return tuple(steps)
 
 
-def _config_args(args: tuple[str, ...], where: str, named_in: Path) -> tuple[str, ...]:
-    """``args`` with the file of each ``--config`` found as :func:`_files` finds them."""
+def _config_args(args: tuple[str, ...], named_in: Path) -> tuple[str, ...]:
+    """``args`` with the file of each ``--config`` found as :func:`_files` finds them (a path found nowhere is
+    left as it is: the command reports it when it runs)."""
     out = list(args)
     for i, arg in enumerate(args):
         key, eq, value = arg.partition("=")
         if key == "--config" and eq:
-            out[i] = f"--config={_files((value,), where, named_in)[0]}"
+            out[i] = f"--config={resources.resolve_in(value, named_in) or value}"
         elif arg == "--config" and i + 1 < len(args):
-            out[i + 1] = _files((args[i + 1],), where, named_in)[0]
+            out[i + 1] = resources.resolve_in(args[i + 1], named_in) or args[i + 1]
     return tuple(out)
 
 
