@@ -178,7 +178,7 @@ def check_callback_spelling(args: Any) -> None:
         if key in ("--config", "-c"):
             path = value if eq else (args[i + 1] if i + 1 < len(args) else "")
             try:
-                texts.append(Path(path).read_text())
+                texts.append(re.sub(r"(?m)^\s*#.*$", "", Path(path).read_text()))  # not in comment lines
             except OSError:
                 continue
     found = sorted({m for text in texts for m in OLD_CALLBACK.findall(text)})
