@@ -166,10 +166,10 @@ OLD_CALLBACK = re.compile(r"(?<![\w.])callbacks\.(?:[a-z_]+\.)?[A-Z]\w*")
 
 
 def check_callback_spelling(args: Any) -> None:
-    """Exit with the new spelling when the command line or a ``--config`` file names a callback as ``callbacks.X``
-    where that older spelling cannot work: outside a clone of the repository, whose top-level ``callbacks/`` maps
-    it onto :mod:`lit_grpo.callbacks` (or where an unrelated package of that name is installed)."""
-    if not isinstance(args, list | tuple) or _callbacks_alias_available():
+    """Let configs name a callback as ``callbacks.X`` in a clone of the repository, whose top-level ``callbacks/``
+    maps that older spelling onto :mod:`lit_grpo.callbacks` (loaded here when it is not on ``sys.path``, as for
+    the ``lit-grpo`` command of an editable install); elsewhere (the installed wheel) exit with the new spelling."""
+    if not isinstance(args, list | tuple):
         return
     args = [str(a) for a in args]
     texts = list(args)
@@ -182,7 +182,7 @@ def check_callback_spelling(args: Any) -> None:
             except OSError:
                 continue
     found = sorted({m for text in texts for m in OLD_CALLBACK.findall(text)})
-    if found:
+    if found and not load_callbacks_alias():
         print(
             f"error: {', '.join(found)}: the callbacks are lit_grpo.callbacks now; write "
             f"{', '.join('lit_grpo.' + name for name in found)} (the older spelling works only in a clone of the "
@@ -192,17 +192,26 @@ def check_callback_spelling(args: Any) -> None:
         raise SystemExit(2)
 
 
-def _callbacks_alias_available() -> bool:
-    """Whether ``import callbacks`` gives the repository's alias of :mod:`lit_grpo.callbacks` (a clone)."""
+def load_callbacks_alias() -> bool:
+    """Whether ``callbacks`` is (now) the repository's alias of :mod:`lit_grpo.callbacks`: imported already, or
+    loaded from the clone's top-level ``callbacks/``. False where lit-grpo is not a clone (the wheel ships no
+    alias), and ``callbacks`` is then left alone (it may be an unrelated package)."""
     loaded = sys.modules.get("callbacks")
     if loaded is not None:  # imported already: the alias put lit_grpo.callbacks in its place
         return loaded is sys.modules.get("lit_grpo.callbacks")
-    try:
-        spec = importlib.util.find_spec("callbacks")
-    except (ImportError, ValueError):
+    clone = Path(__file__).resolve().parent.parent
+    alias = clone / "callbacks" / "__init__.py"
+    if resources.root() != clone or not alias.is_file():
         return False
-    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
-    return origin is not None and origin.parent.parent == Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("callbacks", alias, submodule_search_locations=[str(alias.parent)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["callbacks"] = module
+    try:
+        spec.loader.exec_module(module)  # it replaces itself in sys.modules with lit_grpo.callbacks
+    except BaseException:
+        sys.modules.pop("callbacks", None)
+        raise
+    return sys.modules.get("callbacks") is sys.modules.get("lit_grpo.callbacks")
 
 
 def _moved_in_config(path: str) -> list[str]:

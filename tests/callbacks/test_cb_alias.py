@@ -2,10 +2,11 @@
 
 import importlib
 import pkgutil
+import sys
 from pathlib import Path
 
 import lit_grpo.callbacks
-from lit_grpo.cli import LitGRPOCLI, _callbacks_alias_available
+from lit_grpo.cli import LitGRPOCLI, load_callbacks_alias
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +22,16 @@ def test_the_alias_is_the_package_and_each_submodule_is_the_same_module():
     from callbacks.export import SavePretrained
 
     assert SavePretrained is lit_grpo.callbacks.SavePretrained
-    assert _callbacks_alias_available()  # in a clone, so the CLI lets configs say callbacks.X
+    assert load_callbacks_alias()  # in a clone, so the CLI lets configs say callbacks.X
+
+
+def test_in_a_clone_the_alias_loads_also_where_the_repository_is_not_on_the_path(monkeypatch):
+    for name in [n for n in sys.modules if n == "callbacks" or n.startswith("callbacks.")]:
+        monkeypatch.delitem(sys.modules, name)  # as for the lit-grpo command of an editable install
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != ROOT])
+    assert load_callbacks_alias()
+    assert sys.modules["callbacks"] is lit_grpo.callbacks
+    assert sys.modules["callbacks.heldout"] is sys.modules["lit_grpo.callbacks.heldout"]
 
 
 def test_a_config_in_the_older_spelling_builds_the_same_classes(monkeypatch):
