@@ -7,7 +7,6 @@ config (``lit-grpo fit --config quickstart``; ``lit-grpo configs list`` shows th
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import sys
@@ -182,7 +181,7 @@ def check_callback_spelling(args: Any) -> None:
             except OSError:
                 continue
     found = sorted({m for text in texts for m in OLD_CALLBACK.findall(text)})
-    if found and not load_callbacks_alias():
+    if found and not resources.load_callbacks_alias():
         print(
             f"error: {', '.join(found)}: the callbacks are lit_grpo.callbacks now; write "
             f"{', '.join('lit_grpo.' + name for name in found)} (the older spelling works only in a clone of the "
@@ -190,28 +189,6 @@ def check_callback_spelling(args: Any) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
-
-
-def load_callbacks_alias() -> bool:
-    """Whether ``callbacks`` is (now) the repository's alias of :mod:`lit_grpo.callbacks`: imported already, or
-    loaded from the clone's top-level ``callbacks/``. False where lit-grpo is not a clone (the wheel ships no
-    alias), and ``callbacks`` is then left alone (it may be an unrelated package)."""
-    loaded = sys.modules.get("callbacks")
-    if loaded is not None:  # imported already: the alias put lit_grpo.callbacks in its place
-        return loaded is sys.modules.get("lit_grpo.callbacks")
-    clone = Path(__file__).resolve().parent.parent
-    alias = clone / "callbacks" / "__init__.py"
-    if resources.root() != clone or not alias.is_file():
-        return False
-    spec = importlib.util.spec_from_file_location("callbacks", alias, submodule_search_locations=[str(alias.parent)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["callbacks"] = module
-    try:
-        spec.loader.exec_module(module)  # it replaces itself in sys.modules with lit_grpo.callbacks
-    except BaseException:
-        sys.modules.pop("callbacks", None)
-        raise
-    return sys.modules.get("callbacks") is sys.modules.get("lit_grpo.callbacks")
 
 
 def _moved_in_config(path: str) -> list[str]:

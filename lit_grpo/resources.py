@@ -16,12 +16,16 @@ relative to the working directory, else relative to its own folder, else by a bu
 built-in experiment runs unchanged). Models that ship with lit-grpo are named (``model: tiny-arith-sft``, see
 :mod:`lit_grpo.models.sources`); every other path in a config (data files, model directories) and everything a run
 writes (``runs/``, ``dirpath``) is relative to the working directory.
+
+The older spelling ``callbacks.X`` of :mod:`lit_grpo.callbacks` works in a clone only: :func:`load_callbacks_alias`
+loads the clone's top-level ``callbacks/`` (which maps it onto the same modules) where it is not on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.util
 import platform
 import re
 import shutil
@@ -70,6 +74,28 @@ def version_line() -> str:
         except metadata.PackageNotFoundError:
             continue
     return f"lit-grpo {lit_grpo.__version__} (python {platform.python_version()}, {', '.join(found)})"
+
+
+def load_callbacks_alias() -> bool:
+    """Whether ``callbacks`` is (now) the repository's alias of :mod:`lit_grpo.callbacks`: imported already, or
+    loaded from the clone's top-level ``callbacks/``. False where lit-grpo is not a clone (the wheel ships no
+    alias), and ``callbacks`` is then left alone (it may be an unrelated package)."""
+    loaded = sys.modules.get("callbacks")
+    if loaded is not None:  # imported already: the alias put lit_grpo.callbacks in its place
+        return loaded is sys.modules.get("lit_grpo.callbacks")
+    clone = PACKAGE_DIR.parent
+    alias = clone / "callbacks" / "__init__.py"
+    if INSTALLED_DATA.is_dir() or not alias.is_file():
+        return False
+    spec = importlib.util.spec_from_file_location("callbacks", alias, submodule_search_locations=[str(alias.parent)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["callbacks"] = module
+    try:
+        spec.loader.exec_module(module)  # it replaces itself in sys.modules with lit_grpo.callbacks
+    except BaseException:
+        sys.modules.pop("callbacks", None)
+        raise
+    return sys.modules.get("callbacks") is sys.modules.get("lit_grpo.callbacks")
 
 
 def asset(name: str) -> Path:

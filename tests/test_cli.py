@@ -8,7 +8,7 @@ import torch
 import yaml
 
 import lit_grpo
-import lit_grpo.cli as cli_module
+from lit_grpo import resources
 from lit_grpo.cli import LitGRPOCLI, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,7 +198,7 @@ def test_an_unknown_config_name_exits_2_naming_close_names(tmp_path, monkeypatch
 
 
 def test_the_older_callback_spelling_fails_with_the_new_one_where_it_cannot_work(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli_module, "load_callbacks_alias", lambda: False)  # as installed from the wheel
+    monkeypatch.setattr(resources, "load_callbacks_alias", lambda: False)  # as installed from the wheel
     overlay = tmp_path / "old.yaml"
     overlay.write_text("# callbacks.HeldOutReport in a comment is left alone\n"
                        "trainer:\n  callbacks:\n    - class_path: callbacks.PassAtK\n")

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 import lit_grpo.callbacks
-from lit_grpo.cli import LitGRPOCLI, load_callbacks_alias
+from lit_grpo.cli import LitGRPOCLI
+from lit_grpo.resources import load_callbacks_alias
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,3 +42,13 @@ def test_a_config_in_the_older_spelling_builds_the_same_classes(monkeypatch):
                            "--trainer.callbacks+=callbacks.degeneracy.DegeneracyMonitor"], run=False)
     found = [type(c) for c in cli.trainer.callbacks]
     assert lit_grpo.callbacks.HeldOutReport in found and lit_grpo.callbacks.DegeneracyMonitor in found
+
+
+def test_an_experiment_naming_the_older_spelling_finds_the_same_class(monkeypatch):
+    from lit_grpo.experiments.registry import import_class
+
+    for name in [n for n in sys.modules if n == "callbacks" or n.startswith("callbacks.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != ROOT])
+    assert import_class("callbacks.PassAtK") is lit_grpo.callbacks.PassAtK
+    assert import_class("callbacks.passk.PassAtK") is lit_grpo.callbacks.PassAtK
