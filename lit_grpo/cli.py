@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import lightning
 import yaml
-from lightning import LightningModule, Trainer
-from lightning.fabric.utilities.cloud_io import get_filesystem
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning import LightningModule
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 # The component packages, imported for their classes: LightningCLI resolves short names such as
 # --model.estimator=Sign, --model.loss=PPOClip or --model.reward=ExactMatch among the imported subclasses.
@@ -58,18 +58,25 @@ class LitGRPOCLI(LightningCLI):
     def __init__(self, args=None, run: bool = True, **kwargs) -> None:
         given = sys.argv[1:] if args is None else args
         resolved = builtin_configs(given)  # --config quickstart: the built-in config of that name
-        if resolved != given:
+        if resolved is not given and args is None:
+            sys.argv[1:] = resolved  # LightningCLI reads the command line itself
+        elif resolved is not given:
             args = resolved
         check_moved_options(resolved)
         check_callback_spelling(resolved)
         # Ctrl-C / SIGTERM / SIGUSR1 finish the step, write last.ckpt and stop: appended to the config's callbacks
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
-        kwargs.setdefault("save_config_callback", SaveConfigWithVersion)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         super().__init__(
             LightningModule, PromptDataModule, subclass_mode_model=True, args=args, run=run,
             auto_configure_optimizers=False, **kwargs,
         )
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        # the saved config.yaml (and --print_config) start with the lit-grpo version that wrote them, and
+        # torch, lightning and transformers; as comment lines, the file still works as --config
+        kwargs.setdefault("dump_header", [resources.version_line(), f"lightning.pytorch=={lightning.__version__}"])
+        return super().init_parser(**kwargs)
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the checkpoint's hyperparameters first: a damaged file is named here already
@@ -80,24 +87,6 @@ class LitGRPOCLI(LightningCLI):
             if damaged is None:
                 raise
             raise damaged from err
-
-
-class SaveConfigWithVersion(SaveConfigCallback):
-    """Lightning's ``SaveConfigCallback`` (the resolved ``config.yaml`` in the run directory), headed by a comment
-    line naming the lit-grpo version that wrote it and the versions of its main dependencies
-    (:func:`lit_grpo.resources.version_line`); being a comment, it leaves the file usable as ``--config``."""
-
-    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        first = self.save_to_log_dir and not self.already_saved
-        log_dir = trainer.log_dir if first else None  # every rank asks (it broadcasts), as the parent does
-        super().setup(trainer, pl_module, stage)
-        if first and log_dir is not None and trainer.is_global_zero:
-            path = os.path.join(log_dir, self.config_filename)
-            fs = get_filesystem(path)
-            with fs.open(path, "r") as f:
-                text = f.read()
-            with fs.open(path, "w") as f:
-                f.write(f"# {resources.version_line()}\n{text}")
 
 
 def builtin_configs(args: Any) -> Any:
