@@ -42,6 +42,15 @@ TRAINER_DEFAULTS = {
 }
 
 
+#: What ``lit-grpo --help`` says above LightningCLI's usage: the commands besides fit/validate/test.
+DESCRIPTION = (
+    "Train and evaluate with lit-grpo: lit-grpo fit|validate|test --config FILE_OR_NAME. Built-in configs run by "
+    "name from any directory (lit-grpo fit --config quickstart). Other commands: lit-grpo configs list|show|copy "
+    "(the built-in configs), lit-grpo compare (experiment grids over seeds), lit-grpo fidelity (estimator "
+    "gradients against a large-group reference), lit-grpo models list|fetch (model sources), lit-grpo --version."
+)
+
+
 #: ``GRPOModule`` options that are now options of its loss component (``--model.loss``).
 MOVED_TO_LOSS = ("eps_low", "eps_high", "dual_clip", "beta", "kl_estimator", "tis", "tis_cap")
 
@@ -67,6 +76,8 @@ class LitGRPOCLI(LightningCLI):
         # Ctrl-C / SIGTERM / SIGUSR1 finish the step, write last.ckpt and stop: appended to the config's callbacks
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        given_kwargs = kwargs.get("parser_kwargs") or {}
+        kwargs["parser_kwargs"] = {"prog": "lit-grpo", "description": DESCRIPTION, **given_kwargs}
         super().__init__(
             LightningModule, PromptDataModule, subclass_mode_model=True, args=args, run=run,
             auto_configure_optimizers=False, **kwargs,

@@ -210,3 +210,12 @@ def test_the_older_callback_spelling_fails_with_the_new_one_where_it_cannot_work
     assert "write lit_grpo.callbacks.PassAtK, lit_grpo.callbacks.export.SavePretrained" in err
     # lightning's own callbacks and trainer.callbacks options are not mistaken for it
     LitGRPOCLI(args=["--config", "configs/lora.yaml"], run=False)
+
+
+def test_help_names_the_other_commands(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: lit-grpo ")
+    assert all(c in " ".join(out.split()) for c in ("lit-grpo configs list", "lit-grpo compare", "--config quickstart"))
