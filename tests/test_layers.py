@@ -37,8 +37,8 @@ def _imports(path: Path) -> set[str]:
 
 #: docs/design.md's layers, top first: a file imports only from lower layers or from its own package.
 LAYERS = [
-    ["__main__"], ["cli"], ["experiments"], ["callbacks"], ["module", "sft"], ["step_metrics", "checkpoint"], ["policy", "data"],
-    ["diagnostics"], ["rollout", "rewards"], ["losses", "estimators"], ["logprobs"], ["models", "parallel"],
+    ["__main__"], ["cli"], ["experiments"], ["callbacks"], ["module", "sft"], ["step_metrics", "checkpoint"],
+    ["policy", "data"], ["diagnostics"], ["rollout", "rewards"], ["losses", "estimators"], ["logprobs"], ["models", "parallel"],
     ["lora", "perf", "types", "resources"],
 ]
 RANK = {part: len(LAYERS) - i for i, parts in enumerate(LAYERS) for part in parts}
