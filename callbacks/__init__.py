@@ -1,30 +1,21 @@
-"""Lightning callbacks for lit-grpo runs. Each docstring lists the metric names it writes."""
+"""``callbacks``: the older spelling of :mod:`lit_grpo.callbacks`, kept for configs that name ``callbacks.X``.
 
-from callbacks.advantage_stats import AdvantageStats
-from callbacks.budget import GradientBudget
-from callbacks.degeneracy import DegeneracyMonitor
-from callbacks.export import SavePretrained
-from callbacks.fidelity import GradientFidelity
-from callbacks.gradient_rank import GradientRank
-from callbacks.heldout import HeldOutReport
-from callbacks.passk import PassAtK, PassAtKMetric
-from callbacks.samples import CompletionSamples
-from callbacks.shadow import ShadowEstimators
-from callbacks.test_split import TestSplitReport
-from callbacks.weight_curve import WeightCurve
+In a clone of the repository (this folder sits next to ``lit_grpo/``) ``class_path: callbacks.HeldOutReport`` and
+``from callbacks.export import SavePretrained`` keep working. The wheel does not ship this folder: installed,
+the callbacks are spelled ``lit_grpo.callbacks.X`` (a top-level ``callbacks`` package belongs to an unrelated
+project on the package registry).
 
-__all__ = [
-    "SavePretrained",
-    "HeldOutReport",
-    "DegeneracyMonitor",
-    "PassAtK",
-    "PassAtKMetric",
-    "GradientRank",
-    "GradientBudget",
-    "AdvantageStats",
-    "CompletionSamples",
-    "TestSplitReport",
-    "WeightCurve",
-    "ShadowEstimators",
-    "GradientFidelity",
-]
+Nothing is imported twice: ``callbacks`` *is* ``lit_grpo.callbacks`` and ``callbacks.<submodule>`` *is*
+``lit_grpo.callbacks.<submodule>`` (the same module objects, registered under both names in ``sys.modules``),
+so a class has one identity and ``isinstance`` checks hold whichever spelling a config used.
+"""
+
+import importlib
+import pkgutil
+import sys
+
+import lit_grpo.callbacks as _target
+
+for _info in pkgutil.iter_modules(_target.__path__):
+    sys.modules[f"{__name__}.{_info.name}"] = importlib.import_module(f"{_target.__name__}.{_info.name}")
+sys.modules[__name__] = _target

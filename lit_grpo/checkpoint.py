@@ -25,6 +25,8 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from lit_grpo.models.sources import bundled_model
+
 logger = logging.getLogger(__name__)
 
 
@@ -248,8 +250,10 @@ def set_rng_states(states: dict[str, Any]) -> None:
 
 
 def model_identity(model: str) -> str:
-    """A local model directory as its absolute, resolved path (symbolic links followed); a hub id as it is."""
-    path = Path(model).expanduser()
+    """A local model directory as its absolute, resolved path (symbolic links followed), a model shipped with
+    lit-grpo (``tiny-arith-sft``) as the path of its folder, so that either spelling of it is the same model; a
+    hub id as it is."""
+    path = bundled_model(model) or Path(model).expanduser()
     return str(path.resolve()) if path.is_dir() else model
 
 
@@ -268,7 +272,7 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any]) -> None:
             "the checkpoint was written with a different configuration, so its state does not fit this run: "
             + "; ".join(differ)
             + ". Resume with the checkpoint's settings, or start a new run from exported weights "
-            "(callbacks.SavePretrained) to change them."
+            "(lit_grpo.callbacks.SavePretrained) to change them."
         )
 
 

@@ -7,6 +7,8 @@ import pytest
 import torch
 import yaml
 
+import lit_grpo
+from lit_grpo import resources
 from lit_grpo.cli import LitGRPOCLI, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,3 +171,51 @@ def test_losses_and_update_options_run_a_few_steps(tmp_path, run):
     assert expected <= tags, expected - tags
     saved = yaml.safe_load(Path(run_dir, "config.yaml").read_text())["model"]["init_args"]
     assert saved["loss"]["class_path"].endswith(run if run != "options" else "PPOClip")
+
+
+def test_a_builtin_config_runs_by_name_from_any_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no configs/ or assets/ here
+    main(["fit", "--config", "quickstart", "--trainer.max_steps=1", "--trainer.val_check_interval=1",
+          "--data.max_val_prompts=8", "--trainer.enable_progress_bar=false"])
+    out = capsys.readouterr()
+    assert "Held-out prompts" in out.out + out.err
+    saved = tmp_path / "runs" / "quickstart" / "version_0" / "config.yaml"  # runs/ in the working directory
+    text = saved.read_text()
+    assert text.startswith(f"# lit-grpo {lit_grpo.__version__} (python ")  # the version that wrote the run
+    assert yaml.safe_load(text)["model"]["init_args"]["model"] == "tiny-arith-sft"  # still usable as --config
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:  # the saved config runs again as it is
+        main(["fit", "--config", str(saved), "--print_config"])
+    assert done.value.code == 0 and "model: tiny-arith-sft" in capsys.readouterr().out
+
+
+def test_an_unknown_config_name_exits_2_naming_close_names(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", "estimators/sing"])
+    assert done.value.code == 2
+    assert "Did you mean estimators/sign" in capsys.readouterr().err
+
+
+def test_the_older_callback_spelling_fails_with_the_new_one_where_it_cannot_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(resources, "load_callbacks_alias", lambda: False)  # as installed from the wheel
+    overlay = tmp_path / "old.yaml"
+    overlay.write_text("# callbacks.HeldOutReport in a comment is left alone\n"
+                       "trainer:\n  callbacks:\n    - class_path: callbacks.PassAtK\n")
+    with pytest.raises(SystemExit) as done:
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--config", str(overlay),
+                         "--trainer.callbacks+=callbacks.export.SavePretrained"], run=False)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "write lit_grpo.callbacks.PassAtK, lit_grpo.callbacks.export.SavePretrained" in err
+    # lightning's own callbacks and trainer.callbacks options are not mistaken for it
+    LitGRPOCLI(args=["--config", "configs/lora.yaml"], run=False)
+
+
+def test_help_names_the_other_commands(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: lit-grpo ")
+    assert all(c in " ".join(out.split()) for c in ("lit-grpo configs list", "lit-grpo compare", "--config quickstart"))

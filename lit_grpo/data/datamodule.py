@@ -230,7 +230,7 @@ class PromptDataModule(L.LightningDataModule):
                 "PromptDataModule: the checkpoint's data position was saved with other data settings, so it "
                 "does not point at the same prompts in this run: " + "; ".join(differ) + ". Resume with the "
                 "checkpoint's settings (the same seed, data and streaming options; streamed, the same number "
-                "of processes), or start a new run from exported weights (callbacks.SavePretrained) to "
+                "of processes), or start a new run from exported weights (lit_grpo.callbacks.SavePretrained) to "
                 "change them."
             )
         self._epoch = int(state_dict.get("epoch", 0))

@@ -1,5 +1,5 @@
 """Gradient fidelity on a policy: draw the reference pools, measure every estimator, write the tables and
-the figure (the machinery behind ``lit-grpo fidelity`` and :class:`callbacks.GradientFidelity`; the maths is
+the figure (the machinery behind ``lit-grpo fidelity`` and :class:`lit_grpo.callbacks.GradientFidelity`; the maths is
 :mod:`lit_grpo.diagnostics.fidelity`)."""
 
 from __future__ import annotations

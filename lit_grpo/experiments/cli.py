@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="extend",
         required=True,
         metavar="YAML",
-        help="experiment config(s), e.g. experiments/degeneracy.yaml (several run one after another)",
+        help="experiment config(s): files, or built-in experiments by name, e.g. degeneracy (`lit-grpo configs "
+        "list`); several run one after another",
     )
     p.add_argument("--quick", action="store_true", help="smoke size: each config's `quick` section (for CI)")
     p.add_argument(

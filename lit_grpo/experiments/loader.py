@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 
+from lit_grpo import resources
 from lit_grpo.experiments.registry import TEST_SPLIT_REPORT, check_metric, import_class, resolve_estimator
 from lit_grpo.experiments.spec import (
     DEFAULT_SEED_ARGS,
@@ -52,7 +53,7 @@ _KEYS = {
     "test",
     "quick",
 }
-#: Metrics of callbacks.TestSplitReport that log their prompt-sampling SE under ``<name>_se``.
+#: Metrics of lit_grpo.callbacks.TestSplitReport that log their prompt-sampling SE under ``<name>_se``.
 _TEST_SE = re.compile(r"test/(before/)?(accuracy|reward_mean|skill|pass@\d+)")
 
 
@@ -85,13 +86,21 @@ def _label(label: Any, where: str) -> str:
     return label
 
 
-def _files(paths: tuple[str, ...], where: str) -> tuple[str, ...]:
+def _files(paths: tuple[str, ...], where: str, named_in: Path) -> tuple[str, ...]:
+    """The config files an experiment names, found by :func:`lit_grpo.resources.resolve_in`: a built-in
+    experiment's are the built-in configs; a user's are relative to the working directory, else to the
+    experiment's folder, else built-in names."""
+    found = []
     for p in paths:
-        if not Path(p).is_file():
+        path = resources.resolve_in(p, named_in)
+        if path is None:
             raise _fail(
-                where, f"config file {p!r} does not exist (paths are relative to the working directory)"
+                where,
+                f"config file {p!r} does not exist (relative to the working directory or to {named_in.parent}) "
+                "and is no built-in config (`lit-grpo configs list`)",
             )
-    return paths
+        found.append(path)
+    return tuple(found)
 
 
 def _choice(value: Any, literal: Any, where: str) -> Any:
@@ -134,9 +143,9 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [] if value is None else [value]
 
 
-def _arm(label: str, data: Any, where: str) -> Arm:
+def _arm(label: str, data: Any, where: str, named_in: Path) -> Arm:
     data = _keys(data or {}, {"config", "estimator", "init_args", "args"}, where)
-    configs = _files(_strs(data.get("config"), f"{where}.config"), f"{where}.config")
+    configs = _files(_strs(data.get("config"), f"{where}.config"), f"{where}.config", named_in)
     _overlay_estimators(configs, where)
     estimator = data.get("estimator")
     if estimator is not None:
@@ -165,7 +174,7 @@ def _metric(data: Any, where: str, callbacks: tuple[str, ...]) -> Metric:
             raise _fail(where, "`minus` and `transform` cannot be combined")
     se = data.get("se")
     if se is None and minus is None and _TEST_SE.fullmatch(name):
-        se = f"{name}_se"  # callbacks.TestSplitReport logs it beside the metric
+        se = f"{name}_se"  # lit_grpo.callbacks.TestSplitReport logs it beside the metric
     if se is not None:
         check_metric(str(se), f"{where}.se", callbacks)
     prompts = data.get("prompts")
@@ -293,7 +302,7 @@ def _sweep(data: Any, keep: dict, where: str):
     return tuple(axes)
 
 
-def _prepare(data: Any, where: str) -> tuple[Prepare, ...]:
+def _prepare(data: Any, where: str, named_in: Path) -> tuple[Prepare, ...]:
     steps = []
     for name, step in _keys(data or {}, set(data or {}), where).items():
         step = _keys(step, {"command", "quick_args"}, f"{where}.{name}")
@@ -308,13 +317,33 @@ def _prepare(data: Any, where: str) -> tuple[Prepare, ...]:
                 "must be lit-grpo arguments starting with fit/validate/test and "
                 "containing {output} (the directory it writes, e.g. SavePretrained's dirpath)",
             )
+        command = _config_args(command, named_in)
         steps.append(Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where)))
     return tuple(steps)
 
 
-def _read(path: str | Path) -> dict:
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"experiment config {str(path)!r} does not exist")
+def _config_args(args: tuple[str, ...], named_in: Path) -> tuple[str, ...]:
+    """``args`` with the file of each ``--config`` found as :func:`_files` finds them (a path found nowhere is
+    left as it is: the command reports it when it runs)."""
+    out = list(args)
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if key == "--config" and eq:
+            out[i] = f"--config={resources.resolve_in(value, named_in) or value}"
+        elif arg == "--config" and i + 1 < len(args):
+            out[i + 1] = resources.resolve_in(args[i + 1], named_in) or args[i + 1]
+    return tuple(out)
+
+
+def _source(path: str | Path) -> Path:
+    """The experiment file: ``path`` itself, else the built-in experiment of that name (``passk``)."""
+    try:
+        return Path(resources.resolve(str(path), "experiments"))
+    except resources.ConfigNotFoundError as err:
+        raise FileNotFoundError(f"experiment config {str(path)!r} does not exist: {err}") from None
+
+
+def _read(path: Path) -> dict:
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except yaml.YAMLError as err:
@@ -330,7 +359,8 @@ def _check_prepared(texts: list[str], names: set[str], where: str) -> None:
 
 def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     """Read and check an experiment YAML; with ``quick``, apply its ``quick`` section (smoke size)."""
-    where, data = str(path), _read(path)
+    where, source = str(path), _source(path)
+    data = _read(source)
     q = _keys(data.get("quick") or {}, {"seeds", "args", "sweep", "select", "test"}, f"{where}: quick")
     for key in ("name", "arms", "seeds", "metrics"):
         if not data.get(key):
@@ -338,18 +368,18 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     seeds = q.get("seeds") if quick and q.get("seeds") else data["seeds"]
     if not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
         raise _fail(f"{where}: seeds", f"{seeds} must be distinct integers")
-    prepared = _prepare(data.get("prepare"), f"{where}: prepare")
+    prepared = _prepare(data.get("prepare"), f"{where}: prepare", source)
     args = _strs(data.get("args"), f"{where}: args") + (
         _strs(q.get("args"), f"{where}: quick.args") if quick else ()
     )
     sweep = _sweep(data.get("sweep"), (q.get("sweep") or {}) if quick else {}, f"{where}: sweep")
     texts = list(args) + [a for _, items in sweep for _, xs in items for a in xs]
     arms = tuple(
-        _arm(str(k), v, f"{where}: arms.{k}")
+        _arm(str(k), v, f"{where}: arms.{k}", source)
         for k, v in _keys(data["arms"], set(data["arms"]), where).items()
     )
     _check_prepared(texts + [a for arm in arms for a in arm.args], {p.name for p in prepared}, where)
-    base = _files(_strs(data.get("base"), f"{where}: base"), f"{where}: base")
+    base = _files(_strs(data.get("base"), f"{where}: base"), f"{where}: base", source)
     callbacks = callback_paths(
         base + tuple(c for arm in arms for c in arm.configs), tuple(texts) + tuple(a for arm in arms for a in arm.args)
     )

@@ -5,7 +5,7 @@ A metric is documented by the docstring of the module or callback that writes it
 name such as ``rollout/degenerate_frac``; placeholders in angle brackets (``val/pass@<n>``,
 ``budget/share_<bin>``) stand for any text, and ``grad/sigma_1`` .. ``grad/sigma_5`` for the range. The
 modules are always read; callbacks are read by the class paths an experiment names
-(``--trainer.callbacks+=callbacks.DegeneracyMonitor``), imported as LightningCLI would import them.
+(``--trainer.callbacks+=lit_grpo.callbacks.DegeneracyMonitor``), imported as LightningCLI would import them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from lit_grpo import resources
+
 _NAME = re.compile(r"``([a-z_]+/(?:[^`\s<]|<[^`>]+>)+)``")
 _RANGE = re.compile(r"``([a-z_]+/[^`\s]*?)(\d+)``\s*\.\.\s*``\1(\d+)``")
 _PLACEHOLDER = re.compile(r"<[^>]+>")
@@ -26,7 +28,7 @@ MODULE_CLASSES = ("lit_grpo.module.GRPOModule", "lit_grpo.policy.PolicyModule", 
 
 #: Class path of the callback that scores an experiment's test split (added to every final run with a ``test``
 #: section; named by path, so that the library does not import the callbacks package).
-TEST_SPLIT_REPORT = "callbacks.TestSplitReport"
+TEST_SPLIT_REPORT = "lit_grpo.callbacks.TestSplitReport"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ def documented_names(doc: str) -> list[str]:
 def import_class(path: str) -> type | None:
     """The class at ``path`` (``package.module.Class`` or ``package.Class``), or None when there is none."""
     module_name, _, attr = path.rpartition(".")
+    if module_name.split(".")[0] == "callbacks":  # the older spelling of lit_grpo.callbacks (a clone)
+        resources.load_callbacks_alias()
     try:
         cls = getattr(importlib.import_module(module_name), attr) if module_name else None
     except (ImportError, AttributeError):
@@ -92,7 +96,7 @@ def check_metric(name: str, where: str, classes: Iterable[str] = ()) -> list[str
     hint = ", ".join(known[:12]) if known else ", ".join(sorted({p.pattern for p in registry})[:12])
     raise ValueError(
         f"{where}: metric {name!r} is not documented by the GRPO module or a callback the experiment names "
-        f"(a callback counts once its configs or args name it, e.g. --trainer.callbacks+=callbacks.PassAtK); "
+        f"(a callback counts once its configs or args name it, e.g. --trainer.callbacks+=lit_grpo.callbacks.PassAtK); "
         f"documented names with this prefix include: {hint} (docs/diagnostics.md lists them all)"
     )
 

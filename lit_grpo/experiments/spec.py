@@ -120,7 +120,7 @@ class Experiment:
     tests: Tests = "arms"
     reference: str | None = None  # compare every arm with this one only (not every pair)
     select: Select | None = None
-    test: dict[str, Any] | None = None  # init_args of callbacks.TestSplitReport, added to every run
+    test: dict[str, Any] | None = None  # init_args of lit_grpo.callbacks.TestSplitReport, added to every run
     runtime: str = ""
     quick: bool = False
     callbacks: tuple[str, ...] = ()  # class paths of the callbacks its configs and arguments name

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 
 from lit_grpo.models.gguf_convert import ModelSourceError
-from lit_grpo.models.sources import PACKAGED, cache_root, cached_models, fetch_model, resolve_model
+from lit_grpo.models.sources import (
+    BUNDLED,
+    PACKAGED,
+    bundled_model,
+    cache_root,
+    cached_models,
+    fetch_model,
+    resolve_model,
+)
 
 
 def models_main(argv: list[str]) -> int:
@@ -35,6 +43,9 @@ def models_main(argv: list[str]) -> int:
 
 def _list() -> int:
     cached = {record["name"]: record for record in cached_models()}
+    print("models shipped with lit-grpo (use the name as model: in a config):")
+    for name, description in sorted(BUNDLED.items()):
+        print(f"  {name:<24} {description}\n  {'':<24} {bundled_model(name)}")
     print("packaged models (use the name as model: in a config):")
     for name, spec in sorted(PACKAGED.items()):
         where = cached[name]["path"] if name in cached else "not cached (fetched on first use)"

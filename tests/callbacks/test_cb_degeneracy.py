@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from callbacks import DegeneracyMonitor
 from lit_grpo import GRPO, ExactMatch, WeightedSum
+from lit_grpo.callbacks import DegeneracyMonitor
 from lit_grpo.types import PromptBatch, RolloutStats
 
 ONE_PROCESS = SimpleNamespace(trainer=SimpleNamespace(world_size=1))

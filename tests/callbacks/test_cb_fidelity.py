@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from callbacks import GradientFidelity
 from lit_grpo import GRPO, MaxRL, ReinforcePlusPlus, Sign
+from lit_grpo.callbacks import GradientFidelity
 from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.cli import main as cli_main
 from lit_grpo.experiments.fidelity import main as fidelity_main

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
-from callbacks import (
+from lit_grpo import GRPO, ExactMatch, MaxRL, Sign
+from lit_grpo.callbacks import (
     AdvantageStats,
     CompletionSamples,
     DegeneracyMonitor,
@@ -15,7 +16,6 @@ from callbacks import (
     PassAtK,
     WeightCurve,
 )
-from lit_grpo import GRPO, ExactMatch, MaxRL, Sign
 from tests.callbacks.events import read_events
 
 

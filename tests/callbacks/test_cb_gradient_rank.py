@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from callbacks import GradientRank
 from lit_grpo import GRPO, AdvantageEstimator
+from lit_grpo.callbacks import GradientRank
 from lit_grpo.diagnostics.gradients import (
     centroid_span_residual,
     per_completion_gradients,

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from callbacks import PassAtK, PassAtKMetric
+from lit_grpo.callbacks import PassAtK, PassAtKMetric
 from lit_grpo.types import PromptBatch
 
 

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from callbacks import ShadowEstimators
 from lit_grpo import GPG, GRPO, RLOO, DrGRPO, MaxRL, PassAtK, ReinforcePlusPlus, Sign
+from lit_grpo.callbacks import ShadowEstimators
 from lit_grpo.diagnostics.gradients import gradient_row_blocks, select_linear_targets, take_rows
 from lit_grpo.diagnostics.shadow import (
     budget_by_bin,

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from callbacks import TestSplitReport
+from lit_grpo.callbacks import TestSplitReport
 from lit_grpo.diagnostics.passk import pass_at_k_per_prompt
 from tests.callbacks.events import read_events
 

@@ -6,6 +6,7 @@ import pytest
 
 from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.data import PromptSource
+from lit_grpo.models.sources import BUNDLED
 from lit_grpo.rewards import RewardFunction
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "tasks").glob("*.yaml"))
@@ -24,5 +25,5 @@ def test_config_builds(path, monkeypatch, tmp_path):
     cli = LitGRPOCLI(args=["--config", str(path)], run=False)
     assert isinstance(cli.datamodule.source, PromptSource)
     assert isinstance(cli.model.reward, RewardFunction)
-    real_model = "assets/" not in cli.model.model_name
-    assert real_model == ("tiny" not in path.stem)  # the tiny local policy only in test variants
+    real_model = cli.model.model_name not in BUNDLED
+    assert real_model == ("tiny" not in path.stem)  # the tiny shipped policy only in test variants

@@ -72,7 +72,7 @@ def test_prepare_configs_build(path, tmp_path):
         args=[
             "--config",
             path,
-            "--trainer.callbacks+=callbacks.SavePretrained",
+            "--trainer.callbacks+=lit_grpo.callbacks.SavePretrained",
             f"--trainer.callbacks.dirpath={tmp_path}",
         ],
         run=False,

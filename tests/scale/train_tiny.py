@@ -26,8 +26,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from callbacks.export import SavePretrained  # noqa: E402
 from lit_grpo import GRPOModule, PromptBatch, PromptDataModule, RewardFunction, SyntheticArithmetic  # noqa: E402
+from lit_grpo.callbacks.export import SavePretrained  # noqa: E402
 from lit_grpo.checkpoint import AtomicCheckpointIO  # noqa: E402
 from lit_grpo.lora import LoraSettings  # noqa: E402
 from lit_grpo.losses import PPOClip  # noqa: E402

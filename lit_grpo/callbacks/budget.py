@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from lightning import Callback, LightningModule, Trainer
 
-from callbacks._common import (
+from lit_grpo.callbacks._common import (
     check_binary_rewards,
     every,
     fork_rng,

@@ -6,7 +6,7 @@ import math
 
 from lightning import Callback, LightningModule, Trainer
 
-from callbacks._common import every, logging_step, require_logger, rollout_stats, tensorboard
+from lit_grpo.callbacks._common import every, logging_step, require_logger, rollout_stats, tensorboard
 from lit_grpo.types import RolloutStats
 
 NAME = "CompletionSamples"

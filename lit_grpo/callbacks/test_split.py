@@ -11,7 +11,7 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
-from callbacks._common import fork_rng, require_logger, require_module
+from lit_grpo.callbacks._common import fork_rng, require_logger, require_module
 from lit_grpo.diagnostics.passk import pass_at_k_ks, pass_at_k_per_prompt
 from lit_grpo.types import PromptBatch, SamplingParams
 

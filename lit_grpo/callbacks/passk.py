@@ -10,7 +10,7 @@ from lightning import Callback, LightningModule, Trainer
 from torch import Tensor
 from torchmetrics import Metric
 
-from callbacks._common import fork_rng, logging_step, require_logger, require_module, tensorboard
+from lit_grpo.callbacks._common import fork_rng, logging_step, require_logger, require_module, tensorboard
 from lit_grpo.diagnostics.passk import pass_at_k_ks, pass_at_k_per_prompt
 from lit_grpo.diagnostics.plots import pass_at_k_figure
 from lit_grpo.types import PromptBatch

@@ -8,7 +8,7 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 
-from callbacks._common import (
+from lit_grpo.callbacks._common import (
     every,
     fork_rng,
     log_scalars,

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from lightning import Callback, LightningModule, Trainer
 
-from callbacks._common import require_logger, require_module, tensorboard
+from lit_grpo.callbacks._common import require_logger, require_module, tensorboard
 from lit_grpo.diagnostics.plots import weight_curve_figure
 from lit_grpo.diagnostics.weight_curve import weight_curve
 from lit_grpo.diagnostics.weight_curve_cli import TABLE_PS, format_table

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from lightning import Callback, LightningModule, Trainer
 
-from callbacks._common import (
+from lit_grpo.callbacks._common import (
     check_binary_rewards,
     every,
     fork_rng,

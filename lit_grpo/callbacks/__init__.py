@@ -1,0 +1,30 @@
+"""Lightning callbacks for lit-grpo runs. Each docstring lists the metric names it writes."""
+
+from lit_grpo.callbacks.advantage_stats import AdvantageStats
+from lit_grpo.callbacks.budget import GradientBudget
+from lit_grpo.callbacks.degeneracy import DegeneracyMonitor
+from lit_grpo.callbacks.export import SavePretrained
+from lit_grpo.callbacks.fidelity import GradientFidelity
+from lit_grpo.callbacks.gradient_rank import GradientRank
+from lit_grpo.callbacks.heldout import HeldOutReport
+from lit_grpo.callbacks.passk import PassAtK, PassAtKMetric
+from lit_grpo.callbacks.samples import CompletionSamples
+from lit_grpo.callbacks.shadow import ShadowEstimators
+from lit_grpo.callbacks.test_split import TestSplitReport
+from lit_grpo.callbacks.weight_curve import WeightCurve
+
+__all__ = [
+    "SavePretrained",
+    "HeldOutReport",
+    "DegeneracyMonitor",
+    "PassAtK",
+    "PassAtKMetric",
+    "GradientRank",
+    "GradientBudget",
+    "AdvantageStats",
+    "CompletionSamples",
+    "TestSplitReport",
+    "WeightCurve",
+    "ShadowEstimators",
+    "GradientFidelity",
+]
