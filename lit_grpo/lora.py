@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 
@@ -79,7 +80,6 @@ def meta_copy(policy: nn.Module) -> nn.Module:
     """
     import copy
 
-    import torch
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -87,6 +87,50 @@ def meta_copy(policy: nn.Module) -> nn.Module:
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(base_model(policy).config)
         return get_peft_model(skeleton, copy.deepcopy(policy.peft_config[name]), adapter_name=name)
+
+
+@contextmanager
+def merged_for_inference(policy: nn.Module) -> Iterator[bool]:
+    """Inside the block a peft ``policy`` computes with its adapters folded into its weights: each adapted
+    layer's base weight is replaced by a fresh tensor ``W + delta`` and the adapter branches are switched
+    off, so a forward costs one matmul per layer instead of three. The original weights are put back
+    untouched on exit (bit-identical, unlike peft's ``merge_adapter``/``unmerge_adapter``, whose subtraction
+    leaves rounding error in the frozen weights at every round trip). It costs one extra copy of the adapted
+    weights while inside, and runs under ``no_grad`` only (nothing inside may train). Yields whether it
+    merged: ``False`` (and nothing changes) for a model without adapters or with adapters it cannot fold
+    exactly this way (DoRA, or a layer whose base weight is not a plain local tensor, e.g. an FSDP shard)."""
+    from peft.tuners.lora import LoraLayer
+
+    layers = [m for m in policy.modules() if isinstance(m, LoraLayer)] if is_peft(policy) else []
+    if not layers or not _foldable(layers):
+        yield False
+        return
+    originals = []
+    try:
+        with torch.no_grad():
+            for layer in layers:
+                weight = layer.get_base_layer().weight
+                folded = weight.detach().clone()
+                for name in layer.active_adapters:
+                    if name in layer.lora_A or name in getattr(layer, "lora_embedding_A", {}):
+                        folded += layer.get_delta_weight(name).to(folded.dtype)
+                originals.append((weight, weight.data))
+                weight.data = folded
+        with policy.disable_adapter():
+            yield True
+    finally:
+        for weight, data in originals:
+            weight.data = data
+
+
+def _foldable(layers: list) -> bool:
+    for layer in layers:
+        weight = getattr(layer.get_base_layer(), "weight", None)
+        if weight is None or type(weight.data) is not torch.Tensor or getattr(layer, "merged", False):
+            return False
+        if any(layer.use_dora.get(name, False) for name in layer.active_adapters):
+            return False
+    return True
 
 
 @contextmanager

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import nn
 
 from lit_grpo.logprobs import token_logprobs
-from lit_grpo.lora import base_model
-from lit_grpo.parallel import generation_view
+from lit_grpo.lora import base_model, merged_for_inference
+from lit_grpo.parallel import generation_view, is_fsdp1
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import completion_mask, encode_prompts, eos_token_ids
 from lit_grpo.types import Rollouts, SamplingParams
@@ -27,13 +27,19 @@ class HFGenerateEngine(RolloutEngine):
         batch_size: Completions generated per ``generate`` call (``None``: all at once). Lower it
             when generation runs out of memory.
         use_cache: Use the KV cache while generating.
+        merge_lora: Generate from a LoRA policy with its adapters folded into copies of the adapted weights
+            (:func:`~lit_grpo.lora.merged_for_inference`): about twice as fast on the CPU as running the
+            adapter branches at every decoded token, for one extra copy of the adapted weights during
+            generation; the trained weights are not changed. Sampling log-probs then differ from the
+            unmerged forward's by float rounding only (about 1e-6). Not applied under FSDP1 (sharded weights).
     """
 
-    def __init__(self, batch_size: int | None = None, use_cache: bool = True) -> None:
+    def __init__(self, batch_size: int | None = None, use_cache: bool = True, merge_lora: bool = True) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1 (or null for one call)")
         self.batch_size = batch_size
         self.use_cache = use_cache
+        self.merge_lora = merge_lora
         self.policy: nn.Module | None = None
         self.tokenizer = None
 
@@ -85,7 +91,7 @@ class HFGenerateEngine(RolloutEngine):
     def _generate(self, ids, mask, sampling: SamplingParams):
         greedy = sampling.temperature == 0
         recorder = SampledLogprobs(sampling.temperature or 1.0)
-        with generation_view(self.policy) as model, recorder.attached(base_model(model)):
+        with generation_view(self.policy) as model, self._folded(model), recorder.attached(base_model(model)):
             out = model.generate(  # base_model(model)'s forward is the one generate calls
                 input_ids=ids,
                 attention_mask=mask,
@@ -101,6 +107,9 @@ class HFGenerateEngine(RolloutEngine):
             )
         new = out.sequences[:, ids.shape[1] :]  # [n, T]
         return new, recorder.finish(new)
+
+    def _folded(self, model: nn.Module):
+        return merged_for_inference(model) if self.merge_lora and not is_fsdp1(self.policy) else nullcontext()
 
 
 class SampledLogprobs:
