@@ -3,7 +3,8 @@
     python bench/grpo_step_lit.py --model DIR --steps 6 --warmup 2 [--precision bf16] [--full-logits]
 
 Same settings as ``bench/grpo_step_trl.py`` (see ``bench/grpo_step.py``): HF generate engine, a reward
-that is always 0 with ``filter_degenerate`` off (no batch is skipped), token-mean loss, ``beta=0``,
+that is always 0 with ``filter_degenerate`` off (no batch is skipped) and ``elide_zero_advantage`` off (every
+completion is trained, as TRL does; ``--module-options`` may turn it on), token-mean loss, ``beta=0``,
 ``num_iterations=1``, AdamW at a constant learning rate, clipping at 1, ``precision="bf16-mixed"`` for
 ``--precision bf16``. Phase times are the module's own ``perf/*`` metrics; ``step_s`` is the wall time
 between the ends of consecutive steps. ``--full-logits`` restores the previous log-prob paths (the
@@ -102,7 +103,7 @@ def main() -> None:
     if args.full_logits:
         logprobs.MAX_LOGITS_ELEMENTS = math.inf
     L.seed_everything(args.seed, verbose=False)
-    options = json.loads(args.module_options) if args.module_options else {}
+    options = {"elide_zero_advantage": False, **(json.loads(args.module_options) if args.module_options else {})}
     module = GRPOModule(
         model=args.model,
         reward=ZeroReward(),

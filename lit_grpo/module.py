@@ -33,6 +33,7 @@ from lit_grpo.parallel import (
     check_layout,
     clip_grad_norm,
     extremes_over_ranks,
+    max_over_ranks,
     min_over_ranks,
     reduce_ratios,
 )
@@ -77,9 +78,12 @@ class GRPOModule(PolicyModule):
     compute axis of ``lit-grpo compare`` curves);
     ``reward/<term>`` and ``reward/<counter>``; ``data/skipped_rows`` (bad rows the
     DataModule skipped so far under ``skip_bad_rows``, every split; this process's count); ``perf/<phase>_s``,
-    ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged); ``rollout/logp_diff_mean``,
-    ``rollout/logp_diff_max`` and ``rollout/logp_kl_k3``: how far the engine's sampling log-probs are from the
-    trainer's on the sampled tokens, before the update (METHODS section 2). With a curriculum,
+    ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged);
+    ``perf/elided_frac`` (share of the completions that ``elide_zero_advantage`` left out of every forward and
+    backward); ``rollout/logp_diff_mean``, ``rollout/logp_diff_max`` and ``rollout/logp_kl_k3``: how far the
+    engine's sampling log-probs are from the trainer's on the sampled tokens, before the update (METHODS
+    section 2). ``train/entropy``, these mismatch metrics and the loss's statistics (``train/clip_frac``, the
+    ratios, ...) cover the completions trained on: with elision, not the zero-advantage ones. With a curriculum,
     ``rollout/retired_prompts`` and ``rollout/skipped_prompts``. When a rollout batch takes several optimizer
     steps, each step's loss, gradient norm and loss statistics also go to the loggers as ``optim/<name>`` at
     that optimizer step.
@@ -126,6 +130,13 @@ class GRPOModule(PolicyModule):
         gradient_checkpointing: Recompute block activations in the backward pass to save memory.
         reward_timeout_s: Wall-clock limit of one reward call (all completions of a step), in seconds; a
             call past it scores NaN, counted in ``reward/timeouts``, and the run goes on (null: no limit).
+        elide_zero_advantage: Skip the forward and backward of completions whose advantage is exactly 0 when they
+            cannot change the update: the loss says a zero-advantage row adds nothing
+            (``loss.zero_advantage_inert``: PPOClip with ``beta: 0``, GSPO, CISPO, SAPO, GMPO) and
+            ``entropy_coef`` is 0. The loss's divisors still count them, so the update is the same (up to float
+            summation order); only the statistics change: they then cover the completions trained on. A rank
+            (or a mini-batch) left with nothing to train still runs one zero-advantage completion, so every
+            rank joins the same collectives and the optimizer sees the same (zero) gradients. Otherwise off.
     """
 
     def __init__(
@@ -162,6 +173,7 @@ class GRPOModule(PolicyModule):
         lora: LoraSettings | None = None,
         gradient_checkpointing: bool = False,
         reward_timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S,
+        elide_zero_advantage: bool = True,
     ) -> None:
         super().__init__(model, reward, engine, dtype, False, temperature, top_p, top_k, max_new_tokens, val_samples,
                          lora=lora, gradient_checkpointing=gradient_checkpointing, reward_timeout_s=reward_timeout_s)
@@ -183,7 +195,7 @@ class GRPOModule(PolicyModule):
         _check(entropy_coef >= 0, f"entropy_coef={entropy_coef} must be >= 0 (a bonus; 0 = off)")
         self.shaping, self.curriculum = shaping, curriculum
         self.group_size, self.aggregation, self.drop_truncated = group_size, aggregation, drop_truncated
-        self.entropy_coef = entropy_coef
+        self.entropy_coef, self.elide_zero_advantage = entropy_coef, elide_zero_advantage
         self.steps_per_generation, self.num_iterations = steps_per_generation, num_iterations
         self.micro_batch_size = micro_batch_size
         self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
@@ -290,22 +302,28 @@ class GRPOModule(PolicyModule):
         """``steps_per_generation * num_iterations`` optimizer steps on the loss (fewer when ``max_steps`` comes
         first): the frozen log-probs the loss reads, then each optimizer step on its mini-batch."""
         adv = advantages.to(self.device)  # [N]
+        minis = self._mini_batches(rollouts)
+        plans = [self._micro_batches(rows, adv[rows.to(adv.device)]) for rows in minis]  # positions in each
+        trained = torch.zeros(len(rollouts), dtype=torch.bool)  # [N] the rows that go through the policy
+        for rows, part in ((rows, part) for rows, micro in zip(minis, plans, strict=True) for part in micro):
+            trained[rows[part]] = True
         reused = self.steps_per_generation * self.num_iterations > 1
-        old_logp = self._frozen_logprobs(self.policy, rollouts, timer, "old_logprob_s") \
-            if reused and self.loss.needs_old_logp else None  # [N, T]
+        old_logp = self._frozen_logprobs(self.policy, rollouts, timer, "old_logprob_s", trained.nonzero()[:, 0]) \
+            if reused and self.loss.needs_old_logp else None  # [N, T], 0 on the rows never trained
         ref_logp = self._reference_logprobs(rollouts, timer) if self.loss.needs_ref_logp else None  # [N, T]
         loss_mask = rollouts.completion_mask & ~rollouts.truncated[:, None] if self.drop_truncated \
             else rollouts.completion_mask  # [N, T] the tokens in the loss
-        whole, minis = _Rows(rollouts, loss_mask, adv, old_logp, ref_logp), self._mini_batches(rollouts)
+        whole = _Rows(rollouts, loss_mask, adv, old_logp, ref_logp)
         before = old_logp if old_logp is not None else torch.zeros(rollouts.completion_ids.shape, device=self.device)
-        stats = UpdateStats()
-        for iteration, rows in product(range(self.num_iterations), minis):
+        stats = UpdateStats(elided=(float((~trained).sum()), float(len(rollouts))))
+        for iteration, (rows, micro) in product(range(self.num_iterations), zip(minis, plans, strict=True)):
             if 0 <= self.trainer.max_steps <= self.global_step:
                 break
-            stats.steps.append(self._step(whole.select(rows), rows, timer, stats if iteration == 0 else None,
+            stats.steps.append(self._step(whole.select(rows), rows, micro, timer, stats if iteration == 0 else None,
                                           before if old_logp is None else None))
-        if len(rollouts):  # the engine's log-probs against the trainer's before the update
-            mismatch = logp_mismatch(before, rollouts.logprobs, rollouts.completion_mask)
+        if len(rollouts):  # the engine's log-probs against the trainer's before the update, on the rows trained
+            seen = rollouts.completion_mask & trained.to(self.device)[:, None]  # [N, T]
+            mismatch = logp_mismatch(before, rollouts.logprobs, seen)
             stats.mismatch = {k: v.item() for k, v in mismatch.items()}
         return stats
 
@@ -320,24 +338,23 @@ class GRPOModule(PolicyModule):
         self.curriculum.observe(visits)
 
     # ---- pieces ------------------------------------------------------------------------------------
-    def _step(self, rows: _Rows, index: Tensor, timer: PhaseTimer, first_pass: UpdateStats | None,
-              before: Tensor | None) -> StepStats:
-        """One optimizer step on ``rows`` (a mini-batch, rows ``index [n]`` of the batch): token weights over its
-        tokens, then per micro-batch the log-prob forward, the loss and its backward. ``first_pass``: where the
-        entropy goes on the first pass over the batch; ``before``: where the log-probs go when nothing was
-        frozen (one optimizer step per batch)."""
+    def _step(self, rows: _Rows, index: Tensor, micro: list[Tensor], timer: PhaseTimer,
+              first_pass: UpdateStats | None, before: Tensor | None) -> StepStats:
+        """One optimizer step on ``rows`` (a mini-batch, rows ``index [n]`` of the batch): token weights over all
+        its tokens, then per micro-batch (``micro``: positions in ``rows``) the log-prob forward, the loss and
+        its backward. ``first_pass``: where the entropy goes on the first pass over the batch; ``before``: where
+        the log-probs go when nothing was frozen (one optimizer step per batch)."""
         mask = rows.loss_mask
         weights = token_weights(mask, self.aggregation, self.sampling.max_new_tokens,
-                                **self._global_counts(mask))  # [n, T]
-        step, size = StepStats(), self.micro_batch_size or max(len(rows.rollouts), 1)
-        for start in range(0, len(rows.rollouts), size):
-            part = slice(start, start + size)
-            mb = slice_rows(rows.rollouts, start, start + size)
+                                **self._global_counts(mask))  # [n, T], the elided rows counted too
+        step = StepStats()
+        for part in micro:
+            mb = rows.select(part)
             with timer("forward_s"):
-                logp, entropy = sequence_logprobs(self.policy, mb, self.sampling.temperature,
+                logp, entropy = sequence_logprobs(self.policy, mb.rollouts, self.sampling.temperature,
                                                   with_entropy=first_pass is not None or self.entropy_coef > 0,
                                                   entropy_grad=self.entropy_coef > 0)  # [n, t]
-                batch = self._loss_inputs(logp, mb, rows, part, weights)
+                batch = self._loss_inputs(logp, mb, weights[part.to(weights.device)])
                 out = self.loss(batch)
                 loss = (out.loss * batch.weights).sum()
                 if self.entropy_coef > 0:  # a bonus: every token carries gradient, whatever its advantage
@@ -371,20 +388,40 @@ class GRPOModule(PolicyModule):
             out.append(rows)
         return out
 
-    def _loss_inputs(self, logp: Tensor, mb: Rollouts, rows: _Rows, part: slice, weights: Tensor) -> LossInputs:
-        """Micro-batch ``mb`` (rows ``part`` of the mini-batch ``rows``, ``t`` tokens) as the loss reads it: the
-        mini-batch's advantages, ``weights``, old and reference log-probs cut to it, and only the log-probs the
-        loss declares. Without frozen old log-probs (one optimizer step per batch) they are ``logp``."""
+    def _micro_batches(self, rows: Tensor, advantages: Tensor) -> list[Tensor]:
+        """Positions ``[m]`` in the mini-batch ``rows [n]`` of each of its micro-batches (with ``advantages [n]``).
+        Without elision: consecutive runs of ``micro_batch_size``. With it, the same over the rows whose
+        advantage is not 0, as many micro-batches as the rank with the most needs and at least one, the missing
+        ones filled with one zero-advantage row each (it adds nothing), so the ranks stay in step and the
+        optimizer sees a gradient even when no row is left."""
+        positions = torch.arange(len(rows))
+        size = self.micro_batch_size or max(len(rows), 1)
+        if not self._elides():
+            return _chunks(positions, size)
+        zero = (advantages == 0).cpu()  # [n]
+        micro = _chunks(positions[~zero], size)
+        want = max(int(max_over_ranks(len(micro), self.trainer.strategy, self.trainer.world_size)), 1)
+        spare = positions[zero]
+        return micro + [spare[k : k + 1] for k in range(min(want - len(micro), len(spare)))]
+
+    def _elides(self) -> bool:
+        """Whether zero-advantage completions leave the forward and backward (``elide_zero_advantage``, when exact)."""
+        return self.elide_zero_advantage and self.entropy_coef == 0 and self.loss.zero_advantage_inert
+
+    def _loss_inputs(self, logp: Tensor, rows: _Rows, weights: Tensor) -> LossInputs:
+        """The micro-batch ``rows`` (``t`` tokens) as the loss reads it: its advantages, ``weights``, old and
+        reference log-probs cut to it, and only the log-probs the loss declares. Without frozen old log-probs (one
+        optimizer step per batch) they are ``logp``."""
         t = logp.shape[1]
-        old = rows.old_logp[part, :t] if rows.old_logp is not None else logp.detach()
+        old = rows.old_logp[:, :t] if rows.old_logp is not None else logp.detach()
         return LossInputs(
             logp=logp,
             old_logp=old if self.loss.needs_old_logp else None,
-            engine_logp=mb.logprobs if self.loss.needs_engine_logp else None,
-            ref_logp=rows.ref_logp[part, :t] if rows.ref_logp is not None else None,
-            advantages=rows.advantages[part],
-            mask=rows.loss_mask[part, :t],
-            weights=weights[part, :t],
+            engine_logp=rows.rollouts.logprobs[:, :t] if self.loss.needs_engine_logp else None,
+            ref_logp=rows.ref_logp[:, :t] if rows.ref_logp is not None else None,
+            advantages=rows.advantages,
+            mask=rows.loss_mask[:, :t],
+            weights=weights[:, :t],
         )
 
     def _unretired(self, batch: PromptBatch) -> tuple[PromptBatch, int]:
@@ -410,14 +447,22 @@ class GRPOModule(PolicyModule):
         return active, drawn - len(active)
 
     @torch.no_grad()
-    def _frozen_logprobs(self, policy, rollouts: Rollouts, timer: PhaseTimer, phase: str) -> Tensor:
-        """Log-probs ``[N, T]`` of ``rollouts`` under ``policy``, without gradient, a micro-batch at a time."""
-        step = self.micro_batch_size or len(rollouts)
+    def _frozen_logprobs(self, policy, rollouts: Rollouts, timer: PhaseTimer, phase: str,
+                         rows: Tensor | None = None) -> Tensor:
+        """Log-probs ``[N, T]`` of ``rollouts`` (only of ``rows [k]``, 0 elsewhere) under ``policy``, without
+        gradient, a micro-batch at a time; with several processes, as many micro-batches as the rank with the
+        most (a sharded forward is a collective), the extra ones over another row."""
         out = torch.zeros(rollouts.completion_ids.shape, device=self.device)  # [N, T]
+        rows = torch.arange(len(rollouts)) if rows is None else rows.cpu()
+        size = self.micro_batch_size or max(len(rows), 1)
+        parts = _chunks(rows, size)
+        if self._elides() and self.trainer.world_size > 1:  # else every rank has as many rows
+            want = int(max_over_ranks(len(parts), self.trainer.strategy, self.trainer.world_size))
+            parts += [torch.zeros(1, dtype=torch.long)] * (want - len(parts))
         with timer(phase):
-            for start in range(0, len(rollouts), step):
-                mb = slice_rows(rollouts, start, start + step)
-                out[start : start + step, : mb.completion_ids.shape[1]] = sequence_logprobs(
+            for part in parts:
+                mb = _trimmed(select_rows(rollouts, part))
+                out[part.to(out.device), : mb.completion_ids.shape[1]] = sequence_logprobs(
                     policy, mb, self.sampling.temperature)[0]
         return out
 
@@ -469,7 +514,8 @@ class GRPOModule(PolicyModule):
         """Log the step's metrics, reduced over ranks (one all-reduce) to the global batch's values."""
         world, tokens = self.trainer.world_size, float(stats.lengths.sum())
         pairs = {**step_metrics.rollout_pairs(stats, world), **step_metrics.train_pairs(update),
-                 **step_metrics.mismatch_pairs(update, tokens), **step_metrics.perf_pairs(timer, tokens, world)}
+                 **step_metrics.mismatch_pairs(update, tokens),
+                 **step_metrics.perf_pairs(timer, tokens, world, update.elided)}
         if self.curriculum is not None:
             pairs["rollout/retired_prompts"] = (float(len(self.curriculum.retired)), 1.0)  # the same on every rank
             pairs["rollout/skipped_prompts"] = (float(self._skipped_prompts), 1.0 / world)
@@ -569,11 +615,22 @@ class _Rows:
     ref_logp: Tensor | None  # [n, T]
 
     def select(self, rows: Tensor) -> _Rows:
-        """The completions ``rows [n']`` of these, in that order."""
+        """The completions ``rows [n']`` of these, in that order, their rollouts trimmed to their longest prompt
+        and completion (the other tensors keep their width: cut them to the log-probs')."""
         index = rows.to(self.advantages.device)
-        return _Rows(select_rows(self.rollouts, rows), self.loss_mask[index], self.advantages[index],
+        return _Rows(_trimmed(select_rows(self.rollouts, rows)), self.loss_mask[index], self.advantages[index],
                      None if self.old_logp is None else self.old_logp[index],
                      None if self.ref_logp is None else self.ref_logp[index])
+
+
+def _chunks(rows: Tensor, size: int) -> list[Tensor]:
+    """``rows`` cut into consecutive runs of ``size`` (none when ``rows`` is empty)."""
+    return [part for part in rows.split(size) if len(part)]
+
+
+def _trimmed(rollouts: Rollouts) -> Rollouts:
+    """``rollouts`` cut to their longest prompt and completion (padding a micro-batch need not compute)."""
+    return slice_rows(rollouts, 0, len(rollouts))
 
 
 def _take_groups(batch: PromptBatch, rollouts: Rollouts, rewards: Tensor, out: RewardOutput, groups: list[int]):

@@ -62,6 +62,7 @@ class UpdateStats:
     steps: list[StepStats] = field(default_factory=list)  # one per optimizer step, in order
     entropy: tuple[float, float] | None = None  # (sum, tokens), None when nothing was trained on
     mismatch: dict[str, float] = field(default_factory=dict)  # logp_diff_mean, logp_diff_max, logp_kl_k3
+    elided: tuple[float, float] = (0.0, 0.0)  # (completions left out of every forward and backward, completions)
 
     @property
     def loss(self) -> float:
@@ -160,10 +161,13 @@ def mismatch_pairs(update: UpdateStats, tokens: float) -> Pairs:
     }
 
 
-def perf_pairs(timer: PhaseTimer, tokens: float, world_size: int) -> Pairs:
-    """``perf/*``: phase times averaged over ranks, throughput summed over ranks."""
+def perf_pairs(timer: PhaseTimer, tokens: float, world_size: int,
+               elided: tuple[float, float] = (0.0, 0.0)) -> Pairs:
+    """``perf/*``: phase times averaged over ranks, throughput summed over ranks, and the share of completions
+    the update left out (``elided``: their count and the completions', pooled over ranks)."""
     step_s = timer.total()
     pairs: Pairs = {f"perf/{k}": (v, 1.0) for k, v in timer.seconds.items()}
+    pairs["perf/elided_frac"] = elided
     pairs["perf/step_s"] = (step_s, 1.0)
     pairs["perf/tokens_per_s"] = (tokens / max(step_s, 1e-9), 1.0 / world_size)
     return pairs

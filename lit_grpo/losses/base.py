@@ -50,8 +50,17 @@ class PolicyLoss(ABC):
     so a loss never divides by token or sequence counts itself; sequence-level losses read ``mask`` for
     lengths and put a sequence's loss on each of its tokens. Subclasses bind hyperparameters only; the maths
     lives in pure functions (:mod:`lit_grpo.losses.functional`). The ``needs_*`` properties say which
-    log-probs the loss reads; the others arrive as ``None``, and the module skips their forwards.
+    log-probs the loss reads; the others arrive as ``None``, and the module skips their forwards;
+    ``zero_advantage_inert`` says whether the module may skip the completions whose advantage is 0.
     """
+
+    @property
+    def zero_advantage_inert(self) -> bool:
+        """A completion with advantage exactly 0 adds exactly 0 to the loss and to its gradient, whatever its
+        log-probs (as long as they are finite), so the module may leave it out of the forward and backward
+        (``GRPOModule(elide_zero_advantage=True)``). False unless a loss says so: a term that does not go
+        through the advantage (a KL penalty) makes every completion count."""
+        return False
 
     @property
     def needs_old_logp(self) -> bool:

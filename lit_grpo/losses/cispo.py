@@ -29,6 +29,12 @@ class CISPO(PolicyLoss):
         _check(eps_high > 0, f"eps_high={eps_high} must be > 0 (the weight's upper bound is 1 + eps_high)")
         self.eps_low, self.eps_high, self.correction = eps_low, eps_high, correction
 
+    @property
+    def zero_advantage_inert(self) -> bool:
+        """``-sg(w') 0 logp = 0`` and its gradient ``-sg(w') 0 grad(logp) = 0`` (a correction multiplies by a
+        constant)."""
+        return True
+
     def __call__(self, batch: LossInputs) -> LossOutput:
         loss, clipped = cispo_loss(batch.logp, batch.old_logp, batch.advantages, self.eps_low, self.eps_high)
         loss, stats = apply_correction(self.correction, loss, batch)

@@ -30,6 +30,12 @@ class GMPO(PolicyLoss):
                                              "clip range; the paper: 0.4)")
         self.eps_low, self.eps_high, self.correction = eps_low, eps_high, correction
 
+    @property
+    def zero_advantage_inert(self) -> bool:
+        """``-0 exp(mean_t c_t) = 0``: the geometric mean only scales the advantage, so a row with ``A = 0`` has
+        zero loss and gradient (a correction multiplies by a constant)."""
+        return True
+
     def __call__(self, batch: LossInputs) -> LossOutput:
         loss, clipped, ratio = gmpo_loss(batch.logp, batch.old_logp, batch.advantages, batch.mask, self.eps_low,
                                          self.eps_high)

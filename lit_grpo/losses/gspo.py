@@ -30,6 +30,12 @@ class GSPO(PolicyLoss):
                f"eps_low={eps_low}, eps_high={eps_high}: need 0 < eps_low < 1 and eps_high > 0 (the paper: 3e-4, 4e-4)")
         self.eps_low, self.eps_high, self.correction = eps_low, eps_high, correction
 
+    @property
+    def zero_advantage_inert(self) -> bool:
+        """``-min(s 0, clip(s) 0) = 0`` for the whole completion, and an importance correction multiplies by a
+        constant: a row with ``A = 0`` has zero loss and gradient."""
+        return True
+
     def __call__(self, batch: LossInputs) -> LossOutput:
         loss, clipped, ratio = gspo_loss(batch.logp, batch.old_logp, batch.advantages, batch.mask, self.eps_low,
                                          self.eps_high)  # [n, T], [n], [n]

@@ -65,6 +65,12 @@ class PPOClip(PolicyLoss):
     def needs_ref_logp(self) -> bool:
         return self.beta > 0
 
+    @property
+    def zero_advantage_inert(self) -> bool:
+        """Without the KL term: ``-min(w 0, clip(w) 0) = 0`` (the dual clip acts only for ``A < 0``, an importance
+        correction multiplies by a constant), so a row with ``A = 0`` has zero loss and gradient."""
+        return self.beta == 0
+
     def __call__(self, batch: LossInputs) -> LossOutput:
         loss, clipped = clipped_policy_loss(batch.logp, batch.old_logp, batch.advantages, self.eps_low,
                                             self.eps_high, self.dual_clip)  # [n, T]

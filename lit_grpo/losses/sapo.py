@@ -29,6 +29,12 @@ class SAPO(PolicyLoss):
                                             "1.05)")
         self.tau_pos, self.tau_neg, self.correction = tau_pos, tau_neg, correction
 
+    @property
+    def zero_advantage_inert(self) -> bool:
+        """``-(4 / tau) sigmoid(tau (w - 1)) 0 = 0`` whatever the gate's temperature, with zero gradient (a
+        correction multiplies by a constant)."""
+        return True
+
     def __call__(self, batch: LossInputs) -> LossOutput:
         loss, gate = sapo_loss(batch.logp, batch.old_logp, batch.advantages, self.tau_pos, self.tau_neg)
         loss, stats = apply_correction(self.correction, loss, batch)

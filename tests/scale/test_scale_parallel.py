@@ -57,6 +57,7 @@ def references(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("reference")
     train_tiny.run_single(out / "full", STEPS, merged_ranks=2)
     train_tiny.run_single(out / "lora", STEPS, merged_ranks=2, lora=True)
+    train_tiny.run_single(out / "elide", STEPS, merged_ranks=2, **train_tiny.ELIDE)
     return out
 
 
@@ -163,3 +164,17 @@ def test_filter_degenerate_keeps_the_ranks_in_step(parallel_runs):
     counts = [[int(x) for x in (folder / f"groups.rank{r}.txt").read_text().split()] for r in (0, 1)]
     assert len(counts[0]) == len(counts[1]) == 2 and counts[0] == counts[1]
     assert [r["step"] for r in _metrics(folder)] == [1, 2]
+
+
+@pytest.mark.parametrize("run", ["ddp_elide", "fsdp2_elide"])
+def test_a_rank_with_nothing_to_train_keeps_in_step(parallel_runs, references, run):
+    """Zero-advantage elision when every advantage of rank 1 is 0: it trains one zero-advantage row per
+    mini-batch to join the gradient collectives (and runs as many frozen forwards as rank 0), and the update is
+    the one-process update of the global batch, which elides rank 1's rows too."""
+    ours, theirs = torch.load(parallel_runs / run / "params.pt"), torch.load(references / "elide" / "params.pt")
+    for k in theirs:
+        torch.testing.assert_close(ours[k], theirs[k], atol=1e-5, rtol=1e-4, msg=k)
+    rows, ref = _metrics(parallel_runs / run), _metrics(references / "elide")
+    assert [r["step"] for r in rows] == [r["step"] for r in ref] == [2, 4]
+    for mine, one in zip(rows, ref, strict=True):  # rank 1 trains one of its rows per micro-batch of rank 0's: 1-3
+        assert one["perf/elided_frac"] >= 0.5 and 1 / 16 <= one["perf/elided_frac"] - mine["perf/elided_frac"] <= 3 / 16

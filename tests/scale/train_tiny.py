@@ -51,6 +51,7 @@ LOGGED = (
     "train/ratio_mean",
     "train/ratio_max",
     "train/policy_kl",
+    "perf/elided_frac",
 )
 
 
@@ -106,6 +107,26 @@ class SkewedReward(DigitReward):
 
 
 FILTER = {"reward": SkewedReward(), "filter_degenerate": True, "max_refill_batches": 2, "num_iterations": 1}
+
+
+class SecondRankConstant(DigitReward):
+    """The digit reward, but every completion of the second rank's prompts scores 1, so that rank has nothing to
+    train: under two processes all of rank 1's; in one process over both ranks' prompts (:class:`MergedRanks`
+    puts rank 1's last) the second half."""
+
+    def __call__(self, completions, references, **columns) -> RewardOutput:
+        scores = super().__call__(completions, references, **columns).scores.clone()
+        dist = torch.distributed
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            if dist.get_rank() == 1:
+                scores[:] = 1.0
+        else:
+            scores[len(scores) // 2 :] = 1.0
+        return RewardOutput(scores)
+
+
+#: Zero-advantage elision (no KL) with micro-batches and frozen old log-probs, rank 1 left with nothing to train.
+ELIDE = {"reward": SecondRankConstant(), "loss": PPOClip(), "micro_batch_size": 3}
 
 
 class MergedRanks(PromptDataModule):
@@ -233,8 +254,8 @@ def save_streamed(trainer_: L.Trainer, grpo: GRPOModule, out: Path) -> None:
 def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
     """Under torchrun with 2 processes: DDP, FSDP2, FSDP2 + LoRA + gradient checkpointing, FSDP2 with
     sampled generation, FSDP2 with ``filter_degenerate`` (ranks keep different numbers of groups
-    before they agree), and FSDP1 (``FSDPStrategy``) plain, with LoRA and with sampled generation in
-    bf16 mixed precision."""
+    before they agree), FSDP1 (``FSDPStrategy``) plain, with LoRA and with sampled generation in
+    bf16 mixed precision, and DDP and FSDP2 with zero-advantage elision where rank 1 has nothing to train."""
     fsdp2 = {"data_parallel_size": 2, "tensor_parallel_size": 1, "save_distributed_checkpoint": False}
     runs = {  # name: (strategy, module options, optimizer steps)
         "ddp": (lambda: DDPStrategy(process_group_backend="gloo"), {}, steps),
@@ -253,6 +274,8 @@ def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
             steps,
         ),
         "fsdp1_hf": (lambda: CPUFSDPStrategy(process_group_backend="gloo"), {"engine": "hf", "max_new_tokens": 6}, 2),
+        "ddp_elide": (lambda: DDPStrategy(process_group_backend="gloo"), ELIDE, steps),
+        "fsdp2_elide": (lambda: ModelParallelStrategy(**fsdp2), ELIDE, steps),
     }
     for name, (strategy, options, max_steps) in runs.items():
         if only and name not in only:
