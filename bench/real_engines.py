@@ -7,8 +7,12 @@ real quickstart's chat prompts: for each engine, the best tokens/s of ``--repeat
 ``--prompts`` x ``--group-size`` sampled completions (after a warm-up), and on one such batch the
 mismatch between the engine's sampling log-probs and the trainer's forward on the same tokens
 (``logp_mismatch``: the statistics a run logs as ``rollout/logp_diff_*``). For vLLM also the startup
-and the weight sync (full weights, and LoRA adapters merged for the copy). Wall-clock seconds on
-whatever machine runs it: note the load.
+and the weight sync (full weights, and LoRA adapters merged for the copy). ``hf-lora`` times the HF engine on
+the quickstart's LoRA policy (r 16 on every projection) with the adapters folded into the weights for
+generation (``merge_lora=True``, the default) and with the adapter branches run at every token. Wall-clock
+seconds on whatever machine runs it: note the load.
+
+    python bench/real_engines.py --parts hf-lora --repeats 2
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--parts", default="hf,vllm,hf-lora", help="comma-separated: hf, vllm, hf-lora")
     args = parser.parse_args()
 
     import torch
@@ -77,19 +82,30 @@ def main() -> None:
     policy, tokenizer = load_policy(args.model).eval(), load_tokenizer(args.model)
     results = {"meta": {"model": args.model, "command": "python " + " ".join(sys.argv), "dtype": "float32",
                         "torch_threads": torch.get_num_threads(), "load_before": os.getloadavg()[0]}}
-    hf = HFGenerateEngine()
-    hf.bind(policy, tokenizer)
-    results["hf"] = measure(hf, policy, prompts, args)
-    print("hf  ", results["hf"], flush=True)
-    engine = VLLMEngine(dtype="float32", kv_cache_gib=1.0)
-    _, startup = timed(engine.bind, policy, tokenizer)
-    results["vllm"] = measure(engine, policy, prompts, args)
-    results["vllm"]["startup_s"] = round(startup, 1)
-    results["vllm"]["sync_full_s"] = round(min(engine.sync_weights(policy) for _ in range(args.repeats)), 2)
+    parts = set(args.parts.split(","))
+    if "hf" in parts:
+        hf = HFGenerateEngine()
+        hf.bind(policy, tokenizer)
+        results["hf"] = measure(hf, policy, prompts, args)
+        print("hf  ", results["hf"], flush=True)
+    if "vllm" in parts:
+        engine = VLLMEngine(dtype="float32", kv_cache_gib=1.0)
+        _, startup = timed(engine.bind, policy, tokenizer)
+        results["vllm"] = measure(engine, policy, prompts, args)
+        results["vllm"]["startup_s"] = round(startup, 1)
+        results["vllm"]["sync_full_s"] = round(min(engine.sync_weights(policy) for _ in range(args.repeats)), 2)
     lora = apply_lora(policy, LoraSettings(r=16, alpha=32, target_modules=[
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
-    results["vllm"]["sync_lora_s"] = round(min(engine.sync_weights(lora) for _ in range(args.repeats)), 2)
-    print("vllm", results["vllm"], flush=True)
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])).eval()
+    if "vllm" in parts:
+        results["vllm"]["sync_lora_s"] = round(min(engine.sync_weights(lora) for _ in range(args.repeats)), 2)
+        print("vllm", results["vllm"], flush=True)
+    if "hf-lora" in parts:
+        for folded in (True, False):
+            hf = HFGenerateEngine(merge_lora=folded)
+            hf.bind(lora, tokenizer)
+            key = "hf_lora_folded" if folded else "hf_lora_unfolded"
+            results[key] = measure(hf, lora, prompts, args)
+            print(key, results[key], flush=True)
     results["meta"]["load_after"] = os.getloadavg()[0]
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
