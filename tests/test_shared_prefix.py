@@ -163,3 +163,45 @@ def test_sharded_policies_fall_back(monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="lit_grpo.logprobs"):
         shared_prefix_logprobs(policy, rollouts)
     assert any("sharded (FSDP)" in r.getMessage() for r in caplog.records)
+
+
+def _fit(tmp_path, model, shared: bool, **options):
+    import lightning as L
+
+    from tests.helpers import tiny_data, tiny_module, tiny_trainer
+    from tests.recording import Record
+    from tests.scale.train_tiny import ScriptedEngine, SkewedReward
+
+    L.seed_everything(0)
+    module = tiny_module(model, reward=SkewedReward(), engine=ScriptedEngine(), shared_prefix=shared, **options)
+    record = Record()
+    trainer = tiny_trainer(tmp_path / str(shared), max_steps=2, callbacks=[record])
+    trainer.fit(module, datamodule=tiny_data())
+    return module, record
+
+
+@pytest.mark.parametrize("options", [
+    {"micro_batch_size": 3, "entropy_coef": 0.01},  # micro-batches with parts of groups
+    {"steps_per_generation": 2, "num_iterations": 2, "loss": "beta"},  # frozen old and reference log-probs
+])
+def test_module_update_equals_the_plain_path(tmp_path, sft_model_path, options, monkeypatch):
+    from lit_grpo.losses import PPOClip
+
+    if options.get("loss") == "beta":
+        options = {**options, "loss": PPOClip(beta=0.04)}
+    shared_passes = []
+    encode = logprobs_mod._shared_prefix_hidden
+    monkeypatch.setattr(logprobs_mod, "_shared_prefix_hidden",
+                        lambda model, rollouts, first, inverse: shared_passes.append(torch.is_grad_enabled())
+                        or encode(model, rollouts, first, inverse))
+    shared, record = _fit(tmp_path, sft_model_path, True, **options)
+    assert True in shared_passes and (False in shared_passes) == ("loss" in options)  # frozen forwards too
+    monkeypatch.undo()
+    plain, reference = _fit(tmp_path, sft_model_path, False, **options)
+    assert len(record.steps) == len(reference.steps) >= 2
+    for (_, ours), (_, theirs) in zip(record.steps, reference.steps, strict=True):
+        diff = torch.sqrt(sum((ours[k] - g).double().square().sum() for k, g in theirs.items()))
+        norm = torch.sqrt(sum(g.double().square().sum() for g in theirs.values()))
+        assert norm > 0 and diff / norm < 1e-4
+    for k, v in plain.policy.state_dict().items():
+        torch.testing.assert_close(shared.policy.state_dict()[k], v, atol=1e-4, rtol=0)
