@@ -12,6 +12,7 @@ Shapes: ``N`` completions, ``T`` completion tokens, ``H`` hidden size, ``V`` voc
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Literal, get_args
 
 import torch
@@ -223,6 +224,7 @@ def logp_mismatch(logp_train: Tensor, logp_rollout: Tensor, mask: Tensor) -> dic
 
 # ---- shared-prefix forward -----------------------------------------------------------------------------
 _refusals_logged: set[str] = set()
+_refused_models: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # found at run time
 
 
 def shared_prefix_logprobs(
@@ -253,6 +255,8 @@ def shared_prefix_logprobs(
             first = torch.full((len(unique),), n, device=inverse.device).scatter_reduce(
                 0, inverse, torch.arange(n, device=inverse.device), "amin")  # [U] a row of each prompt
             hidden, reason = _shared_prefix_hidden(model, rollouts, first, inverse)  # [N, T, H]
+            if reason is not None:
+                _refused_models[model] = reason
             if hidden is not None:
                 rows = _head_chunk_rows(model, n * t)
                 return _head_logprobs(model, hidden, rollouts.completion_ids, temperature, rows, with_entropy,
@@ -264,7 +268,9 @@ def shared_prefix_logprobs(
 
 
 def _shared_prefix_refusal(policy: nn.Module, model: nn.Module) -> str | None:
-    """Why the shared-prefix forward cannot serve ``policy`` before running it (None when it can)."""
+    """Why the shared-prefix forward cannot serve ``policy`` (None when it can)."""
+    if model in _refused_models:
+        return _refused_models[model]
     if is_sharded(policy):
         return "the policy is sharded (FSDP), whose root unit gathers the embedding and LM head only inside " \
                "the whole model's forward"

@@ -155,6 +155,28 @@ def test_settings_it_cannot_serve_fall_back_with_one_message(setting, caplog):
     assert expected in messages[0]
 
 
+def test_a_decoder_without_a_cache_falls_back_once_and_is_remembered(caplog):
+    policy = _policy()
+    decoder = policy.get_decoder()
+    passes = []
+
+    def no_cache(*args, **kwargs):  # a decoder that cannot return keys and values
+        passes.append(kwargs["input_ids"].shape)
+        return decoder(*args, **{**kwargs, "use_cache": False})
+
+    policy.get_decoder = lambda: no_cache
+    rollouts = _rollouts([5, 3], group=3, t=4, vocab=policy.config.vocab_size, seed=8)
+    logprobs_mod._refusals_logged.clear()
+    with caplog.at_level(logging.INFO, logger="lit_grpo.logprobs"):
+        plain = _run(sequence_logprobs, policy, rollouts)
+        shared = _run(shared_prefix_logprobs, policy, rollouts)
+        _run(shared_prefix_logprobs, policy, rollouts)
+    assert passes == [(2, 5)]  # one prompt pass, then the plain path (the model's own forward) from then on
+    torch.testing.assert_close(shared[0], plain[0], atol=0, rtol=0)
+    messages = [r.getMessage() for r in caplog.records if "shared_prefix" in r.getMessage()]
+    assert len(messages) == 1 and "NoneType" in messages[0]
+
+
 def test_sharded_policies_fall_back(monkeypatch, caplog):
     policy = _policy()
     rollouts = _rollouts([4, 2], group=2, t=3, vocab=policy.config.vocab_size, seed=7)
