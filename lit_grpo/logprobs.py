@@ -1,15 +1,18 @@
 """Log-prob maths: per-token log-probs and entropy, the chunked LM head, a policy's sequence log-probs.
 
 The one home of these functions: the module's update, the rollout engines (sampling log-probs), the losses
-and the diagnostics import them from here. Besides torch, only the LoRA and sharding helpers are used, so
-importing this module never imports Lightning. ``masked_mean``, the KL estimators between two policies'
-log-probs (the loss's KL penalty uses them) and the rollout/trainer mismatch statistics live here too.
+and the diagnostics import them from here. Besides torch, only the LoRA and sharding helpers are used (and
+transformers' cache classes, inside the shared-prefix forward), so importing this module never imports
+Lightning. ``masked_mean``, the KL estimators between two policies' log-probs (the loss's KL penalty uses
+them) and the rollout/trainer mismatch statistics live here too.
 
 Shapes: ``N`` completions, ``T`` completion tokens, ``H`` hidden size, ``V`` vocabulary (see ``lit_grpo.types``).
 """
 
 from __future__ import annotations
 
+import logging
+import weakref
 from typing import Literal, get_args
 
 import torch
@@ -19,6 +22,8 @@ from torch.utils.checkpoint import checkpoint
 from lit_grpo.lora import base_model
 from lit_grpo.parallel import is_sharded
 from lit_grpo.types import Rollouts
+
+logger = logging.getLogger(__name__)
 
 KLEstimator = Literal["k1", "k2", "k3"]
 
@@ -45,24 +50,44 @@ def sequence_logprobs(
     with the same result.
     """
     ids = torch.cat([rollouts.prompt_ids, rollouts.completion_ids], dim=1)  # [N, Tp + T]
-    attn = torch.cat([rollouts.prompt_mask, rollouts.completion_mask], dim=1).long()  # [N, Tp + T]
-    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    attn, positions = _mask_and_positions(rollouts)  # [N, Tp + T]
     n, t = rollouts.completion_ids.shape
     model = base_model(policy)
     rows = None if is_sharded(policy) else _head_chunk_rows(model, n * t)
     if rows is not None:
         hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=positions,
                                      use_cache=False).last_hidden_state[:, -(t + 1) : -1]  # [N, T, H]
-        head = model.get_output_embeddings()
-        return chunked_head_logprobs(head, hidden, rollouts.completion_ids, temperature, rows, with_entropy,
-                                     entropy_grad)
+        return _head_logprobs(model, hidden, rollouts.completion_ids, temperature, rows, with_entropy, entropy_grad)
     logits = policy(input_ids=ids, attention_mask=attn, position_ids=positions, logits_to_keep=t + 1,
                     use_cache=False).logits
     logits = logits[:, :-1]  # [N, T, V]: position j predicts completion token j
-    logp = token_logprobs(logits, rollouts.completion_ids, temperature)  # [N, T]
+    return _logits_logprobs(logits, rollouts.completion_ids, temperature, with_entropy, entropy_grad)
+
+
+def _mask_and_positions(rollouts: Rollouts) -> tuple[Tensor, Tensor]:
+    """The attention mask ``[N, Tp + T]`` of ``[prompt; completion]`` and position ids that count only its
+    real tokens (left-padded prompts start at position 0)."""
+    attn = torch.cat([rollouts.prompt_mask, rollouts.completion_mask], dim=1).long()  # [N, Tp + T]
+    return attn, (attn.cumsum(-1) - 1).clamp(min=0)
+
+
+def _logits_logprobs(logits: Tensor, ids: Tensor, temperature: float, with_entropy: bool,
+                     entropy_grad: bool) -> tuple[Tensor, Tensor | None]:
+    """Log-probs ``[N, T]`` of ``ids`` under ``logits [N, T, V]`` (and their entropy when asked)."""
+    logp = token_logprobs(logits, ids, temperature)  # [N, T]
     entropy = token_entropy(logits if entropy_grad else logits.detach(), temperature, grad=entropy_grad) \
         if with_entropy else None
     return logp, entropy
+
+
+def _head_logprobs(model: nn.Module, hidden: Tensor, ids: Tensor, temperature: float, rows: int | None,
+                   with_entropy: bool, entropy_grad: bool) -> tuple[Tensor, Tensor | None]:
+    """Log-probs ``[N, T]`` of ``ids`` from the decoder's ``hidden [N, T, H]`` through ``model``'s LM head:
+    ``rows`` positions at a time (:func:`chunked_head_logprobs`), or all at once when None."""
+    head = model.get_output_embeddings()
+    if rows is not None:
+        return chunked_head_logprobs(head, hidden, ids, temperature, rows, with_entropy, entropy_grad)
+    return _logits_logprobs(head(hidden), ids, temperature, with_entropy, entropy_grad)
 
 
 def _head_chunk_rows(model: nn.Module, positions: int) -> int | None:
@@ -70,15 +95,27 @@ def _head_chunk_rows(model: nn.Module, positions: int) -> int | None:
     and the logits are exactly ``lm_head(decoder(...))`` with the two callable apart; else None. The caller
     skips sharded policies (FSDP2 and FSDP1 root units gather the head's weights only inside the whole
     model's forward)."""
+    if _split_head_refusal(model) is not None:
+        return None
+    out_features = model.get_output_embeddings().out_features
+    if positions * out_features <= MAX_LOGITS_ELEMENTS:
+        return None
+    return max(1, int(MAX_LOGITS_ELEMENTS // out_features))
+
+
+def _split_head_refusal(model: nn.Module) -> str | None:
+    """Why ``model``'s logits are not exactly ``lm_head(decoder(...))`` with the two callable apart (None
+    when they are)."""
     head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
-    if not isinstance(head, nn.Linear) or positions * head.out_features <= MAX_LOGITS_ELEMENTS:
-        return None
+    if not isinstance(head, nn.Linear):
+        return "its output embeddings are not one linear layer"
     config = getattr(model, "config", None)
-    if any(getattr(config, name, None) is not None for name in _LOGIT_TRANSFORMS):
-        return None
+    transforms = [name for name in _LOGIT_TRANSFORMS if getattr(config, name, None) is not None]
+    if transforms:
+        return f"its logits are transformed after the LM head ({', '.join(transforms)})"
     if not callable(getattr(model, "get_decoder", None)):
-        return None
-    return max(1, int(MAX_LOGITS_ELEMENTS // head.out_features))
+        return "it has no get_decoder()"
+    return None
 
 
 def token_logprobs(logits: Tensor, ids: Tensor, temperature: float = 1.0, chunk_size: int = 4096) -> Tensor:
@@ -183,3 +220,94 @@ def logp_mismatch(logp_train: Tensor, logp_rollout: Tensor, mask: Tensor) -> dic
         "logp_diff_max": absdiff.max() if absdiff.numel() else absdiff.new_zeros(()),
         "logp_kl_k3": masked_mean(kl_estimate(logp_rollout.float(), logp_train.float(), "k3"), maskb),
     }
+
+
+# ---- shared-prefix forward -----------------------------------------------------------------------------
+_refusals_logged: set[str] = set()
+_refused_models: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # found at run time
+
+
+def shared_prefix_logprobs(
+    policy: nn.Module, rollouts: Rollouts, temperature: float = 1.0, with_entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """What :func:`sequence_logprobs` returns, each distinct prompt of ``rollouts`` encoded once.
+
+    The rows of a group repeat one prompt. Here the distinct prompts (equal tokens and padding) run through the
+    decoder once with a key/value cache; each completion then runs against its prompt's keys and values, picked
+    out per row, with the attention mask and position ids of the plain path. The pick is an index into the
+    prompt pass's tensors, so gradients flow back into it, summed over the rows that share the prompt: log-probs
+    and gradients equal the plain path's up to float summation order. The first completion token's log-prob
+    comes from the prompt's last position, the others from the completion pass over all but the last token.
+
+    Falls back to :func:`sequence_logprobs` (with one log message per reason) where this cannot be exact: a
+    sharded policy, logits that are not ``lm_head(decoder(...))``, gradient checkpointing in training mode
+    (it drops the cache), attention other than full on every layer, or a decoder that returns no plain
+    dynamic cache; and silently where no prompt repeats.
+    """
+    model = base_model(policy)
+    n, t = rollouts.completion_ids.shape
+    reason = _shared_prefix_refusal(policy, model)
+    if reason is None and t > 0 and rollouts.prompt_ids.shape[1] > 0:
+        key = rollouts.prompt_ids.masked_fill(~rollouts.prompt_mask.bool(), -1)  # [N, Tp]
+        unique, inverse = torch.unique(key, dim=0, return_inverse=True)  # [U, Tp], [N]
+        if len(unique) < n:
+            first = torch.full((len(unique),), n, device=inverse.device).scatter_reduce(
+                0, inverse, torch.arange(n, device=inverse.device), "amin")  # [U] a row of each prompt
+            hidden, reason = _shared_prefix_hidden(model, rollouts, first, inverse)  # [N, T, H]
+            if reason is not None:
+                _refused_models[model] = reason
+            if hidden is not None:
+                rows = _head_chunk_rows(model, n * t)
+                return _head_logprobs(model, hidden, rollouts.completion_ids, temperature, rows, with_entropy,
+                                      entropy_grad)
+    if reason is not None and reason not in _refusals_logged:
+        _refusals_logged.add(reason)
+        logger.info("shared_prefix: the prompts are encoded with each completion (the plain path): %s", reason)
+    return sequence_logprobs(policy, rollouts, temperature, with_entropy, entropy_grad)
+
+
+def _shared_prefix_refusal(policy: nn.Module, model: nn.Module) -> str | None:
+    """Why the shared-prefix forward cannot serve ``policy`` (None when it can)."""
+    if model in _refused_models:
+        return _refused_models[model]
+    if is_sharded(policy):
+        return "the policy is sharded (FSDP), whose root unit gathers the embedding and LM head only inside " \
+               "the whole model's forward"
+    split = _split_head_refusal(model)
+    if split is not None:
+        return f"{type(model).__name__}: {split}"
+    if model.training and any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
+        return "gradient checkpointing drops the key/value cache in training mode"
+    kinds = set(getattr(getattr(model, "config", None), "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"}:
+        return f"{type(model).__name__} has layers with {sorted(kinds - {'full_attention'})} attention, whose " \
+               "cache is not the prompt's whole keys and values"
+    return None
+
+
+def _shared_prefix_hidden(model: nn.Module, rollouts: Rollouts, first: Tensor,
+                          inverse: Tensor) -> tuple[Tensor | None, str | None]:
+    """The decoder's hidden states ``[N, T, H]`` that predict the completion tokens: the prompts ``first [U]``
+    (one row of each) run once, the completions against row ``inverse [N]`` of their keys and values. None
+    and the reason when the decoder returns no plain dynamic cache."""
+    from transformers.cache_utils import DynamicLayer
+
+    decoder = model.get_decoder()
+    attn, positions = _mask_and_positions(rollouts)  # [N, Tp + T]
+    tp = rollouts.prompt_ids.shape[1]
+    out = decoder(input_ids=rollouts.prompt_ids[first], attention_mask=attn[first, :tp],
+                  position_ids=positions[first, :tp], use_cache=True)
+    cache = out.past_key_values
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None, f"{type(model).__name__}'s decoder returns {type(cache).__name__}, not a cache of full " \
+                     "attention layers"
+    last = out.last_hidden_state[inverse, -1:]  # [N, 1, H]: predicts completion token 0
+    if rollouts.completion_ids.shape[1] == 1:
+        return last, None
+    for layer in layers:  # each row gets its prompt's keys and values; autograd sums their gradients
+        layer.batch_select_indices(inverse)
+    rest = decoder(input_ids=rollouts.completion_ids[:, :-1], attention_mask=attn[:, :-1],
+                   position_ids=positions[:, tp:-1], past_key_values=cache, use_cache=True).last_hidden_state
+    return torch.cat([last, rest], dim=1), None  # [N, T, H]

@@ -24,7 +24,7 @@ from lit_grpo.checkpoint import (
 from lit_grpo.data.curriculum import PromptCurriculum
 from lit_grpo.estimators import GRPO, AdvantageEstimator
 from lit_grpo.estimators.functional import constant_groups
-from lit_grpo.logprobs import logp_mismatch, sequence_logprobs
+from lit_grpo.logprobs import logp_mismatch, sequence_logprobs, shared_prefix_logprobs
 from lit_grpo.lora import LoraSettings, adapters_disabled
 from lit_grpo.losses import Aggregation, LossInputs, PolicyLoss, PPOClip, token_weights
 from lit_grpo.losses.functional import ratio_statistics
@@ -137,6 +137,14 @@ class GRPOModule(PolicyModule):
             summation order); only the statistics change: they then cover the completions trained on. A rank
             (or a mini-batch) left with nothing to train still runs one zero-advantage completion, so every
             rank joins the same collectives and the optimizer sees the same (zero) gradients. Otherwise off.
+        shared_prefix: Encode each distinct prompt of a micro-batch once and run its completions against its
+            keys and values (:func:`~lit_grpo.logprobs.shared_prefix_logprobs`), in the training forward and the
+            frozen log-prob forwards: the same log-probs and gradients (up to float summation order) for less
+            prompt compute, which pays when prompts are long against the completions. Where it cannot be
+            exact (gradient checkpointing, FSDP, sliding-window attention, logits transformed after the LM
+            head) the plain forward runs, and a log message says why once. Micro-batches then hold whole groups
+            (sorted by their longest row) rather than rows sorted by length. On by default: faster on every
+            shape measured (docs/performance.md), even with short prompts.
     """
 
     def __init__(
@@ -174,6 +182,7 @@ class GRPOModule(PolicyModule):
         gradient_checkpointing: bool = False,
         reward_timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S,
         elide_zero_advantage: bool = True,
+        shared_prefix: bool = True,
     ) -> None:
         super().__init__(model, reward, engine, dtype, False, temperature, top_p, top_k, max_new_tokens, val_samples,
                          lora=lora, gradient_checkpointing=gradient_checkpointing, reward_timeout_s=reward_timeout_s)
@@ -196,6 +205,7 @@ class GRPOModule(PolicyModule):
         self.shaping, self.curriculum = shaping, curriculum
         self.group_size, self.aggregation, self.drop_truncated = group_size, aggregation, drop_truncated
         self.entropy_coef, self.elide_zero_advantage = entropy_coef, elide_zero_advantage
+        self.shared_prefix = shared_prefix
         self.steps_per_generation, self.num_iterations = steps_per_generation, num_iterations
         self.micro_batch_size = micro_batch_size
         self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
@@ -351,9 +361,9 @@ class GRPOModule(PolicyModule):
         for part in micro:
             mb = rows.select(part)
             with timer("forward_s"):
-                logp, entropy = sequence_logprobs(self.policy, mb.rollouts, self.sampling.temperature,
-                                                  with_entropy=first_pass is not None or self.entropy_coef > 0,
-                                                  entropy_grad=self.entropy_coef > 0)  # [n, t]
+                logp, entropy = self._logprobs(self.policy, mb.rollouts,
+                                               with_entropy=first_pass is not None or self.entropy_coef > 0,
+                                               entropy_grad=self.entropy_coef > 0)  # [n, t]
                 batch = self._loss_inputs(logp, mb, weights[part.to(weights.device)])
                 out = self.loss(batch)
                 loss = (out.loss * batch.weights).sum()
@@ -377,14 +387,19 @@ class GRPOModule(PolicyModule):
     def _mini_batches(self, rollouts: Rollouts) -> list[Tensor]:
         """Row indices ``[n]`` of each of the ``steps_per_generation`` mini-batches: whole groups, as even as the
         group count allows (the same on every rank, which holds as many groups), sorted by length when
-        micro-batched (micro-batches of similar lengths pad less; the sums, so the update, stay the same)."""
-        groups = torch.arange(len(rollouts) // rollouts.group_size)
+        micro-batched (micro-batches of similar lengths pad less; the sums, so the update, stay the same). With
+        ``shared_prefix`` whole groups are sorted by their longest row, so a micro-batch shares its prompts."""
+        size = rollouts.group_size
+        groups = torch.arange(len(rollouts) // size)
         out = []
         for chunk in groups.tensor_split(self.steps_per_generation):
-            rows = group_rows(chunk, rollouts.group_size)  # [n]
+            rows = group_rows(chunk, size)  # [n]
             if self.micro_batch_size is not None and self.micro_batch_size < len(rows):
                 lengths = (rollouts.prompt_mask.sum(-1) + rollouts.completion_mask.sum(-1)).cpu()[rows]
-                rows = rows[lengths.argsort(stable=True)]
+                if self.shared_prefix:
+                    rows = rows.view(-1, size)[lengths.view(-1, size).amax(-1).argsort(stable=True)].reshape(-1)
+                else:
+                    rows = rows[lengths.argsort(stable=True)]
             out.append(rows)
         return out
 
@@ -403,6 +418,12 @@ class GRPOModule(PolicyModule):
         want = max(int(max_over_ranks(len(micro), self.trainer.strategy, self.trainer.world_size)), 1)
         spare = positions[zero]
         return micro + [spare[k : k + 1] for k in range(min(want - len(micro), len(spare)))]
+
+    def _logprobs(self, policy, rollouts: Rollouts, **entropy) -> tuple[Tensor, Tensor | None]:
+        """Log-probs ``[n, t]`` of ``rollouts`` under ``policy`` at the sampling temperature (and the entropy when
+        asked: ``with_entropy``, ``entropy_grad``), each prompt encoded once with ``shared_prefix``."""
+        forward = shared_prefix_logprobs if self.shared_prefix else sequence_logprobs
+        return forward(policy, rollouts, self.sampling.temperature, **entropy)
 
     def _elides(self) -> bool:
         """Whether zero-advantage completions leave the forward and backward (``elide_zero_advantage``, when exact)."""
@@ -462,8 +483,7 @@ class GRPOModule(PolicyModule):
         with timer(phase):
             for part in parts:
                 mb = _trimmed(select_rows(rollouts, part))
-                out[part.to(out.device), : mb.completion_ids.shape[1]] = sequence_logprobs(
-                    policy, mb, self.sampling.temperature)[0]
+                out[part.to(out.device), : mb.completion_ids.shape[1]] = self._logprobs(policy, mb)[0]
         return out
 
     def _reference_logprobs(self, rollouts: Rollouts, timer: PhaseTimer) -> Tensor:

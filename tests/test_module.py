@@ -138,11 +138,17 @@ def test_matching_engine_has_no_mismatch_and_tis_changes_nothing(tmp_path, sft_m
     assert 0 <= metrics["rollout/logp_diff_max"].item() < 1e-3
 
 
+def _counting_logprob_forwards():
+    """A spy on the module's log-prob forwards (plain or shared-prefix, with gradient or frozen)."""
+    return mock.patch.object(module_mod.GRPOModule, "_logprobs", autospec=True,
+                             side_effect=module_mod.GRPOModule._logprobs)
+
+
 @pytest.mark.parametrize(("num_iterations", "expected_calls"), [(1, 1), (2, 3)])
 def test_old_logprobs_only_when_reused(tmp_path, sft_model_path, num_iterations, expected_calls):
     L.seed_everything(0)
     module = tiny_module(sft_model_path, num_iterations=num_iterations)
-    with mock.patch.object(module_mod, "sequence_logprobs", wraps=module_mod.sequence_logprobs) as forward:
+    with _counting_logprob_forwards() as forward:
         tiny_trainer(tmp_path, max_steps=num_iterations).fit(module, datamodule=tiny_data())
     assert forward.call_count == expected_calls
     assert module.global_step == num_iterations  # one optimizer step per pass
@@ -173,7 +179,7 @@ def test_a_loss_gets_only_the_logprobs_it_declares_and_its_statistics_are_logged
 
     module = tiny_module(sft_model_path, loss=loss, num_iterations=2)
     trainer = tiny_trainer(tmp_path, max_steps=2, callbacks=[Grab()])
-    with mock.patch.object(module_mod, "sequence_logprobs", wraps=module_mod.sequence_logprobs) as forward:
+    with _counting_logprob_forwards() as forward:
         trainer.fit(module, datamodule=tiny_data())
     assert forward.call_count == 2  # one forward per pass, no frozen old log-probs
     assert loss.seen and all(x is None for seen in loss.seen for x in seen)
