@@ -45,8 +45,10 @@ def _fit(tmp_path, model, elide: bool, reward: Callable[[], RewardFunction] = Sk
 def _assert_same_update(tmp_path, model, reward=SkewedReward, **options) -> list[dict]:
     """The first optimizer step's gradient within 1e-5 of its norm (only the float summation order differs:
     observed ~1e-6), every later step's within 1e-4 (the weights it is taken at differ a little), and the
-    weights after ``STEPS`` steps within 1e-4, a tenth of one step at lr 1e-3 (observed up to ~3e-5, in a few
-    elements: Adam divides a gradient near 0, ~1e-9 here, by its own size, so its last bits move the weight)."""
+    weights' change over ``STEPS`` steps within 1e-3 of its norm, no element off by half a step at lr 1e-3.
+    The weights cannot be held elementwise to the gradients' tolerance: Adam divides a gradient near 0 (~1e-9
+    here) by its own size, so the last bits of such a gradient move its weight by a fraction of a step
+    (observed up to ~1e-4 in one element of 8192). The gradients are what elision must not change."""
     elided, record, rows = _fit(tmp_path, model, True, reward, **options)
     plain, reference, plain_rows = _fit(tmp_path, model, False, reward, **options)
     assert sum(row["perf/elided_frac"] for row in rows) > 0, "nothing was elided: the test is vacuous"
@@ -56,8 +58,10 @@ def _assert_same_update(tmp_path, model, reward=SkewedReward, **options) -> list
         assert _relative(ours, theirs) < (1e-5 if k == 0 else 1e-4)
     ours, theirs = elided.policy.state_dict(), plain.policy.state_dict()
     assert any(not torch.equal(v, record.initial[k]) for k, v in theirs.items()), "the policy did not train"
+    assert _relative({k: ours[k] - record.initial[k] for k in theirs},
+                     {k: v - record.initial[k] for k, v in theirs.items()}) < 1e-3
     for k, v in theirs.items():
-        torch.testing.assert_close(ours[k], v, atol=1e-4, rtol=0)
+        torch.testing.assert_close(ours[k], v, atol=5e-4, rtol=0)
     return rows
 
 
