@@ -25,11 +25,32 @@ def read_run(run: Path) -> dict:
     wanted = ("rollout/reward_mean", "rollout/len_mean", "rollout/truncated_frac", "reward/no_answer",
               "train/loss", "train/grad_norm")
     steps = {tag: [round(v, 4) for _, v in scalars[tag]] for tag in wanted if tag in scalars}
+    steps.update({tag: [round(v, 3) for _, v in values] for tag, values in scalars.items()
+                  if tag.startswith("perf/") and values})
     perf = {tag: round(sum(v for _, v in values) / len(values), 2) for tag, values in scalars.items()
             if tag.startswith("perf/") and values}
     heldout = {tag: round(values[-1][1], 4) for tag, values in scalars.items() if tag.startswith("heldout/")}
     return {"run": str(run), "steps": len(steps.get("rollout/reward_mean", [])), "per_step": steps,
-            "perf_mean": perf, "heldout": heldout}
+            "perf_mean": perf, "heldout": heldout, "summary": summarise(steps, heldout)}
+
+
+def summarise(steps: dict, heldout: dict, window: int = 5, gain: float = 0.10) -> dict:
+    """Per-phase means over the first and the last 10 steps, the training minutes, and the first step at which
+    the ``window``-step moving average of the sampled reward is ``gain`` above the held-out sampled accuracy
+    before training (with the training minutes up to it)."""
+    out = {name: {"first_10": round(sum(v[:10]) / len(v[:10]), 2), "last_10": round(sum(v[-10:]) / len(v[-10:]), 2)}
+           for name, v in steps.items() if name.startswith("perf/") and v}
+    seconds = steps.get("perf/step_s", [])
+    out["training_min"] = round(sum(seconds) / 60, 1)
+    reward, start = steps.get("rollout/reward_mean", []), heldout.get("heldout/reward_mean_before")
+    if start is not None and seconds:
+        for i in range(len(reward)):
+            recent = reward[max(0, i - window + 1) : i + 1]
+            if sum(recent) / len(recent) > start + gain:
+                out[f"gain_{gain:g}_at_step"] = i + 1
+                out[f"gain_{gain:g}_training_min"] = round(sum(seconds[: i + 1]) / 60, 1)
+                break
+    return out
 
 
 def plot(data: dict, out: Path) -> None:
