@@ -98,11 +98,12 @@ def merged_for_inference(policy: nn.Module) -> Iterator[bool]:
     leaves rounding error in the frozen weights at every round trip). It costs one extra copy of the adapted
     weights while inside, and runs under ``no_grad`` only (nothing inside may train). Yields whether it
     merged: ``False`` (and nothing changes) for a model without adapters or with adapters it cannot fold
-    exactly this way (DoRA, or a layer whose base weight is not a plain local tensor, e.g. an FSDP shard)."""
+    exactly this way (DoRA, a layer whose base weight is not a plain local tensor such as an FSDP2 shard, or
+    a model holding FSDP1 units, whose parameters are views of their flat parameter)."""
     from peft.tuners.lora import LoraLayer
 
     layers = [m for m in policy.modules() if isinstance(m, LoraLayer)] if is_peft(policy) else []
-    if not layers or not _foldable(layers):
+    if not layers or not _foldable(policy, layers):
         yield False
         return
     originals = []
@@ -123,7 +124,11 @@ def merged_for_inference(policy: nn.Module) -> Iterator[bool]:
             weight.data = data
 
 
-def _foldable(layers: list) -> bool:
+def _foldable(policy: nn.Module, layers: list) -> bool:
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if any(isinstance(m, FullyShardedDataParallel) for m in policy.modules()):
+        return False
     for layer in layers:
         weight = getattr(layer.get_base_layer(), "weight", None)
         if weight is None or type(weight.data) is not torch.Tensor or getattr(layer, "merged", False):

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 from torch import Tensor, nn
 
+from lit_grpo.lora import merged_for_inference
+
 _PEFT_SKIP = re.compile(r"(^|\.)(lora_[A-Za-z_]+|original_module)\.")
 _PEFT_RENAME = re.compile(r"\.(base_layer|modules_to_save\.[^.]+)\.")
 
@@ -29,10 +31,17 @@ def full_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
 
 @contextmanager
 def merged_adapters(policy: nn.Module) -> Iterator[nn.Module]:
-    """The plain model behind ``policy``: a PEFT model's adapters are merged inside the block, unmerged after."""
+    """The plain model behind ``policy``: a PEFT model's adapters are folded into copies of the adapted weights
+    inside the block and the originals put back after, bit-identical (:func:`~lit_grpo.lora.merged_for_inference`);
+    where that cannot serve (FSDP units, DoRA) peft merges them in place and unmerges them after, which leaves
+    float rounding in the frozen weights."""
     if not hasattr(policy, "merge_adapter"):
         yield policy
         return
+    with merged_for_inference(policy) as folded:
+        if folded:
+            yield policy.get_base_model()
+            return
     policy.merge_adapter()
     try:
         yield policy.get_base_model()

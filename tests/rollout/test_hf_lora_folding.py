@@ -74,3 +74,22 @@ def test_nothing_to_fold_without_adapters(sft_model_path):
     with merged_for_inference(policy) as merged:
         assert merged is False
     assert all(torch.equal(v, policy.state_dict()[k]) for k, v in before.items())
+
+
+def test_the_weight_sync_view_is_the_folded_model_and_leaves_the_weights_exact(lora_policy):
+    """``merged_adapters`` (what the vLLM weight sync reads) yields ``W + delta`` and puts ``W`` back bit for bit,
+    where peft's merge/unmerge round trip would leave rounding error in the frozen weights."""
+    from lit_grpo.rollout.weights import full_weights, merged_adapters
+
+    policy, _ = lora_policy
+    before = _snapshot(policy)
+    q = next(m for n, m in policy.named_modules() if n.endswith("layers.0.self_attn.q_proj"))
+    expected = q.get_base_layer().weight.detach() + q.get_delta_weight(q.active_adapters[0])
+    with merged_adapters(policy) as plain:
+        weights = dict(full_weights(plain))
+    name = next(k for k in weights if k.endswith("layers.0.self_attn.q_proj.weight"))
+    torch.testing.assert_close(weights[name], expected, atol=1e-6, rtol=0)
+    assert not torch.equal(weights[name], before[next(k for k in before if k.endswith(
+        "layers.0.self_attn.q_proj.base_layer.weight"))])
+    after = _snapshot(policy)
+    assert all(torch.equal(before[k], after[k]) for k in before), "the sync view changed the policy's weights"
