@@ -29,8 +29,8 @@ class VLLMEngine(RolloutEngine):
     The engine is created in :meth:`bind` from the policy's config and tokenizer directory with dummy
     weights; the policy's own weights are loaded into it before the first rollout and after every
     optimizer step (:meth:`sync_weights`), one tensor at a time (FSDP2 shards are gathered one
-    parameter at a time; LoRA adapters are merged for the copy and unmerged after). Sampling
-    log-probabilities are vLLM's ``processed_logprobs``: those of the tempered distribution, which equal
+    parameter at a time; LoRA adapters are folded into the copy, the trained weights left as they were).
+    Sampling log-probabilities are vLLM's ``processed_logprobs``: those of the tempered distribution, which equal
     the training forward's when ``top_p == 1`` and ``top_k == 0`` (with top-p/top-k they are those of the
     truncated distribution actually sampled from).
 
