@@ -20,6 +20,22 @@ tokens/s = completion tokens of a step (EOS included) / wall time between the en
 Parts: ``peak`` (square fp32 and bf16 matmuls on the same threads), ``compare`` (lit-grpo vs TRL, both
 sizes and precisions, with the training phase's FLOP/s against the peak), ``memory`` (peak RSS of steps
 of a model with a 151,936-token vocabulary), ``scaling`` (lit-grpo step time against G, P and size).
+
+The realistic parts run real workloads with real rewards (``bench/grpo_step_workloads.py``), each side
+with its defaults for what it may skip (lit-grpo: zero-advantage elision and the shared-prefix training
+forward, both exact; TRL trains every row):
+
+    python bench/grpo_step.py --parts realistic,tta --json docs/results/grpo_step_realistic.json \
+        --write docs/performance.md
+
+``realistic``: (a) ``real``: SmolLM2-135M-Instruct (``lit-grpo models fetch smollm2-135m-instruct``),
+chat prompts "What is a + b? Answer with the number only.", ``LastNumber``, P = 8 x G = 8, 32 new tokens,
+full fine-tune, fp32; (b) ``quickstart``: ``tiny-arith-sft`` on two-digit addition, ``ExactMatch``,
+P = 16 x G = 8, 6 new tokens, lr 1e-4. Alongside throughput: the training tokens each side ran forward and
+backward against the useful ones (the rows of groups whose rewards differ, each prompt once), as FLOPs.
+``tta``: wall-clock training time (evaluations excluded) for each trainer to reach held-out greedy
+accuracy 0.70 on the quickstart workload from the same start, evaluated every 25 steps by the same code,
+3 seeds each, alternating.
 """
 
 from __future__ import annotations
@@ -40,10 +56,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from grpo_step_common import PHASES  # noqa: E402
-from grpo_step_report import LARGE_VOCAB, flop_rates, render, write_into  # noqa: E402
+from grpo_step_report import LARGE_VOCAB, flop_rates, render, render_realistic, work_flops, write_into  # noqa: E402
+from grpo_step_workloads import WORKLOADS, model_dir  # noqa: E402
 
 TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
-ALL_PARTS = ("peak", "compare", "memory", "scaling")
+ALL_PARTS = ("peak", "compare", "memory", "scaling", "realistic", "tta")
+COUNTS = ("useful_rows", "useful_prompt_tokens", "useful_tokens", "mixed_groups", "groups", "trained_rows",
+          "trained_prompt_tokens", "trained_tokens")
 
 
 # ---- plans: how many processes and steps each part runs ---------------------------------------------------
@@ -56,6 +75,8 @@ def plan(quick: bool) -> dict:
             "compare": [("small", "fp32", 1, 1, 2, 8, 8, 16), ("small", "bf16", 1, 0, 1, 2, 2, 4)],
             "memory": {"prompts": 2, "group": 2, "new_tokens": 4, "warmup": 0, "steps": 1},
             "scaling": {"G": [2], "P": [4], "size": ["tiny"], "warmup": 0, "steps": 1},
+            "realistic": [("quickstart", 1, 1, 3)],
+            "tta": {"seeds": [0], "max_steps": 20, "eval_every": 10, "target": 0.99},
         }
     return {
         "compare": [
@@ -72,6 +93,9 @@ def plan(quick: bool) -> dict:
             "warmup": 1,
             "steps": 2,
         },
+        # (workload, A/B pairs, warm-up steps, timed steps); the real model's TRL steps take about 90 s
+        "realistic": [("quickstart", 3, 5, 40), ("real", 2, 1, 3)],
+        "tta": {"seeds": [0, 1, 2], "max_steps": 2000, "eval_every": 25, "target": 0.70},
     }
 
 
@@ -123,6 +147,8 @@ def measure(
     group: int = 8,
     new_tokens: int = 16,
     extra: tuple[str, ...] = (),
+    workload: str = "zero",
+    lr: float = 1e-5,
 ) -> dict:
     if runner == "trl" and not TRL_PYTHON.exists():
         raise SystemExit(
@@ -152,6 +178,10 @@ def measure(
         str(new_tokens),
         "--threads",
         str(threads),
+        "--workload",
+        workload,
+        "--lr",
+        str(lr),
         *extra,
     ]
     env = {
@@ -186,7 +216,8 @@ def _median(steps: list[dict], key: str) -> float:
 def combine(results: list[dict]) -> dict:
     """Medians over the timed steps of several processes, with the range of the per-process medians."""
     steps = [s for r in results for s in r["steps"]]
-    out = {k: _median(steps, k) for k in [*PHASES, "step_s", "tokens", "prompt_tokens", "tokens_per_s"]}
+    out = {k: _median(steps, k) for k in [*PHASES, "step_s", "tokens", "prompt_tokens", "tokens_per_s", *COUNTS]}
+    out["sums"] = {k: sum(s.get(k, 0.0) for s in steps) for k in COUNTS}
     per = [_median(r["steps"], "tokens_per_s") for r in results]
     out.update(
         tps_min=min(per),
@@ -313,6 +344,53 @@ def part_scaling(models: dict[str, str], threads: int, quick: bool) -> dict[str,
     return out
 
 
+def part_realistic(threads: int, quick: bool) -> list[dict]:
+    """lit-grpo against TRL on the real workloads, alternating fresh processes."""
+    rows = []
+    for workload, reps, warmup, steps in plan(quick)["realistic"]:
+        w = WORKLOADS[workload]
+        model = model_dir(w.model)
+        kw = {"warmup": warmup, "steps": steps, "prompts": w.prompts, "group": w.group,
+              "new_tokens": w.new_tokens, "workload": workload, "lr": w.lr}
+        runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
+        for _ in range(reps):  # A B A B ...
+            for runner in ("lit-grpo", "trl"):
+                runs[runner].append(measure(runner, model, threads, **kw))
+        ratios = [_median(a["steps"], "tokens_per_s") / _median(b["steps"], "tokens_per_s")
+                  for a, b in zip(runs["lit-grpo"], runs["trl"], strict=True)]
+        row = {"workload": workload, "model": w.model, "lit": combine(runs["lit-grpo"]),
+               "trl": combine(runs["trl"]), "pair_ratios": ratios, **kw}
+        row["ratio"] = row["lit"]["tokens_per_s"] / row["trl"]["tokens_per_s"]
+        for side in ("lit", "trl"):
+            row[side].update(work_flops(model, row[side]["sums"], row[side]["steps_timed"]))
+        rows.append(row)
+    return rows
+
+
+def part_tta(threads: int, quick: bool) -> dict:
+    """Training time to held-out greedy accuracy ``target`` on the quickstart workload, per seed and trainer."""
+    p = plan(quick)["tta"]
+    w = WORKLOADS["quickstart"]
+    model = model_dir(w.model)
+    runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
+    extra = ("--eval-every", str(p["eval_every"]), "--target", str(p["target"]))
+    for seed in p["seeds"]:
+        for runner in ("lit-grpo", "trl"):
+            r = measure(runner, model, threads, warmup=0, steps=p["max_steps"], prompts=w.prompts, group=w.group,
+                        new_tokens=w.new_tokens, workload="quickstart", lr=w.lr, extra=(*extra, "--seed", str(seed)))
+            hit = next((e for e in r["evals"] if e["greedy"] >= p["target"]), None)
+            runs[runner].append({"seed": seed, "reached": hit is not None, "step": hit and hit["step"],
+                                 "train_s": hit and hit["train_s"], "evals": r["evals"],
+                                 "step_s": _median(r["steps"], "step_s")})
+    out: dict = {**p, "runs": runs}
+    for runner, rs in runs.items():
+        hits = [r["train_s"] for r in rs if r["reached"]]
+        out[runner] = {"median_train_s": statistics.median(hits) if len(hits) == len(rs) else None,
+                       "median_step": statistics.median(r["step"] for r in rs) if len(hits) == len(rs) else None,
+                       "reached": len(hits), "seeds": len(rs)}
+    return out
+
+
 def _load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
@@ -328,7 +406,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
     parser.add_argument("--write", type=Path, help="replace the generated block of this markdown file")
     parser.add_argument("--json", type=Path, help="also save the raw results here")
+    parser.add_argument("--render", type=Path, help="measure nothing: write the tables of this saved --json")
     args = parser.parse_args()
+    if args.render:
+        report = json.loads(args.render.read_text())
+        publish(report, [p for p in ALL_PARTS if p in report], args.write, None)
+        return
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = set(parts) - set(ALL_PARTS)
     if unknown:
@@ -340,7 +423,8 @@ def main() -> None:
     start, load_before = time.perf_counter(), _load()
     report: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        sizes = {"small"} | ({"medium"} if "compare" in parts and not args.quick else set())
+        old_parts = {"peak", "compare", "memory", "scaling"} & set(parts)
+        sizes = ({"small"} if old_parts else set()) | ({"medium"} if "compare" in parts and not args.quick else set())
         if "scaling" in parts:
             sizes |= set(plan(args.quick)["scaling"]["size"])
         models = build_models(Path(tmp), sizes, "memory" in parts)
@@ -352,8 +436,12 @@ def main() -> None:
             report["memory"] = part_memory(models, args.threads, args.quick)
         if "scaling" in parts:
             report["scaling"] = part_scaling(models, args.threads, args.quick)
+        if "realistic" in parts:
+            report["realistic"] = part_realistic(args.threads, args.quick)
+        if "tta" in parts:
+            report["tta"] = part_tta(args.threads, args.quick)
     command = "python bench/grpo_step.py" + "".join(f" {a}" for a in sys.argv[1:])
-    trl_version = next((r["trl"]["trl"] for r in report.get("compare", [])), None)
+    trl_version = next((r["trl"]["trl"] for r in [*report.get("compare", []), *report.get("realistic", [])]), None)
     report["meta"] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "command": command,
@@ -367,13 +455,24 @@ def main() -> None:
     }
     if trl_version:
         report["meta"]["trl"] = trl_version
-    text = render(report)
-    print("\n" + text)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
-    if args.write:
-        write_into(args.write, text)
-        print(f"wrote the tables into {args.write}")
+    publish(report, parts, args.write, args.json)
+
+
+def publish(report: dict, parts: list[str], write: Path | None, save: Path | None) -> None:
+    """Print the tables, save the raw report (``save``) and write the tables into a markdown file (``write``)."""
+    blocks = {}
+    if {"peak", "compare", "memory", "scaling"} & set(parts):
+        blocks["grpo_step.py"] = render(report)
+    if {"realistic", "tta"} & set(parts):
+        blocks["grpo_step.py:realistic"] = render_realistic(report)
+    for text in blocks.values():
+        print("\n" + text)
+    if save:
+        save.write_text(json.dumps(report, indent=1))
+    if write:
+        for name, text in blocks.items():
+            write_into(write, text, name)
+        print(f"wrote the tables into {write}")
 
 
 def _cpu() -> str:

@@ -30,6 +30,13 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workload", choices=["zero", "real", "quickstart"], default="zero",
+                        help="prompts, reward and held-out set (bench/grpo_step_workloads.py)")
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="held-out greedy accuracy every this many steps (0: never); its time is not counted")
+    parser.add_argument("--target", type=float, default=None,
+                        help="stop at the first evaluation whose greedy accuracy reaches this")
 
 
 def bench_prompts(n: int, seed: int = 0) -> list[str]:
@@ -73,6 +80,11 @@ class StepClock:
     def set_phases(self, phases: dict[str, float]) -> None:
         self._phases.update(phases)
 
+    def add_counts(self, counts: dict[str, float]) -> None:
+        """Extra numbers of the current step (summed if given twice)."""
+        for key, value in counts.items():
+            self._phases[key] += value
+
     def end_step(self) -> None:
         now = time.perf_counter()
         row = {
@@ -84,6 +96,33 @@ class StepClock:
         row["tokens_per_s"] = row["tokens"] / row["step_s"]
         self.steps.append(row)
         self._phases, self._tokens, self._prompt_tokens, self._last = defaultdict(float), 0, 0, now
+
+
+def group_counts(rewards: list[float], prompt_lens: list[int], completion_lens: list[int], group: int,
+                 trained_rows: list[bool] | None = None, prompt_once: bool = False) -> dict[str, float]:
+    """Token counts of one step's ``N`` rows (group-major, ``group`` rows a prompt). Useful work: the rows of
+    groups whose rewards are not all equal (the only rows with a non-zero group-centred advantage), their
+    completions and each such group's prompt once. Executed work: the rows a trainer ran forward and backward
+    (``trained_rows``; default all), with the prompt once per group that has any (``prompt_once``) or once per
+    row."""
+    useful = {"useful_rows": 0.0, "useful_prompt_tokens": 0.0, "useful_tokens": 0.0, "mixed_groups": 0.0,
+              "groups": 0.0, "trained_rows": 0.0, "trained_prompt_tokens": 0.0, "trained_tokens": 0.0}
+    trained_rows = trained_rows if trained_rows is not None else [True] * len(rewards)
+    for start in range(0, len(rewards), group):
+        rows = range(start, start + group)
+        scores = {rewards[i] for i in rows if rewards[i] == rewards[i]}  # NaN (unscorable) left out
+        useful["groups"] += 1
+        if len(scores) > 1:
+            useful["mixed_groups"] += 1
+            useful["useful_rows"] += group
+            useful["useful_prompt_tokens"] += prompt_lens[start]
+            useful["useful_tokens"] += sum(completion_lens[i] for i in rows)
+        trained = [i for i in rows if trained_rows[i]]
+        useful["trained_rows"] += len(trained)
+        useful["trained_prompt_tokens"] += (prompt_lens[start] if trained else 0) if prompt_once else sum(
+            prompt_lens[i] for i in trained)
+        useful["trained_tokens"] += sum(completion_lens[i] for i in trained)
+    return useful
 
 
 def rss_mib() -> float:

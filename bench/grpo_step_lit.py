@@ -2,9 +2,10 @@
 
     python bench/grpo_step_lit.py --model DIR --steps 6 --warmup 2 [--precision bf16] [--full-logits]
 
-Same settings as ``bench/grpo_step_trl.py`` (see ``bench/grpo_step.py``): HF generate engine, a reward
-that is always 0 with ``filter_degenerate`` off (no batch is skipped) and ``elide_zero_advantage`` off (every
-completion is trained, as TRL does; ``--module-options`` may turn it on), token-mean loss, ``beta=0``,
+Same settings as ``bench/grpo_step_trl.py`` (see ``bench/grpo_step.py``): HF generate engine, the prompts and
+reward of ``--workload`` (``bench/grpo_step_workloads.py``) with ``filter_degenerate`` off (no batch is skipped);
+on the ``zero`` workload ``elide_zero_advantage`` off (every completion is trained, as TRL does;
+``--module-options`` may turn it on), elsewhere the module's defaults. Token-mean loss, ``beta=0``,
 ``num_iterations=1``, AdamW at a constant learning rate, clipping at 1, ``precision="bf16-mixed"`` for
 ``--precision bf16``. Phase times are the module's own ``perf/*`` metrics; ``step_s`` is the wall time
 between the ends of consecutive steps. ``--full-logits`` restores the previous log-prob paths (the
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step_common import PHASES, StepClock, add_worker_args, bench_prompts, emit, rss_mib  # noqa: E402
+from grpo_step_common import PHASES, StepClock, add_worker_args, emit, group_counts, rss_mib  # noqa: E402
 
 
 def full_logits_engine():
@@ -67,26 +68,13 @@ def main() -> None:
     import torch
 
     from lit_grpo import GRPOModule, PromptDataModule, logprobs
-    from lit_grpo.data.sources import PromptSource
-    from lit_grpo.rewards.base import RewardFunction
-    from lit_grpo.types import RewardOutput
 
     torch.set_num_threads(args.threads)
-
-    class Prompts(PromptSource):
-        def load(self, split):
-            prompts = bench_prompts(4096 if split == "train" else 8)
-            return [
-                {"prompt": p, "reference": "", "id": f"{split}-{i}", "columns": {}}
-                for i, p in enumerate(prompts)
-            ]
-
-    class ZeroReward(RewardFunction):
-        def __call__(self, completions, references, **columns):
-            scores = torch.zeros(len(completions))  # [N]
-            return RewardOutput(scores, {self.name: scores}, {"errors": 0, "timeouts": 0, "unscorable": 0})
+    from grpo_step_workloads import GreedyEval, reward, source
 
     clock = StepClock()
+    evals: list[dict] = []
+    held_out = GreedyEval(args.workload, args.model, args.new_tokens) if args.eval_every else None
 
     class Collect(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -97,21 +85,34 @@ def main() -> None:
             metrics = trainer.callback_metrics
             clock.set_phases({p: float(metrics.get(f"perf/{p}", 0.0)) for p in PHASES})
             stats = outputs["rollout"]
-            clock.add_tokens(int(stats.lengths.sum()), int(stats.rollouts.prompt_mask.sum()))
+            prompt_lens = stats.rollouts.prompt_mask.sum(1).tolist()  # [N]
+            trained = (stats.advantages.reshape(-1) != 0).tolist() if pl_module.elide_zero_advantage else None
+            clock.add_tokens(int(stats.lengths.sum()), int(sum(prompt_lens)))
+            clock.add_counts(group_counts(stats.rewards.reshape(-1).tolist(), prompt_lens, stats.lengths.tolist(),
+                                          stats.group_size, trained, prompt_once=pl_module.shared_prefix))
             clock.end_step()
+            step = batch_idx + 1
+            if held_out is not None and step % args.eval_every == 0:
+                accuracy = held_out(pl_module.policy)
+                evals.append({"step": step, "train_s": sum(s["step_s"] for s in clock.steps), "greedy": accuracy})
+                print(f"step {step}: held-out greedy {accuracy:.3f}", flush=True)
+                if args.target is not None and accuracy >= args.target:
+                    trainer.should_stop = True
+                clock.begin()  # the evaluation is not training time
 
     if args.full_logits:
         logprobs.MAX_LOGITS_ELEMENTS = math.inf
     L.seed_everything(args.seed, verbose=False)
-    options = {"elide_zero_advantage": False, **(json.loads(args.module_options) if args.module_options else {})}
+    defaults = {"elide_zero_advantage": False} if args.workload == "zero" else {}
+    options = {**defaults, **(json.loads(args.module_options) if args.module_options else {})}
     module = GRPOModule(
         model=args.model,
-        reward=ZeroReward(),
+        reward=reward(args.workload),
         group_size=args.group,
         engine=full_logits_engine() if args.full_logits else None,
         max_new_tokens=args.new_tokens,
         temperature=1.0,
-        lr=1e-5,
+        lr=args.lr,
         num_iterations=1,
         aggregation="token-mean",
         filter_degenerate=False,
@@ -121,7 +122,7 @@ def main() -> None:
     )
     module.configure_model()
     load_rss = rss_mib()
-    data = PromptDataModule(Prompts(), prompts_per_step=args.prompts, seed=args.seed)
+    data = PromptDataModule(source(args.workload, args.model), prompts_per_step=args.prompts, seed=args.seed)
     trainer = L.Trainer(
         max_steps=args.warmup + args.steps,
         logger=False,
@@ -143,6 +144,9 @@ def main() -> None:
         params=sum(p.numel() for p in module.policy.parameters()),
         load_rss_mib=load_rss,
         torch=torch.__version__,
+        workload=args.workload,
+        options=options,
+        evals=evals,
     )
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from grpo_step_common import PHASES
 
-BEGIN, END = "<!-- grpo_step.py:begin -->", "<!-- grpo_step.py:end -->"
 LARGE_VOCAB = 151_936  # Qwen2/2.5's vocabulary size
 
 
@@ -36,6 +36,27 @@ def flop_rates(model_dir: str, row: dict, sequences: int) -> dict[str, float]:
         "train_gflops": 3 * fwd / train_s / 1e9,
         "step_gflops": 4 * fwd / row["step_s"] / 1e9,
     }
+
+
+def work_flops(model_dir: str, sums: dict[str, float], steps: int) -> dict[str, float]:
+    """Training GFLOP per step (forward + backward = 3 forwards) over the tokens a trainer ran (``executed``)
+    and over the useful ones (rows of groups whose rewards differ, each prompt once), from the summed counts
+    of ``steps`` steps."""
+    def gflop(prefix: str, rows: str) -> float:
+        fwd = forward_flops(model_dir, sums[f"{prefix}_prompt_tokens"], sums[f"{prefix}_tokens"], sums[rows])
+        return 3 * fwd / max(steps, 1) / 1e9
+
+    return {
+        "executed_gflop": gflop("trained", "trained_rows"),
+        "useful_gflop": gflop("useful", "useful_rows"),
+        "trained_row_share": sums["trained_rows"] / max(sums["groups"], 1) / max(_group(sums), 1),
+        "zero_variance_share": 1 - sums["mixed_groups"] / max(sums["groups"], 1),
+    }
+
+
+def _group(sums: dict[str, float]) -> float:
+    """Rows per group, from the counts (useful rows / mixed groups; 1 when no group was mixed)."""
+    return sums["useful_rows"] / sums["mixed_groups"] if sums["mixed_groups"] else 1.0
 
 
 # ---- the report ---------------------------------------------------------------------------------------------
@@ -148,8 +169,10 @@ def render(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_into(path: Path, text: str) -> None:
-    """Replace what lies between the begin and end markers in ``path`` (appended when absent)."""
+def write_into(path: Path, text: str, name: str = "grpo_step.py") -> None:
+    """Replace what lies between the begin and end markers ``<!-- {name}:begin/end -->`` in ``path`` (appended
+    when absent)."""
+    BEGIN, END = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     doc = path.read_text() if path.exists() else ""
     block = f"{BEGIN}\n{text}{END}"
     if BEGIN in doc and END in doc:
@@ -157,3 +180,94 @@ def write_into(path: Path, text: str) -> None:
     else:
         doc = doc + ("\n" if doc else "") + block + "\n"
     path.write_text(doc)
+
+
+def render_realistic(report: dict) -> str:
+    """The tables of the ``realistic`` and ``tta`` parts."""
+    m = report["meta"]
+    lines = [
+        f"Measured {m['date']} with `{m['command']}` on {m['cpu']}, {m['threads']} threads; torch "
+        f"{m['torch']}, transformers {m['transformers']}, TRL {m.get('trl', 'not run')}. Load average "
+        f"(1 min) {m['load_before']} before and {m['load_after']} after; {m['elapsed_min']:.1f} min in all.",
+        "",
+    ]
+    rows = report.get("realistic", [])
+    if rows:
+        lines += [
+            "**Throughput** (completion tokens per second over whole steps; median, range of the per-process "
+            "medians in brackets):",
+            "",
+            "| workload | P x G x new tokens | lit-grpo tokens/s | TRL tokens/s | ratio | ratio per A/B pair | "
+            "lit-grpo s/step | TRL s/step |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lit, trl = r["lit"], r["trl"]
+            pairs = ", ".join(f"{x:.2f}" for x in r["pair_ratios"])
+            lines.append(
+                f"| {r['workload']}: {r['model']} ({lit['params'] / 1e6:.1f}M) | {r['prompts']} x {r['group']} x "
+                f"{r['new_tokens']} | {lit['tokens_per_s']:.0f} [{lit['tps_min']:.0f}-{lit['tps_max']:.0f}] | "
+                f"{trl['tokens_per_s']:.0f} [{trl['tps_min']:.0f}-{trl['tps_max']:.0f}] | **{r['ratio']:.2f}x** | "
+                f"{pairs} | {lit['step_s']:.3f} | {trl['step_s']:.3f} |"
+            )
+        lines += [
+            "",
+            "**Phases** (median seconds per step; peak RSS of the process):",
+            "",
+            "| workload | trainer | generate | score | forward | backward | optimizer | step | peak RSS MiB | "
+            "timed steps |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            for side, name in (("lit", "lit-grpo"), ("trl", "TRL")):
+                x = r[side]
+                lines.append(
+                    f"| {r['workload']} | {name} | " + " | ".join(f"{x[p]:.3f}" for p in [*PHASES, "step_s"])
+                    + f" | {x['peak_rss_mib']:.0f} | {x['steps_timed']} in {x['processes']} processes |"
+                )
+        lines += [
+            "",
+            "**Work done against work needed** (per timed step, mean: rows trained and their tokens; useful = the "
+            "rows of groups whose rewards differ, the only rows with a non-zero advantage, with each prompt "
+            "once; training GFLOP = 3 forwards over those tokens):",
+            "",
+            "| workload | trainer | groups of equal rewards | rows trained | prompt + completion tokens trained | "
+            "useful tokens | training GFLOP executed | useful | executed / useful |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            for side, name in (("lit", "lit-grpo"), ("trl", "TRL")):
+                x, n = r[side], r[side]["steps_timed"]
+                su = x["sums"]
+                lines.append(
+                    f"| {r['workload']} | {name} | {x['zero_variance_share']:.2f} | "
+                    f"{su['trained_rows'] / n:.1f} of {r['prompts'] * r['group']} | "
+                    f"{su['trained_prompt_tokens'] / n:.0f} + {su['trained_tokens'] / n:.0f} | "
+                    f"{su['useful_prompt_tokens'] / n:.0f} + {su['useful_tokens'] / n:.0f} | "
+                    f"{x['executed_gflop']:.2f} | {x['useful_gflop']:.2f} | "
+                    f"{x['executed_gflop'] / max(x['useful_gflop'], 1e-12):.2f} |"
+                )
+    tta = report.get("tta")
+    if tta:
+        seeds = [r["seed"] for r in tta["runs"]["lit-grpo"]]
+        lines += [
+            "",
+            f"**Time to accuracy** (quickstart workload: training seconds, evaluations excluded, until held-out "
+            f"greedy accuracy on the 200 validation prompts first reaches {tta['target']:.2f}; evaluated every "
+            f"{tta['eval_every']} steps, at most {tta['max_steps']} steps; the step count in brackets):",
+            "",
+            "| trainer | " + " | ".join(f"seed {s}" for s in seeds) + " | median s | median steps | s/step |",
+            "|---|" + "---|" * (len(seeds) + 3),
+        ]
+        for runner, name in (("lit-grpo", "lit-grpo"), ("trl", "TRL")):
+            cells = [f"{r['train_s']:.0f} ({r['step']})" if r["reached"] else f"not reached ({tta['max_steps']})"
+                     for r in tta["runs"][runner]]
+            summary = tta[runner]
+            median_s = f"{summary['median_train_s']:.0f}" if summary["median_train_s"] is not None else "-"
+            median_step = f"{summary['median_step']:.0f}" if summary["median_step"] is not None else "-"
+            step_s = statistics.median(r["step_s"] for r in tta["runs"][runner])
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {median_s} | {median_step} | {step_s:.3f} |")
+        a, b = tta["lit-grpo"]["median_train_s"], tta["trl"]["median_train_s"]
+        if a and b:
+            lines += ["", f"Median time to {tta['target']:.2f}: TRL / lit-grpo = **{b / a:.2f}x**."]
+    return "\n".join(lines) + "\n"

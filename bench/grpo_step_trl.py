@@ -8,8 +8,8 @@ Run by ``bench/grpo_step.py`` in TRL's own environment (``bench/setup_trl_env.sh
 Settings match the lit-grpo side of the benchmark: one optimizer step = ``P`` prompts x ``G``
 completions generated in one batch with ``transformers`` ``generate`` (no vLLM), temperature 1, no KL
 (``beta=0``), one update per batch (``num_iterations=1``), token-mean loss over the batch
-(``loss_type="dapo"``: the masked token losses summed and divided by the batch's completion tokens), a
-reward that is always 0 (so every advantage is 0 and nothing is skipped), TRL's default optimizer (fused
+(``loss_type="dapo"``: the masked token losses summed and divided by the batch's completion tokens), the
+prompts and reward of ``--workload`` (``bench/grpo_step_workloads.py``, the same code as the lit-grpo side), TRL's default optimizer (fused
 AdamW, as lit-grpo's) at a constant learning rate, gradient clipping at 1, no gradient checkpointing (TRL's default turns it on; lit-grpo's is off),
 ``bf16`` autocast only for ``--precision bf16``, no logging or saving during the run.
 
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step_common import StepClock, add_worker_args, bench_prompts, emit, rss_mib  # noqa: E402
+from grpo_step_common import StepClock, add_worker_args, emit, group_counts, rss_mib  # noqa: E402
 
 
 def main() -> None:
@@ -43,10 +43,15 @@ def main() -> None:
     import transformers
     import trl
     from datasets import Dataset
+    from grpo_step_workloads import GreedyEval, reward, source
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     clock = StepClock()
+    evals: list[dict] = []
+    held_out = GreedyEval(args.workload, args.model, args.new_tokens) if args.eval_every else None
+    scorer = reward(args.workload)
+    last: dict[str, list] = {}  # the current step's rows: prompt and completion lengths, rewards
 
     class TimedGRPOTrainer(GRPOTrainer):
         def _generate_single_turn(self, *a, **kw):
@@ -68,16 +73,27 @@ def main() -> None:
             if state.global_step == 0:
                 clock.begin()  # the first step's time excludes the trainer's setup
 
-        def on_step_end(self, *a, **kw):
+        def on_step_end(self, args_, state, control, **kw):
+            clock.add_counts(group_counts(last["rewards"], last["prompt_lens"], last["completion_lens"], args.group))
             clock.end_step()
+            if held_out is not None and state.global_step % args.eval_every == 0:
+                accuracy = held_out(kw["model"])
+                evals.append({"step": state.global_step, "train_s": sum(s["step_s"] for s in clock.steps),
+                              "greedy": accuracy})
+                print(f"step {state.global_step}: held-out greedy {accuracy:.3f}", flush=True)
+                if args.target is not None and accuracy >= args.target:
+                    control.should_training_stop = True
+                clock.begin()  # the evaluation is not training time
 
-    def zero_reward(completions, **kwargs):
+    def workload_reward(completions, reference, **kwargs):
         with clock("score_s"):
-            return [0.0] * len(completions)
+            scores = scorer(list(completions), list(reference)).scores.tolist()
+        last["rewards"] = scores
+        return scores
 
     total_steps = args.warmup + args.steps
-    prompts = bench_prompts(args.prompts * total_steps)
-    dataset = Dataset.from_list([{"prompt": p} for p in prompts])
+    records = source(args.workload, args.model).load("train")
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "reference": r["reference"]} for r in records])
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     with tempfile.TemporaryDirectory() as out:
@@ -95,7 +111,7 @@ def main() -> None:
             loss_type="dapo",
             scale_rewards="group",
             use_vllm=False,
-            learning_rate=1e-5,
+            learning_rate=args.lr,
             lr_scheduler_type="constant",
             warmup_steps=0,
             weight_decay=0.0,
@@ -118,7 +134,7 @@ def main() -> None:
         )
         trainer = TimedGRPOTrainer(
             model=model,
-            reward_funcs=zero_reward,
+            reward_funcs=workload_reward,
             args=config,
             train_dataset=dataset,
             processing_class=tokenizer,
@@ -136,7 +152,9 @@ def main() -> None:
         def counted_generate(prompts_):
             result = original_generate(prompts_)
             # completion tokens (EOS included) and prompt tokens
-            clock.add_tokens(sum(len(ids) for ids in result[1]), sum(len(ids) for ids in result[0]))
+            last["prompt_lens"] = [len(ids) for ids in result[0]]
+            last["completion_lens"] = [len(ids) for ids in result[1]]
+            clock.add_tokens(sum(last["completion_lens"]), sum(last["prompt_lens"]))
             return result
 
         trainer._generate = counted_generate
@@ -152,6 +170,8 @@ def main() -> None:
         trl=trl.__version__,
         transformers=transformers.__version__,
         torch=torch.__version__,
+        workload=args.workload,
+        evals=evals,
     )
 
 

@@ -32,7 +32,9 @@ if [[ -n "$share" ]]; then
   "$share/bin/python" -m venv "$env"
   shared_site="$("$share/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   own_site="$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  echo "$shared_site" > "$own_site/_shared_lit_grpo_env.pth"
+  # the shared packages, and this checkout (the runners import lit-grpo for the workloads' prompts and rewards;
+  # an editable install's own .pth is not read from a directory added by a .pth)
+  printf '%s\n%s\n' "$shared_site" "$here" > "$own_site/_shared_lit_grpo_env.pth"
 else
   "$python" -m venv "$env"
   "$env/bin/python" -m pip install ${index_args[@]+"${index_args[@]}"} "torch==2.13.0"
