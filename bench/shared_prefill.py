@@ -1,13 +1,15 @@
 """``HFGenerateEngine`` with each distinct prompt prefilled once (``shared_prefill=True``) vs every row's prompt
 prefilled (``False``).
 
-    python bench/shared_prefill.py --workload real --out docs/results/hf_shared_prefill.json
-    python bench/shared_prefill.py --workload tiny --out docs/results/hf_shared_prefill.json
+    python bench/shared_prefill.py --workload real --rounds 2 --reps 2 --out docs/results/hf_shared_prefill.json
+    python bench/shared_prefill.py --workload tiny --rounds 2 --reps 8 --out docs/results/hf_shared_prefill.json
 
 ``real``: SmolLM2-135M-Instruct (``lit-grpo models fetch smollm2-135m-instruct``; ``LIT_GRPO_CACHE`` names the
 cache) on the real quickstart's chat prompts ("What is a + b? Answer with the number only." through the chat
 template, about 46 tokens), P x n = 8 x 8, 32 new tokens. ``tiny``: the quickstart's ``tiny-arith-sft`` on its
-two-digit addition prompts, 16 x 8, 6 new tokens. Sampling at temperature 1, float32, ``--threads`` torch threads.
+two-digit addition prompts, 16 x 8, 6 new tokens. Sampling at temperature 1, float32, ``--threads`` torch threads
+(default 1: on a 2-core machine shared with other work, 2 threads made every batch 3-4x slower and its time vary
+tenfold, as one of the two threads keeps waiting for a busy core).
 
 Each of ``--rounds`` rounds is a fresh process that warms both settings up on one short batch, then times
 ``--reps`` generations of the whole batch with each, alternating, from the same seed for both; which setting goes
@@ -104,7 +106,7 @@ def main() -> None:
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="real")
     parser.add_argument("--rounds", type=int, default=2, help="fresh-process pairs (alternating order)")
     parser.add_argument("--reps", type=int, default=1, help="timed generations per process")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--first", choices=SETTINGS, default="plain", help=argparse.SUPPRESS)
