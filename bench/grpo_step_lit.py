@@ -33,7 +33,8 @@ def full_logits_engine():
     from lit_grpo.rollout.hf import HFGenerateEngine
 
     class FullLogitsEngine(HFGenerateEngine):
-        def _generate(self, ids, mask, sampling):
+        def _generate(self, ids, mask, rows, sampling):
+            ids, mask = ids[rows], mask[rows]  # every row's prompt prefilled with it, as before
             out = self.policy.generate(
                 input_ids=ids,
                 attention_mask=mask,
