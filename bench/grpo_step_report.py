@@ -49,25 +49,20 @@ def work_flops(model_dir: str, sums: dict[str, float], steps: int) -> dict[str, 
     return {
         "executed_gflop": gflop("trained", "trained_rows"),
         "useful_gflop": gflop("useful", "useful_rows"),
-        "trained_row_share": sums["trained_rows"] / max(sums["groups"], 1) / max(_group(sums), 1),
         "zero_variance_share": 1 - sums["mixed_groups"] / max(sums["groups"], 1),
     }
 
 
-def _group(sums: dict[str, float]) -> float:
-    """Rows per group, from the counts (useful rows / mixed groups; 1 when no group was mixed)."""
-    return sums["useful_rows"] / sums["mixed_groups"] if sums["mixed_groups"] else 1.0
-
-
 # ---- the report ---------------------------------------------------------------------------------------------
+def _measured(m: dict) -> str:
+    """The line that says when, how and on what a report was measured."""
+    return (f"Measured {m['date']} with `{m['command']}` on {m['cpu']}, {m['threads']} threads; torch "
+            f"{m['torch']}, transformers {m['transformers']}, TRL {m.get('trl', 'not run')}. Load average "
+            f"(1 min) {m['load_before']} before and {m['load_after']} after; {m['elapsed_min']:.1f} min in all.")
+
+
 def render(report: dict) -> str:
-    m = report["meta"]
-    lines = [
-        f"Measured {m['date']} with `{m['command']}` on {m['cpu']}, {m['threads']} threads; torch "
-        f"{m['torch']}, transformers {m['transformers']}, TRL {m.get('trl', 'not run')}. Load average "
-        f"(1 min) {m['load_before']} before and {m['load_after']} after; {m['elapsed_min']:.1f} min in all.",
-        "",
-    ]
+    lines = [_measured(report["meta"]), ""]
     peak = report.get("peak")
     if peak:
         lines += [
@@ -184,13 +179,7 @@ def write_into(path: Path, text: str, name: str = "grpo_step.py") -> None:
 
 def render_realistic(report: dict) -> str:
     """The tables of the ``realistic`` and ``tta`` parts."""
-    m = report["meta"]
-    lines = [
-        f"Measured {m['date']} with `{m['command']}` on {m['cpu']}, {m['threads']} threads; torch "
-        f"{m['torch']}, transformers {m['transformers']}, TRL {m.get('trl', 'not run')}. Load average "
-        f"(1 min) {m['load_before']} before and {m['load_after']} after; {m['elapsed_min']:.1f} min in all.",
-        "",
-    ]
+    lines = [_measured(report["meta"]), ""]
     rows = report.get("realistic", [])
     if rows:
         lines += [
