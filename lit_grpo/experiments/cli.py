@@ -171,6 +171,7 @@ def compare_main(argv: list[str] | None, cli_class: type) -> int:
                 failed = True
                 continue
             runs = expand(exp, prepared, args.root, chosen[1])
+            cells = check_runs(exp, runs, prepared, cli_class)  # the arms at their chosen values
         if not args.report_only:
             jobs = args.jobs or default_jobs(exp.threads_per_run)
             try:
