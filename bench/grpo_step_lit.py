@@ -87,7 +87,7 @@ def main() -> None:
             clock.set_phases({p: float(metrics.get(f"perf/{p}", 0.0)) for p in PHASES})
             stats = outputs["rollout"]
             prompt_lens = stats.rollouts.prompt_mask.sum(1).tolist()  # [N]
-            trained = (stats.advantages.reshape(-1) != 0).tolist() if pl_module.elide_zero_advantage else None
+            trained = (stats.advantages.reshape(-1) != 0).tolist() if pl_module._elides() else None  # rows run
             clock.add_tokens(int(stats.lengths.sum()), int(sum(prompt_lens)))
             clock.add_counts(group_counts(stats.rewards.reshape(-1).tolist(), prompt_lens, stats.lengths.tolist(),
                                           stats.group_size, trained, prompt_once=pl_module.shared_prefix))

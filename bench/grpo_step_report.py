@@ -80,14 +80,9 @@ def render(report: dict) -> str:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in report["compare"]:
-            lit, trl = r["lit"], r["trl"]
-            pairs = ", ".join(f"{x:.2f}" for x in r["pair_ratios"])
             lines.append(
-                f"| {r['size']} ({lit['params'] / 1e6:.1f}M) | {r['precision']} | "
-                f"{r['prompts']} x {r['group']} x {r['new_tokens']} | {lit['tokens_per_s']:.0f} "
-                f"[{lit['tps_min']:.0f}-{lit['tps_max']:.0f}] | {trl['tokens_per_s']:.0f} "
-                f"[{trl['tps_min']:.0f}-{trl['tps_max']:.0f}] | **{r['ratio']:.2f}x** | {pairs} | "
-                f"{lit['step_s']:.3f} | {trl['step_s']:.3f} |"
+                f"| {r['size']} ({r['lit']['params'] / 1e6:.1f}M) | {r['precision']} | "
+                f"{r['prompts']} x {r['group']} x {r['new_tokens']} | {_throughput_cells(r)} |"
             )
         lines += [
             "",
@@ -177,6 +172,23 @@ def write_into(path: Path, text: str, name: str = "grpo_step.py") -> None:
     path.write_text(doc)
 
 
+def _throughput_cells(r: dict) -> str:
+    """The cells both throughput tables share: tokens/s of each side with its range, the ratio, the ratio per A/B
+    pair, seconds per step of each side."""
+    lit, trl = r["lit"], r["trl"]
+    pairs = ", ".join(f"{x:.2f}" for x in r["pair_ratios"])
+    return (f"{lit['tokens_per_s']:.0f} [{lit['tps_min']:.0f}-{lit['tps_max']:.0f}] | {trl['tokens_per_s']:.0f} "
+            f"[{trl['tps_min']:.0f}-{trl['tps_max']:.0f}] | **{r['ratio']:.2f}x** | {pairs} | {lit['step_s']:.3f} | "
+            f"{trl['step_s']:.3f}")
+
+
+def _sides(rows: list[dict]):
+    """``(row, trainer name, that trainer's numbers)`` for each row, lit-grpo first."""
+    for r in rows:
+        for side, name in (("lit", "lit-grpo"), ("trl", "TRL")):
+            yield r, name, r[side]
+
+
 def render_realistic(report: dict) -> str:
     """The tables of the ``realistic`` and ``tta`` parts."""
     lines = [_measured(report["meta"]), ""]
@@ -191,13 +203,9 @@ def render_realistic(report: dict) -> str:
             "|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
-            lit, trl = r["lit"], r["trl"]
-            pairs = ", ".join(f"{x:.2f}" for x in r["pair_ratios"])
             lines.append(
-                f"| {r['workload']}: {r['model']} ({lit['params'] / 1e6:.1f}M) | {r['prompts']} x {r['group']} x "
-                f"{r['new_tokens']} | {lit['tokens_per_s']:.0f} [{lit['tps_min']:.0f}-{lit['tps_max']:.0f}] | "
-                f"{trl['tokens_per_s']:.0f} [{trl['tps_min']:.0f}-{trl['tps_max']:.0f}] | **{r['ratio']:.2f}x** | "
-                f"{pairs} | {lit['step_s']:.3f} | {trl['step_s']:.3f} |"
+                f"| {r['workload']}: {r['model']} ({r['lit']['params'] / 1e6:.1f}M) | {r['prompts']} x {r['group']} x "
+                f"{r['new_tokens']} | {_throughput_cells(r)} |"
             )
         lines += [
             "",
@@ -207,13 +215,11 @@ def render_realistic(report: dict) -> str:
             "timed steps |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
-        for r in rows:
-            for side, name in (("lit", "lit-grpo"), ("trl", "TRL")):
-                x = r[side]
-                lines.append(
-                    f"| {r['workload']} | {name} | " + " | ".join(f"{x[p]:.3f}" for p in [*PHASES, "step_s"])
-                    + f" | {x['peak_rss_mib']:.0f} | {x['steps_timed']} in {x['processes']} processes |"
-                )
+        for r, name, x in _sides(rows):
+            lines.append(
+                f"| {r['workload']} | {name} | " + " | ".join(f"{x[p]:.3f}" for p in [*PHASES, "step_s"])
+                + f" | {x['peak_rss_mib']:.0f} | {x['steps_timed']} in {x['processes']} processes |"
+            )
         lines += [
             "",
             "**Work done against work needed** (per timed step, mean: rows trained and their tokens; useful = the "
@@ -224,18 +230,16 @@ def render_realistic(report: dict) -> str:
             "useful tokens | training GFLOP executed | useful | executed / useful |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        for r in rows:
-            for side, name in (("lit", "lit-grpo"), ("trl", "TRL")):
-                x, n = r[side], r[side]["steps_timed"]
-                su = x["sums"]
-                lines.append(
-                    f"| {r['workload']} | {name} | {x['zero_variance_share']:.2f} | "
-                    f"{su['trained_rows'] / n:.1f} of {r['prompts'] * r['group']} | "
-                    f"{su['trained_prompt_tokens'] / n:.0f} + {su['trained_tokens'] / n:.0f} | "
-                    f"{su['useful_prompt_tokens'] / n:.0f} + {su['useful_tokens'] / n:.0f} | "
-                    f"{x['executed_gflop']:.2f} | {x['useful_gflop']:.2f} | "
-                    f"{x['executed_gflop'] / max(x['useful_gflop'], 1e-12):.2f} |"
-                )
+        for r, name, x in _sides(rows):
+            n, su = x["steps_timed"], x["sums"]
+            lines.append(
+                f"| {r['workload']} | {name} | {x['zero_variance_share']:.2f} | "
+                f"{su['trained_rows'] / n:.1f} of {r['prompts'] * r['group']} | "
+                f"{su['trained_prompt_tokens'] / n:.0f} + {su['trained_tokens'] / n:.0f} | "
+                f"{su['useful_prompt_tokens'] / n:.0f} + {su['useful_tokens'] / n:.0f} | "
+                f"{x['executed_gflop']:.2f} | {x['useful_gflop']:.2f} | "
+                f"{x['executed_gflop'] / max(x['useful_gflop'], 1e-12):.2f} |"
+            )
     tta = report.get("tta")
     if tta:
         seeds = [r["seed"] for r in tta["runs"]["lit-grpo"]]
