@@ -26,6 +26,7 @@ from lit_grpo.experiments.spec import (
     Prepare,
     Profile,
     Reduce,
+    Requirement,
     Select,
     Tests,
     Transform,
@@ -305,7 +306,7 @@ def _sweep(data: Any, keep: dict, where: str):
 def _prepare(data: Any, where: str, named_in: Path) -> tuple[Prepare, ...]:
     steps = []
     for name, step in _keys(data or {}, set(data or {}), where).items():
-        step = _keys(step, {"command", "quick_args"}, f"{where}.{name}")
+        step = _keys(step, {"command", "quick_args", "require"}, f"{where}.{name}")
         command = _strs(step.get("command"), f"{where}.{name}.command")
         if (
             not command
@@ -318,8 +319,30 @@ def _prepare(data: Any, where: str, named_in: Path) -> tuple[Prepare, ...]:
                 "containing {output} (the directory it writes, e.g. SavePretrained's dirpath)",
             )
         command = _config_args(command, named_in)
-        steps.append(Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where)))
+        require = _requirement(step.get("require"), f"{where}.{name}.require", command)
+        steps.append(
+            Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where), require)
+        )
     return tuple(steps)
+
+
+def _requirement(data: Any, where: str, command: tuple[str, ...]) -> Requirement | None:
+    """``require: {name: val/accuracy, reduce: max, min: 0.35}``: a bound on a metric the step logs."""
+    if data is None:
+        return None
+    data = _keys(data, {"name", "reduce", "min", "max"}, where)
+    bounds = {}
+    for key in ("min", "max"):
+        value = data.pop(key, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise _fail(f"{where}.{key}", f"{value!r} must be a number")
+        bounds[key] = None if value is None else float(value)
+    if bounds["min"] is None and bounds["max"] is None:
+        raise _fail(where, "needs `min` and/or `max`, the bounds the metric must reach (e.g. min: 0.35)")
+    configs = tuple(command[i + 1] for i, a in enumerate(command[:-1]) if a == "--config")
+    configs += tuple(a.partition("=")[2] for a in command if a.startswith("--config="))
+    callbacks = callback_paths(tuple(c for c in configs if Path(c).is_file()), command)
+    return Requirement(_metric(data, where, callbacks), bounds["min"], bounds["max"])
 
 
 def _config_args(args: tuple[str, ...], named_in: Path) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from lit_grpo.experiments.figures import curve_figure, profile_figure
 from lit_grpo.experiments.grid import Choice, prepare_args, prepare_output, shell_command, substitute
 from lit_grpo.experiments.pairing import pairing_section
 from lit_grpo.experiments.results_csv import RUNS_CSV, SELECT_CSV, write_runs_csv
+from lit_grpo.experiments.runner import PREPARED_FILE
 from lit_grpo.experiments.select import selection_section
 from lit_grpo.experiments.spec import Experiment
 from lit_grpo.experiments.tables import analyse, crossing_section, family_section, fmt, metric_section
@@ -98,6 +99,13 @@ def _commands(exp: Experiment, records: list[RunRecord], root: str | Path) -> li
             args = [substitute(a, {}, output=output) for a in prepare_args(step, exp.quick)]
             lines.append(shell_command(args, exp.threads_per_run))
         lines += ["```", ""]
+        for step in (s for s in exp.prepare if s.require is not None):
+            marker = prepare_output(step, exp.quick, root) / PREPARED_FILE
+            reached = json.loads(marker.read_text()).get("reached") if marker.is_file() else None
+            state = "not checked (quick mode)" if exp.quick else (
+                "not run yet" if reached is None else f"met: {reached:.4g}"
+            )
+            lines += [f"Requirement of `{step.name}`: {step.require.describe()}; {state}.", ""]
     lines += ["<details><summary>Every run's command</summary>", "", "```bash"]
     lines += [shell_command(r.run.args, exp.threads_per_run) for r in records]
     return lines + ["```", "", "</details>"]

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lit_grpo.experiments.grid import Run, prepare_args, prepare_output, shell_command, substitute
-from lit_grpo.experiments.spec import Experiment
+from lit_grpo.experiments.spec import Experiment, Prepare
 
 STATUS_FILE = "status.json"
 PREPARED_FILE = ".prepared.json"
@@ -113,15 +113,44 @@ def run_prepare(
             echo(f"prepare {step.name}: cached at {output}")
             continue
         shutil.rmtree(output, ignore_errors=True)
+        shutil.rmtree(f"{output}-logs", ignore_errors=True)  # the requirement reads this step's log alone
         log = Path(f"{output}.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         echo(f"prepare {step.name}: {shell_command(args, threads)}")
         rc, seconds = _call(args, log, threads, None)
         if rc != 0 or not output.is_dir():
             raise RuntimeError(f"prepare step {step.name!r} failed (exit {rc}, no {output}); see {log}")
-        marker.write_text(json.dumps({"args": list(args), "seconds": round(seconds, 2)}))
+        reached = _check_requirement(step, exp.quick, output, echo)
+        marker.write_text(json.dumps({"args": list(args), "seconds": round(seconds, 2), **reached}))
         echo(f"prepare {step.name}: done in {seconds:.0f} s -> {output}")
     return outputs
+
+
+def _check_requirement(step: Prepare, quick: bool, output: Path, echo: Callable[[str], None]) -> dict:
+    """The value a prepare step's requirement reached (``{}`` without one, or in quick mode, whose shortened
+    step is not meant to reach it); a RuntimeError when it misses, so that no run starts from an output
+    the experiment does not assume. The output stays on disk, unmarked: the next call runs the step again."""
+    from lit_grpo.experiments.collect import read_scalars, reduce_series  # collect imports this module
+
+    if step.require is None:
+        return {}
+    want = step.require.describe()
+    if quick:
+        echo(f"prepare {step.name}: requirement {want} not checked in quick mode")
+        return {}
+    scalars: dict = {}
+    for events in sorted({p.parent for p in Path(f"{output}-logs").rglob("events.out.tfevents.*")}):
+        scalars.update(read_scalars(events))
+    value = reduce_series(scalars.get(step.require.metric.name, []), step.require.metric.reduce)
+    if not step.require.met(value):
+        got = "was never logged" if value != value else f"reached {value:.4g}"
+        raise RuntimeError(
+            f"prepare step {step.name!r} did not meet its requirement {want}: {step.require.metric.name} {got} "
+            f"(log: {output}-logs, output kept unmarked in {output}). The experiment's runs assume it; change "
+            f"the step (more steps, another lr) or the requirement, then run again"
+        )
+    echo(f"prepare {step.name}: requirement {want} met ({value:.4g})")
+    return {"required": want, "reached": value}
 
 
 def prepared_outputs(exp: Experiment, root: str | Path = "runs/experiments") -> dict[str, Path]:

@@ -87,6 +87,27 @@ class Prepare:
     name: str
     command: tuple[str, ...]
     quick_args: tuple[str, ...] = ()
+    # what the step must reach for the experiment to mean what it says (e.g. a starting policy's accuracy):
+    # a metric the step logs, reduced over its steps, and the bounds it must lie within
+    require: Requirement | None = None
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A prepare step's output must have ``metric`` (reduced over the step's log) within ``[low, high]``;
+    else the experiment stops before its runs, naming the value reached. Not checked in quick mode."""
+
+    metric: Metric
+    low: float | None = None
+    high: float | None = None
+
+    def describe(self) -> str:
+        bounds = [f"{op} {v:g}" for op, v in ((">=", self.low), ("<=", self.high)) if v is not None]
+        return f"{self.metric.name} ({self.metric.reduce}) {' and '.join(bounds)}"
+
+    def met(self, value: float) -> bool:
+        inside = (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+        return value == value and inside  # NaN (never logged) never meets it
 
 
 @dataclass(frozen=True)

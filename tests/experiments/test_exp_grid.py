@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from lit_grpo.cli import LitGRPOCLI
+from lit_grpo.experiments import runner
 from lit_grpo.experiments.check import check_runs
 from lit_grpo.experiments.grid import expand, out_dir, prepare_output, substitute
 from lit_grpo.experiments.loader import load_experiment
@@ -172,3 +173,72 @@ def test_selection_seeds_must_differ_from_the_final_seeds(tmp_path):
         load_experiment(write_experiment(tmp_path / "e.yaml", sweep=sweep, select=bad))
     with pytest.raises(ValueError, match="must be one of the sweep axes"):
         load_experiment(write_experiment(tmp_path / "f.yaml", sweep=sweep, select={**bad, "axis": "G", "seeds": [9]}))
+
+
+REQUIRE_CMD = ["fit", "--config", "x.yaml", "--trainer.callbacks.dirpath={output}"]
+
+
+def _prepared_experiment(tmp_path, require, quick=False):
+    prepare = {"pol": {"command": REQUIRE_CMD, "require": require}}
+    path = write_experiment(tmp_path / "e.yaml", prepare=prepare, args=["--model.model={prepared.pol}"])
+    return load_experiment(path, quick=quick)
+
+
+def _fake_step(monkeypatch, accuracies):
+    """``_call`` standing in for the prepare command: writes the output and logs ``val/accuracy``."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    def call(args, log, threads, timeout):
+        output = Path(next(a.partition("=")[2] for a in args if a.startswith("--trainer.callbacks.dirpath=")))
+        logs = next(a.partition("=")[2] for a in args if a.startswith("--trainer.logger.init_args.save_dir="))
+        output.mkdir(parents=True)
+        with SummaryWriter(f"{logs}/sft/version_0") as writer:
+            for step, acc in enumerate(accuracies):
+                writer.add_scalar("val/accuracy", acc, (step + 1) * 50)
+        log.write_text("fit done\n")
+        return 0, 1.0
+
+    monkeypatch.setattr(runner, "_call", call)
+
+
+def test_prepare_requirement_is_parsed_and_checked_in_the_config(tmp_path):
+    exp = _prepared_experiment(tmp_path, {"name": "val/accuracy", "reduce": "max", "min": 0.35})
+    (step,) = exp.prepare
+    assert step.require.describe() == "val/accuracy (max) >= 0.35"
+    assert step.require.met(0.35) and not step.require.met(0.349) and not step.require.met(float("nan"))
+    for bad, message in [
+        ({"name": "val/accuracy"}, "needs `min` and/or `max`"),
+        ({"name": "val/accuracy", "min": "high"}, "must be a number"),
+        ({"name": "val/acuracy", "min": 0.3}, "not documented"),
+        ({"name": "val/accuracy", "min": 0.3, "at": 5}, "at"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            _prepared_experiment(tmp_path, bad)
+
+
+def test_a_prepare_step_that_misses_its_requirement_stops_the_experiment(tmp_path, monkeypatch):
+    exp = _prepared_experiment(tmp_path, {"name": "val/accuracy", "reduce": "max", "min": 0.35})
+    _fake_step(monkeypatch, [0.2, 0.25, 0.22])
+    with pytest.raises(RuntimeError, match=r"did not meet its requirement val/accuracy \(max\) >= 0.35: "
+                                           r"val/accuracy reached 0.25"):  # fmt: skip
+        runner.run_prepare(exp, tmp_path, echo=lambda _: None)
+    output = prepared_outputs(exp, tmp_path)["pol"]
+    assert output.is_dir() and not (output / runner.PREPARED_FILE).exists()  # kept, and run again next time
+
+    _fake_step(monkeypatch, [0.2, 0.36, 0.3])  # the rerun's log alone counts, not the failed one's
+    lines = []
+    assert runner.run_prepare(exp, tmp_path, echo=lines.append) == {"pol": output}
+    marker = json.loads((output / runner.PREPARED_FILE).read_text())
+    assert marker["reached"] == pytest.approx(0.36) and marker["required"] == "val/accuracy (max) >= 0.35"
+    assert any("requirement val/accuracy (max) >= 0.35 met (0.36)" in line for line in lines)
+
+
+def test_a_metric_the_step_never_logged_misses_the_requirement_and_quick_mode_skips_it(tmp_path, monkeypatch):
+    exp = _prepared_experiment(tmp_path, {"name": "val/reward_mean", "max": 0.9})
+    _fake_step(monkeypatch, [0.5])
+    with pytest.raises(RuntimeError, match="val/reward_mean was never logged"):
+        runner.run_prepare(exp, tmp_path, echo=lambda _: None)
+    quick = _prepared_experiment(tmp_path, {"name": "val/reward_mean", "max": 0.9}, quick=True)
+    lines = []
+    runner.run_prepare(quick, tmp_path, echo=lines.append)
+    assert any("not checked in quick mode" in line for line in lines)
