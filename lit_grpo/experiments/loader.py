@@ -318,15 +318,15 @@ def _prepare(data: Any, where: str, named_in: Path) -> tuple[Prepare, ...]:
                 "must be lit-grpo arguments starting with fit/validate/test and "
                 "containing {output} (the directory it writes, e.g. SavePretrained's dirpath)",
             )
-        command = _config_args(command, named_in)
-        require = _requirement(step.get("require"), f"{where}.{name}.require", command)
+        command, configs = _config_args(command, named_in)
+        require = _requirement(step.get("require"), f"{where}.{name}.require", command, configs)
         steps.append(
             Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where), require)
         )
     return tuple(steps)
 
 
-def _requirement(data: Any, where: str, command: tuple[str, ...]) -> Requirement | None:
+def _requirement(data: Any, where: str, command: tuple[str, ...], configs: tuple[str, ...]) -> Requirement | None:
     """``require: {name: val/accuracy, reduce: max, min: 0.35}``: a bound on a metric the step logs."""
     if data is None:
         return None
@@ -339,23 +339,26 @@ def _requirement(data: Any, where: str, command: tuple[str, ...]) -> Requirement
         bounds[key] = None if value is None else float(value)
     if bounds["min"] is None and bounds["max"] is None:
         raise _fail(where, "needs `min` and/or `max`, the bounds the metric must reach (e.g. min: 0.35)")
-    configs = tuple(command[i + 1] for i, a in enumerate(command[:-1]) if a == "--config")
-    configs += tuple(a.partition("=")[2] for a in command if a.startswith("--config="))
-    callbacks = callback_paths(tuple(c for c in configs if Path(c).is_file()), command)
+    callbacks = callback_paths(configs, command)  # a metric of a callback the step names counts
     return Requirement(_metric(data, where, callbacks), bounds["min"], bounds["max"])
 
 
-def _config_args(args: tuple[str, ...], named_in: Path) -> tuple[str, ...]:
+def _config_args(args: tuple[str, ...], named_in: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``args`` with the file of each ``--config`` found as :func:`_files` finds them (a path found nowhere is
-    left as it is: the command reports it when it runs)."""
-    out = list(args)
+    left as it is: the command reports it when it runs), and the files found."""
+    out, found = list(args), []
     for i, arg in enumerate(args):
         key, eq, value = arg.partition("=")
         if key == "--config" and eq:
-            out[i] = f"--config={resources.resolve_in(value, named_in) or value}"
+            path = resources.resolve_in(value, named_in)
+            out[i] = f"--config={path or value}"
         elif arg == "--config" and i + 1 < len(args):
-            out[i + 1] = resources.resolve_in(args[i + 1], named_in) or args[i + 1]
-    return tuple(out)
+            path = resources.resolve_in(args[i + 1], named_in)
+            out[i + 1] = path or args[i + 1]
+        else:
+            continue
+        found += [path] if path else []
+    return tuple(out), tuple(found)
 
 
 def _source(path: str | Path) -> Path:
