@@ -1,0 +1,49 @@
+"""scripts/probe_policy.py: a starting policy's accuracy, all-wrong groups and pass@k before any RL."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from lit_grpo.models.tiny import build_tiny_model, char_tokenizer
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "probe_policy.py"
+
+
+def probe(argv):
+    spec = importlib.util.spec_from_file_location("probe_policy", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(argv)
+
+
+def fit_args(model, *extra):
+    return ["--model=lit_grpo.GRPOModule", f"--model.model={model}", "--model.reward=lit_grpo.ExactMatch",
+            "--model.max_new_tokens=4", "--data.source=lit_grpo.SyntheticArithmetic",
+            "--data.source.init_args.max_operand=9", "--data.source.init_args.num_train=8",
+            "--data.source.init_args.num_val=6", "--data.source.init_args.num_test=0",
+            "--data.prompts_per_step=4", "--trainer.logger=false", *extra]  # fmt: skip
+
+
+@pytest.mark.parametrize("style", ["plain", "chat"])
+def test_the_probe_prints_accuracy_groups_and_pass_at_k(tmp_path, monkeypatch, capsys, style):
+    monkeypatch.chdir(tmp_path)
+    model = build_tiny_model(tmp_path / "policy")
+    tok = char_tokenizer()
+    tok.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] "
+    tok.save_pretrained(model)
+    # a chat-style source names no tokenizer: the probe renders its prompts with the policy's template, as training does
+    probe(["--samples", "4", "--group-size", "2", "--max-prompts", "5", "--",
+           *fit_args(model, f"--data.source.init_args.style={style}")])  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "val split: 5 prompts x 4 samples"
+    assert out[1].startswith("sampled accuracy ") and 0.0 <= float(out[1].split()[-1]) <= 1.0
+    assert out[2].startswith("G = 2 groups: all wrong ")
+    assert [line.split()[0] for line in out[4:]] == ["pass@1", "pass@4"]
+    assert float(out[4].split()[-1]) <= float(out[5].split()[-1])  # pass@k does not fall with k
+
+
+def test_fewer_samples_than_a_group_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        probe(["--samples", "2", "--group-size", "4", "--", *fit_args(tmp_path)])
+    assert "--samples=2 must be at least --group-size=4" in capsys.readouterr().err
