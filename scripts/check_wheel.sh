@@ -79,8 +79,8 @@ if "$venv_python" -c 'import callbacks' 2>/dev/null; then echo "FAIL: a top-leve
 
 step "lit-grpo configs list"
 "$lit" configs list > configs.txt
-grep -qE '^  quickstart ' configs.txt && grep -qE '^  real/quickstart ' configs.txt && grep -qE '^  passk ' configs.txt \
-  || { cat configs.txt; echo "FAIL: configs list lacks quickstart, real/quickstart or passk"; exit 1; }
+grep -qE '^  quickstart ' configs.txt && grep -qE '^  real/quickstart ' configs.txt && grep -qE '^  passk_crossing ' configs.txt \
+  || { cat configs.txt; echo "FAIL: configs list lacks quickstart, real/quickstart or passk_crossing"; exit 1; }
 echo "$(grep -c '^  ' configs.txt) built-in configs and experiments listed"
 
 step "lit-grpo fit --config quickstart --trainer.max_steps=2"

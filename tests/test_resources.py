@@ -68,15 +68,15 @@ def test_in_a_clone_the_shipped_files_are_the_repository_folders():
     ("real/quickstart", "configs", "configs/real/quickstart.yaml"),
     ("configs/quickstart.yaml", "configs", "configs/quickstart.yaml"),  # the repository path, as in the headers
     ("experiments/prepare/sft_tiny_strong", "configs", "experiments/prepare/sft_tiny_strong.yaml"),
-    ("passk", "experiments", "experiments/passk.yaml"),
-    ("experiments/passk.yaml", "experiments", "experiments/passk.yaml"),
+    ("passk_crossing", "experiments", "experiments/passk_crossing.yaml"),
+    ("experiments/passk_crossing.yaml", "experiments", "experiments/passk_crossing.yaml"),
 ])
 def test_builtin_names_resolve_from_any_directory(tmp_path, monkeypatch, name, kind, path):
     monkeypatch.chdir(tmp_path)
     assert resources.resolve(name, kind) == str(ROOT / path)
 
 
-@pytest.mark.parametrize(("name", "kind"), [("passk", "configs"), ("quickstart", "experiments"), ("../README.md", "configs"),
+@pytest.mark.parametrize(("name", "kind"), [("passk_crossing", "configs"), ("quickstart", "experiments"), ("../README.md", "configs"),
                                             ("/etc/hostname", "configs"), ("configs", "configs")])
 def test_other_names_are_not_builtin(tmp_path, monkeypatch, name, kind):
     monkeypatch.chdir(tmp_path)
@@ -121,9 +121,9 @@ def test_copy_writes_an_editable_file_and_never_overwrites_silently(tmp_path, mo
     assert "exists" in capsys.readouterr().err and (tmp_path / "my.yaml").read_text() == "edited\n"
     assert main_status(["configs", "copy", "quickstart", "my.yaml", "--force"]) == 0
     (tmp_path / "mine").mkdir()
-    assert main_status(["configs", "copy", "passk", "mine"]) == 0  # an experiment, into a folder
-    assert (tmp_path / "mine" / "passk.yaml").is_file()
-    assert "lit-grpo compare --config mine/passk.yaml" in capsys.readouterr().out
+    assert main_status(["configs", "copy", "passk_crossing", "mine"]) == 0  # an experiment, into a folder
+    assert (tmp_path / "mine" / "passk_crossing.yaml").is_file()
+    assert "lit-grpo compare --config mine/passk_crossing.yaml" in capsys.readouterr().out
     assert main_status(["configs", "copy", "nope", "x.yaml"]) == 2
     assert "no built-in config or experiment" in capsys.readouterr().err
 
@@ -187,8 +187,8 @@ def test_a_users_experiment_reads_the_working_directory_then_its_folder_then_bui
 
 def test_an_unknown_experiment_name_fails_naming_close_ones(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"'pask'.*Did you mean passk"):
-        load_experiment("pask")
+    with pytest.raises(FileNotFoundError, match=r"'passk_crosing'.*Did you mean passk_crossing"):
+        load_experiment("passk_crosing")
 
 
 def test_the_console_command_answers_version_and_configs_without_loading_the_trainer():

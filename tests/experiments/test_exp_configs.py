@@ -29,8 +29,6 @@ def test_the_suite_covers_the_six_claims():
         "sign_vs_drgrpo",
         "softmax_budget",
         "gradient_rank",
-        "passk",
-        "sign_balance",
         "sign_starvation",
         "sign_balance_skill",
         "passk_crossing",
