@@ -30,7 +30,8 @@ _EXPORTS: dict[str, str] = {
     "LoraSettings": "lit_grpo.lora",
     **dict.fromkeys(
         ["PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule", "GSM8K",
-         "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice", "PromptCurriculum", "WordProblems"],
+         "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice", "SyntheticResidue", "PromptCurriculum",
+         "WordProblems"],
         "lit_grpo.data",
     ),
     "PolicyModule": "lit_grpo.policy",

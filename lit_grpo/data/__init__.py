@@ -6,13 +6,14 @@ from lit_grpo.data.multiple_choice import MultipleChoice
 from lit_grpo.data.records import BadRowError
 from lit_grpo.data.sources import FileSource, HubSource, PromptSource, RowSource
 from lit_grpo.data.stream import PromptStream
-from lit_grpo.data.synthetic import SyntheticArithmetic, SyntheticChoice
+from lit_grpo.data.synthetic import SyntheticArithmetic, SyntheticChoice, SyntheticResidue
 from lit_grpo.data.tasks import GSM8K, MATH500, ReferenceText
 from lit_grpo.data.templates import THINK_TEMPLATE, PromptStyle
 from lit_grpo.data.word_problems import WordProblems
 
 __all__ = [
     "PromptSource", "RowSource", "FileSource", "HubSource",
-    "SyntheticArithmetic", "SyntheticChoice", "GSM8K", "MATH500", "MultipleChoice", "ReferenceText", "WordProblems",
+    "SyntheticArithmetic", "SyntheticChoice", "SyntheticResidue", "GSM8K", "MATH500", "MultipleChoice",
+    "ReferenceText", "WordProblems",
     "PromptDataModule", "PromptStream", "BadRowError", "PromptStyle", "THINK_TEMPLATE", "PromptCurriculum",
 ]  # fmt: skip

@@ -1,6 +1,7 @@
-"""Synthetic tasks with difficulty controls: open-answer arithmetic and multiple-choice arithmetic.
+"""Synthetic tasks with difficulty controls: open-answer arithmetic, its residues (a bounded answer the
+model computes) and multiple-choice arithmetic.
 
-Both enumerate every distinct problem ``(a, op, b)`` with ``a, b`` in ``0..max_operand`` and put them
+All enumerate every distinct problem ``(a, op, b)`` with ``a, b`` in ``0..max_operand`` and put them
 in one seeded order; val takes the first ``num_val``, test the next ``num_test`` and train the next
 ``num_train``, so the splits are disjoint and the hold-out sets do not move when ``num_train`` changes.
 """
@@ -129,6 +130,96 @@ class SyntheticArithmetic(StyledSource):
         from lit_grpo.rewards import ExactMatch, MathVerify
 
         return with_format_bonus(MathVerify(), "think") if self.style == "think" else ExactMatch()
+
+
+class SyntheticResidue(SyntheticArithmetic):
+    """Prompts ``"({a}{op}{b})%{k}="``: the result modulo ``k``, with ``k`` drawn per problem from
+    ``min_modulus..max_modulus``; the reference is the residue ``0..k-1``.
+
+    A bounded-answer task whose answer the policy computes rather than looks up: there are ``k``
+    possible answers, so a policy that guesses among them is right ``1 / k`` of the time, while one that
+    knows the sum is right more often. For ``k`` in {2, 5, 10} the residue of a sum depends only on the
+    operands' last digits, so a policy that adds gets those right first. Records carry the column
+    ``num_choices`` (the problem's ``k``), which :class:`~lit_grpo.callbacks.TestSplitReport` reads for
+    ``test/chance`` and ``test/skill``. Over uniformly drawn problems the residues are close to uniform
+    on ``0..k-1``, so a policy that always answers the same residue scores about chance. Default reward:
+    :class:`~lit_grpo.rewards.ExactMatch` (as :class:`SyntheticArithmetic`).
+
+    Args:
+        num_train: Training problems.
+        num_val: Validation problems.
+        num_test: Test problems.
+        max_operand: Largest operand.
+        operators: Operators to draw from, any of "+", "-", "*".
+        seed: Seed of the order of problems and of their moduli.
+        style: Prompt style.
+        tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
+        instruction: Text appended to the problem in the ``plain`` and ``chat`` styles.
+        min_modulus: Smallest ``k`` (at least 2).
+        max_modulus: Largest ``k``.
+        question: How a problem is written, with ``{a}``, ``{op}``, ``{b}`` and ``{k}``.
+    """
+
+    def __init__(
+        self,
+        num_train: int = 9600,
+        num_val: int = 200,
+        num_test: int = 200,
+        max_operand: int = 99,
+        operators: str = "+",
+        seed: int = 0,
+        style: PromptStyle = "plain",
+        tokenizer: str | None = None,
+        instruction: str = "",
+        min_modulus: int = 2,
+        max_modulus: int = 10,
+        question: str = "({a}{op}{b})%{k}=",
+    ) -> None:
+        super().__init__(num_train, num_val, num_test, max_operand, operators, seed, style, tokenizer, instruction)
+        if not 2 <= min_modulus <= max_modulus:
+            raise ValueError(
+                f"SyntheticResidue: min_modulus={min_modulus}, max_modulus={max_modulus} must satisfy "
+                "2 <= min_modulus <= max_modulus"
+            )
+        try:
+            question.format(a=1, op="+", b=2, k=3)
+            missing = {"a", "b", "k"} - {field for _, field, _, _ in string.Formatter().parse(question)}
+            if missing:
+                raise ValueError(f"no {', '.join('{' + m + '}' for m in sorted(missing))}")
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(
+                f"SyntheticResidue: question={question!r} is not a format string over {{a}}, {{op}}, {{b}} and "
+                f"{{k}} ({err}); e.g. '({{a}}{{op}}{{b}})%{{k}}='"
+            ) from None
+        self.min_modulus = min_modulus
+        self.max_modulus = max_modulus
+        self.question = question
+
+    def modulus(self, code: int) -> int:
+        """The modulus ``k`` of problem ``code`` (seeded per problem)."""
+        rng = np.random.default_rng([self.seed, code, 2])
+        return int(rng.integers(self.min_modulus, self.max_modulus + 1))
+
+    @property
+    def guess_rate(self) -> float:
+        """Probability that a uniform guess among the ``k`` residues is right, averaged over ``k``."""
+        ks = range(self.min_modulus, self.max_modulus + 1)
+        return sum(1.0 / k for k in ks) / len(ks)
+
+    def load(self, split: Split) -> list[Record]:
+        sizes = {"num_train": self.num_train, "num_val": self.num_val, "num_test": self.num_test}
+        records = []
+        for row, code, a, op, b in problems(split, sizes, self.max_operand, self.operators, self.seed):
+            k = self.modulus(code)
+            records.append(
+                {
+                    "prompt": self.render(self.question.format(a=a, op=op, b=b, k=k)),
+                    "reference": str(_OPERATORS[op](a, b) % k),
+                    "id": f"{split}-{row}",
+                    "columns": {"num_choices": k},
+                }
+            )
+        return records
 
 
 class SyntheticChoice(StyledSource):

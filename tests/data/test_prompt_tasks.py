@@ -29,6 +29,7 @@ from lit_grpo.data import (  # noqa: E402
     ReferenceText,
     SyntheticArithmetic,
     SyntheticChoice,
+    SyntheticResidue,
 )
 from lit_grpo.data.tasks import gsm8k_answer, last_boxed  # noqa: E402
 from lit_grpo.models.tiny import char_tokenizer  # noqa: E402
@@ -194,6 +195,45 @@ def test_synthetic_choice_is_deterministic_and_validated():
         SyntheticChoice(num_choices=1)
 
 
+# ---------------------------------------------------------------- synthetic residue
+
+
+def test_synthetic_residue_asks_the_result_modulo_a_per_problem_k():
+    task = SyntheticResidue(num_train=600, num_val=20, num_test=20, max_operand=30, operators="+-")
+    train = task.load("train")
+    for record in train:
+        a, op, b, k = re.fullmatch(r"\((\d+)([+-])(\d+)\)%(\d+)=", record["prompt"]).groups()
+        result = int(a) + int(b) if op == "+" else int(a) - int(b)
+        assert record["reference"] == str(result % int(k)) and 0 <= int(record["reference"]) < int(k)
+        assert record["columns"] == {"num_choices": int(k)}
+    assert set(Counter(r["columns"]["num_choices"] for r in train)) == set(range(2, 11))
+    assert task.guess_rate == pytest.approx(sum(1 / k for k in range(2, 11)) / 9)
+    # the same problems, in the same splits, as the open-answer task
+    plain = SyntheticArithmetic(num_train=600, num_val=20, num_test=20, max_operand=30, operators="+-")
+    assert [r["id"] for r in plain.load("test")] == [r["id"] for r in task.load("test")]
+
+
+def test_synthetic_residue_answers_are_near_uniform_so_a_constant_answer_scores_about_chance():
+    records = SyntheticResidue(num_train=8000, num_val=0, num_test=0, min_modulus=4, max_modulus=4).load("train")
+    counts = Counter(r["reference"] for r in records)
+    assert set(counts) == {"0", "1", "2", "3"}
+    assert all(abs(c / 8000 - 0.25) < 0.02 for c in counts.values())  # 4 sd of a binomial share
+
+
+def test_synthetic_residue_is_deterministic_and_validated():
+    assert SyntheticResidue(num_train=50).load("train") == SyntheticResidue(num_train=50).load("train")
+    assert SyntheticResidue(num_train=50).load("train") != SyntheticResidue(num_train=50, seed=1).load("train")
+    assert SyntheticResidue(question="{a} {op} {b} mod {k} =").load("val")[0]["prompt"].count(" mod ") == 1
+    with pytest.raises(ValueError, match="min_modulus=1, max_modulus=10 must satisfy 2 <= min_modulus <= max_modulus"):
+        SyntheticResidue(min_modulus=1)
+    with pytest.raises(ValueError, match="min_modulus=5, max_modulus=3"):
+        SyntheticResidue(min_modulus=5, max_modulus=3)
+    with pytest.raises(ValueError, match=r"question='\{a\}\+\{b\}=' is not a format string over"):
+        SyntheticResidue(question="{a}+{b}=")  # no {k}: every problem would read the same for every k
+    with pytest.raises(ValueError, match="exceeds the 100 distinct problems"):
+        SyntheticResidue(max_operand=9)
+
+
 # ---------------------------------------------------------------- styles
 
 
@@ -246,6 +286,7 @@ def test_plain_arithmetic_prompts_are_unchanged():
 def test_default_rewards():
     assert isinstance(SyntheticArithmetic().default_reward(), ExactMatch)
     assert isinstance(SyntheticChoice().default_reward(), ChoiceLetter)
+    assert isinstance(SyntheticResidue().default_reward(), ExactMatch)
     assert isinstance(GSM8K().default_reward(), MathVerify)
     assert isinstance(MATH500().default_reward(), MathVerify)
     assert isinstance(MultipleChoice().default_reward(), ChoiceLetter)
