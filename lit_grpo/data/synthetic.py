@@ -142,7 +142,7 @@ class SyntheticResidue(SyntheticArithmetic):
     operands' last digits, so a policy that adds gets those right first. Records carry the column
     ``num_choices`` (the problem's ``k``), which :class:`~lit_grpo.callbacks.TestSplitReport` reads for
     ``test/chance`` and ``test/skill``. Over uniformly drawn problems the residues are close to uniform
-    on ``0..k-1``, so a policy that always answers the same residue scores about chance. Default reward:
+    on ``0..k-1``, so a policy that always answers the same residue scores at most about chance. Default reward:
     :class:`~lit_grpo.rewards.ExactMatch` (as :class:`SyntheticArithmetic`).
 
     Args:
