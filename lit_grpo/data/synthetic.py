@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 import string
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,6 +42,17 @@ def _check_problem_space(owner: str, sizes: dict[str, int], max_operand: int, op
             f"= {wanted} exceeds the {space} distinct problems with max_operand={max_operand} and "
             f"operators={operators!r}; raise max_operand, add operators or lower the split sizes"
         )
+
+
+def _drawn(seed: int, code: int, stream: int, low: int, high: int) -> int:
+    """An integer in ``low..high`` drawn for problem ``code`` (``stream`` keeps the draws of one source apart)."""
+    return int(np.random.default_rng([seed, code, stream]).integers(low, high + 1))
+
+
+def _mean_guess_rate(low: int, high: int) -> float:
+    """Chance of a uniform guess among ``k`` answers, averaged over ``k`` in ``low..high``."""
+    ks = range(low, high + 1)
+    return sum(1.0 / k for k in ks) / len(ks)
 
 
 def problems(split: Split, sizes: dict[str, int], max_operand: int, operators: str, seed: int):
@@ -77,6 +89,11 @@ class SyntheticArithmetic(StyledSource):
             for instruction-tuned models).
     """
 
+    #: the fields a ``question`` is written with, those it must contain, and an example of one
+    question_fields: tuple[str, ...] = ("a", "op", "b")
+    required_fields: frozenset[str] = frozenset()
+    question_example = "What is {a} {op} {b}?"
+
     def __init__(
         self,
         num_train: int = 9600,
@@ -91,8 +108,8 @@ class SyntheticArithmetic(StyledSource):
         question: str = "{a}{op}{b}=",
     ) -> None:
         sizes = {"num_train": num_train, "num_val": num_val, "num_test": num_test}
-        _check_problem_space("SyntheticArithmetic", sizes, max_operand, operators)
-        check_style("SyntheticArithmetic", style)
+        _check_problem_space(type(self).__name__, sizes, max_operand, operators)
+        check_style(type(self).__name__, style)
         self.num_train = num_train
         self.num_val = num_val
         self.num_test = num_test
@@ -102,26 +119,34 @@ class SyntheticArithmetic(StyledSource):
         self.style = style
         self.tokenizer = tokenizer
         self.instruction = instruction
+        self.question = self._checked_question(question)
+
+    def _checked_question(self, question: str) -> str:
         try:
-            question.format(a=1, op="+", b=2)
+            question.format(**{f: {"op": "+"}.get(f, 3) for f in self.question_fields})
+            missing = self.required_fields - {field for _, field, _, _ in string.Formatter().parse(question)}
+            if missing:
+                raise ValueError("no " + ", ".join("{" + m + "}" for m in sorted(missing)))
         except (KeyError, IndexError, ValueError) as err:
+            names = ", ".join("{" + f + "}" for f in self.question_fields)
             raise ValueError(
-                f"SyntheticArithmetic: question={question!r} is not a format string over {{a}}, {{op}} and {{b}} "
-                f"({err!r}); e.g. 'What is {{a}} {{op}} {{b}}?'"
+                f"{type(self).__name__}: question={question!r} is not a format string over {names} ({err}); "
+                f"e.g. {self.question_example!r}"
             ) from None
-        self.question = question
+        return question
 
     def load(self, split: Split) -> list[Record]:
         sizes = {"num_train": self.num_train, "num_val": self.num_val, "num_test": self.num_test}
-        return [
-            {
-                "prompt": self.render(self.question.format(a=a, op=op, b=b)),
-                "reference": str(_OPERATORS[op](a, b)),
-                "id": f"{split}-{row}",
-                "columns": {},
-            }
-            for row, _, a, op, b in problems(split, sizes, self.max_operand, self.operators, self.seed)
-        ]
+        records = []
+        for row, code, a, op, b in problems(split, sizes, self.max_operand, self.operators, self.seed):
+            question, reference, columns = self.problem(code, a, op, b)
+            records.append({"prompt": self.render(question), "reference": reference, "id": f"{split}-{row}",
+                            "columns": columns})  # fmt: skip
+        return records
+
+    def problem(self, code: int, a: int, op: str, b: int) -> tuple[str, str, dict[str, Any]]:
+        """The question, the reference and the columns of problem ``code``."""
+        return self.question.format(a=a, op=op, b=b), str(_OPERATORS[op](a, b)), {}
 
     def default_reward(self):
         """``ExactMatch()``; with ``style: think``, ``MathVerify()`` (which reads the ``<answer>`` tag)
@@ -142,84 +167,45 @@ class SyntheticResidue(SyntheticArithmetic):
     operands' last digits, so a policy that adds gets those right first. Records carry the column
     ``num_choices`` (the problem's ``k``), which :class:`~lit_grpo.callbacks.TestSplitReport` reads for
     ``test/chance`` and ``test/skill``. Over uniformly drawn problems the residues are close to uniform
-    on ``0..k-1``, so a policy that always answers the same residue scores at most about chance. Default reward:
-    :class:`~lit_grpo.rewards.ExactMatch` (as :class:`SyntheticArithmetic`).
+    on ``0..k-1``, so a policy that always answers the same residue scores at most about chance. Default
+    reward: :class:`~lit_grpo.rewards.ExactMatch` (as :class:`SyntheticArithmetic`).
 
     Args:
-        num_train: Training problems.
-        num_val: Validation problems.
-        num_test: Test problems.
-        max_operand: Largest operand.
-        operators: Operators to draw from, any of "+", "-", "*".
-        seed: Seed of the order of problems and of their moduli.
-        style: Prompt style.
-        tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
-        instruction: Text appended to the problem in the ``plain`` and ``chat`` styles.
         min_modulus: Smallest ``k`` (at least 2).
         max_modulus: Largest ``k``.
         question: How a problem is written, with ``{a}``, ``{op}``, ``{b}`` and ``{k}``.
+        **kwargs: :class:`SyntheticArithmetic`'s splits, operands, operators, seed (which also draws the
+            moduli), style, tokenizer and instruction.
     """
 
+    question_fields = ("a", "op", "b", "k")
+    required_fields = frozenset({"k"})  # without it every k would read the same
+    question_example = "({a}{op}{b})%{k}="
+
     def __init__(
-        self,
-        num_train: int = 9600,
-        num_val: int = 200,
-        num_test: int = 200,
-        max_operand: int = 99,
-        operators: str = "+",
-        seed: int = 0,
-        style: PromptStyle = "plain",
-        tokenizer: str | None = None,
-        instruction: str = "",
-        min_modulus: int = 2,
-        max_modulus: int = 10,
-        question: str = "({a}{op}{b})%{k}=",
+        self, min_modulus: int = 2, max_modulus: int = 10, question: str = "({a}{op}{b})%{k}=", **kwargs
     ) -> None:
-        super().__init__(num_train, num_val, num_test, max_operand, operators, seed, style, tokenizer, instruction)
+        super().__init__(question=question, **kwargs)
         if not 2 <= min_modulus <= max_modulus:
             raise ValueError(
                 f"SyntheticResidue: min_modulus={min_modulus}, max_modulus={max_modulus} must satisfy "
                 "2 <= min_modulus <= max_modulus"
             )
-        try:
-            question.format(a=1, op="+", b=2, k=3)
-            missing = {"a", "b", "k"} - {field for _, field, _, _ in string.Formatter().parse(question)}
-            if missing:
-                raise ValueError(f"no {', '.join('{' + m + '}' for m in sorted(missing))}")
-        except (KeyError, IndexError, ValueError) as err:
-            raise ValueError(
-                f"SyntheticResidue: question={question!r} is not a format string over {{a}}, {{op}}, {{b}} and "
-                f"{{k}} ({err}); e.g. '({{a}}{{op}}{{b}})%{{k}}='"
-            ) from None
         self.min_modulus = min_modulus
         self.max_modulus = max_modulus
-        self.question = question
 
     def modulus(self, code: int) -> int:
         """The modulus ``k`` of problem ``code`` (seeded per problem)."""
-        rng = np.random.default_rng([self.seed, code, 2])
-        return int(rng.integers(self.min_modulus, self.max_modulus + 1))
+        return _drawn(self.seed, code, 2, self.min_modulus, self.max_modulus)
 
     @property
     def guess_rate(self) -> float:
         """Probability that a uniform guess among the ``k`` residues is right, averaged over ``k``."""
-        ks = range(self.min_modulus, self.max_modulus + 1)
-        return sum(1.0 / k for k in ks) / len(ks)
+        return _mean_guess_rate(self.min_modulus, self.max_modulus)
 
-    def load(self, split: Split) -> list[Record]:
-        sizes = {"num_train": self.num_train, "num_val": self.num_val, "num_test": self.num_test}
-        records = []
-        for row, code, a, op, b in problems(split, sizes, self.max_operand, self.operators, self.seed):
-            k = self.modulus(code)
-            records.append(
-                {
-                    "prompt": self.render(self.question.format(a=a, op=op, b=b, k=k)),
-                    "reference": str(_OPERATORS[op](a, b) % k),
-                    "id": f"{split}-{row}",
-                    "columns": {"num_choices": k},
-                }
-            )
-        return records
+    def problem(self, code: int, a: int, op: str, b: int) -> tuple[str, str, dict[str, Any]]:
+        k = self.modulus(code)
+        return self.question.format(a=a, op=op, b=b, k=k), str(_OPERATORS[op](a, b) % k), {"num_choices": k}
 
 
 class SyntheticChoice(StyledSource):
@@ -305,14 +291,13 @@ class SyntheticChoice(StyledSource):
         ``min_choices``, the mean of ``1 / k`` over the possible ``k``)."""
         if self.min_choices is None:
             return 1.0 / self.num_choices
-        ks = range(self.min_choices, self.num_choices + 1)
-        return sum(1.0 / k for k in ks) / len(ks)
+        return _mean_guess_rate(self.min_choices, self.num_choices)
 
     def choices(self, code: int) -> int:
         """The number of options ``k`` of problem ``code`` (seeded per problem)."""
         if self.min_choices is None:
             return self.num_choices
-        return int(np.random.default_rng([self.seed, code, 1]).integers(self.min_choices, self.num_choices + 1))
+        return _drawn(self.seed, code, 1, self.min_choices, self.num_choices)
 
     def options(self, code: int, result: int, answer: int | None = None) -> tuple[list[int], int]:
         """The option values of problem ``code`` and the index of the correct one (seeded per problem;
