@@ -350,13 +350,13 @@ def _config_args(args: tuple[str, ...], named_in: Path) -> tuple[tuple[str, ...]
     for i, arg in enumerate(args):
         key, eq, value = arg.partition("=")
         if key == "--config" and eq:
-            path = resources.resolve_in(value, named_in)
-            out[i] = f"--config={path or value}"
+            at, name, prefix = i, value, "--config="
         elif arg == "--config" and i + 1 < len(args):
-            path = resources.resolve_in(args[i + 1], named_in)
-            out[i + 1] = path or args[i + 1]
+            at, name, prefix = i + 1, args[i + 1], ""
         else:
             continue
+        path = resources.resolve_in(name, named_in)
+        out[at] = prefix + (path or name)
         found += [path] if path else []
     return tuple(out), tuple(found)
 
