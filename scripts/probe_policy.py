@@ -42,8 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         cli = LitGRPOCLI(args=fit_args, run=False)
     module, data = cli.model, cli.datamodule
     module.configure_model()
-    if isinstance(getattr(module, "model_name", None), str):  # as under a Trainer: chat prompts use the policy's template
-        data.source.bind_tokenizer(module.model_name)
+    data.bind_policy(module)  # no Trainer here to do it: chat prompts use the policy's template
     data.setup("fit" if args.split == "val" else "test")
     loader = data.val_dataloader() if args.split == "val" else data.test_dataloader()
     torch.manual_seed(args.seed)

@@ -117,10 +117,15 @@ class PromptDataModule(L.LightningDataModule):
         """Bad rows skipped per split (with ``skip_bad_rows``), in this process."""
         return dict(self._skipped.counts)
 
+    def bind_policy(self, module: Any) -> None:
+        """Render chat prompts with the template of ``module``'s model (a module with a ``model_name``,
+        e.g. :class:`~lit_grpo.GRPOModule`); :meth:`setup` does it with the trainer's module, a script that
+        builds the data module without a trainer calls it itself."""
+        if isinstance(getattr(module, "model_name", None), str):
+            self.source.bind_tokenizer(module.model_name)
+
     def setup(self, stage: str | None = None) -> None:
-        model = getattr(self.trainer, "lightning_module", None) if self.trainer is not None else None
-        if isinstance(getattr(model, "model_name", None), str):
-            self.source.bind_tokenizer(model.model_name)  # the chat template of the policy's tokenizer
+        self.bind_policy(getattr(self.trainer, "lightning_module", None) if self.trainer is not None else None)
         wanted: list[Split] = {
             "fit": ["train", "val"],
             "validate": ["val"],
