@@ -7,8 +7,10 @@
 Everything after ``--`` is ``lit-grpo fit`` arguments: the run is built as LightningCLI builds it (not
 trained). Every prompt of the split gets ``--samples`` completions at the module's sampling settings
 (seed ``--seed``); printed: the sampled accuracy, the shares of all-wrong and all-correct groups when
-the samples are cut into groups of ``--group-size``, the share of prompts never solved, and pass@k for
-k = 1, 4, 16, ... up to the samples. The experiments quote it for their starting policies.
+the samples are cut into groups of ``--group-size``, the share of prompts never solved, pass@k for
+k = 1, 4, 16, ... up to the samples, and on bounded-answer tasks (a ``num_choices`` column) the sampled
+accuracy for each number of answers k beside its chance 1/k. The experiments quote it for their starting
+policies.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     data.setup("fit" if args.split == "val" else "test")
     loader = data.val_dataloader() if args.split == "val" else data.test_dataloader()
     torch.manual_seed(args.seed)
-    parts, seen = [], 0
+    parts, seen, choices = [], 0, []
     with torch.no_grad():
         for batch in loader:
             if args.max_prompts is not None:
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
                 part = batch.select(list(range(start, min(start + max(1, 4096 // args.samples), len(batch)))))
                 rollouts = module.engine.generate(part.prompts, args.samples, module.sampling)
                 parts.append(module.score(part, rollouts)[0].nan_to_num(0.0) >= 1.0)
+                choices += part.columns.get("num_choices", [None] * len(part))
     correct = torch.cat([p for p in parts if p.numel()])  # [P, n]
     P, n, G = correct.shape[0], args.samples, args.group_size
     groups = correct[:, : (n // G) * G].reshape(P, n // G, G).sum(-1)  # [P, n // G]
@@ -68,6 +71,11 @@ def main(argv: list[str] | None = None) -> None:
     while k <= n:
         print(f"pass@{k} {pass_at_k_per_prompt(c, n, k).mean():.3f}")
         k = k * 4 if k * 4 <= n or k == n else n
+    if choices and None not in choices:  # a bounded-answer task: k answers per prompt, a guess right 1/k
+        ks = torch.tensor(choices)
+        for k in sorted(set(choices)):
+            at = ks == k
+            print(f"k = {k}: sampled accuracy {correct[at].double().mean():.3f} (chance {1 / k:.3f}, {int(at.sum())} prompts)")
 
 
 if __name__ == "__main__":

@@ -47,3 +47,19 @@ def test_fewer_samples_than_a_group_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         probe(["--samples", "2", "--group-size", "4", "--", *fit_args(tmp_path)])
     assert "--samples=2 must be at least --group-size=4" in capsys.readouterr().err
+
+
+def test_a_bounded_answer_task_gets_its_accuracy_by_number_of_answers(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    model = build_tiny_model(tmp_path / "policy")
+    args = fit_args(model, "--data.source=lit_grpo.data.SyntheticResidue", "--data.source.init_args.min_modulus=2",
+                    "--data.source.init_args.max_modulus=3", "--data.source.init_args.num_val=12")  # fmt: skip
+    probe(["--samples", "4", "--group-size", "2", "--", *args])
+    out = capsys.readouterr().out.splitlines()
+    by_k = [line for line in out if line.startswith("k = ")]
+    assert [line.split(":")[0] for line in by_k] == ["k = 2", "k = 3"]
+    assert "(chance 0.500," in by_k[0] and "(chance 0.333," in by_k[1]
+    assert sum(int(line.split(", ")[-1].split()[0]) for line in by_k) == 12  # every prompt in one k
+    overall = float(out[1].split()[-1])  # the per-k accuracies average back to the overall one
+    weighted = sum(float(line.split("accuracy ")[1].split()[0]) * int(line.split(", ")[-1].split()[0]) for line in by_k)
+    assert abs(weighted / 12 - overall) < 2e-3
