@@ -62,13 +62,14 @@ def main() -> None:
     )
     add_worker_args(parser)
     parser.add_argument("--full-logits", action="store_true", help="the previous, [N, T, V] log-prob paths")
-    parser.add_argument("--module-options", default="", help="extra GRPOModule arguments as JSON")
+    parser.add_argument("--module-options", default="", help="extra GRPOModule arguments as JSON, settings groups nested: {\"batching\": {\"shared_prefix\": false}}")
     args = parser.parse_args()
 
     import lightning as L
     import torch
 
     from lit_grpo import GRPOModule, PromptDataModule, logprobs
+    from lit_grpo.settings import Algorithm, Batching, Optim, Sampling
 
     torch.set_num_threads(args.threads)
     from grpo_step_workloads import GreedyEval, reward, source
@@ -90,7 +91,7 @@ def main() -> None:
             trained = (stats.advantages.reshape(-1) != 0).tolist() if pl_module._elides() else None  # rows run
             clock.add_tokens(int(stats.lengths.sum()), int(sum(prompt_lens)))
             clock.add_counts(group_counts(stats.rewards.reshape(-1).tolist(), prompt_lens, stats.lengths.tolist(),
-                                          stats.group_size, trained, prompt_once=pl_module.shared_prefix))
+                                          stats.group_size, trained, prompt_once=pl_module.batching.shared_prefix))
             clock.end_step()
             step = batch_idx + 1
             if held_out is not None and step % args.eval_every == 0:
@@ -104,22 +105,19 @@ def main() -> None:
     if args.full_logits:
         logprobs.MAX_LOGITS_ELEMENTS = math.inf
     L.seed_everything(args.seed, verbose=False)
-    defaults = {"elide_zero_advantage": False} if args.workload == "zero" else {}
-    options = {**defaults, **(json.loads(args.module_options) if args.module_options else {})}
+    options = json.loads(args.module_options) if args.module_options else {}  # {"batching": {...}, ...}
+    given = dict(options)
+    batching = {"elide_zero_advantage": args.workload != "zero", **given.pop("batching", {})}
     module = GRPOModule(
         model=args.model,
         reward=reward(args.workload),
         group_size=args.group,
         engine=full_logits_engine() if args.full_logits else None,
-        max_new_tokens=args.new_tokens,
-        temperature=1.0,
-        lr=args.lr,
-        num_iterations=1,
-        aggregation="token-mean",
-        filter_degenerate=False,
-        max_grad_norm=1.0,
-        val_samples=0,
-        **options,
+        sampling=Sampling(temperature=1.0, max_new_tokens=args.new_tokens, val_samples=0),
+        optim=Optim(lr=args.lr, max_grad_norm=1.0),
+        algorithm=Algorithm(num_iterations=1, aggregation="token-mean", filter_degenerate=False),
+        batching=Batching(**batching),
+        **given,
     )
     module.configure_model()
     load_rss = rss_mib()

@@ -51,6 +51,7 @@ def measure(name: str, steps: int) -> dict:
     from lit_grpo import ExactMatch, GRPOModule, PromptDataModule, SyntheticArithmetic
     from lit_grpo.lora import LoraSettings
     from lit_grpo.models.tiny import build_tiny_model
+    from lit_grpo.settings import Batching, Optim, Sampling
 
     size, prompts, group, new_tokens, checkpointing, lora = CONFIGS[name]
     L.seed_everything(0)
@@ -64,9 +65,9 @@ def measure(name: str, steps: int) -> dict:
             model=model,
             reward=ExactMatch(),
             group_size=group,
-            max_new_tokens=new_tokens,
-            lr=1e-4,
-            gradient_checkpointing=checkpointing,
+            sampling=Sampling(max_new_tokens=new_tokens),
+            optim=Optim(lr=1e-4),
+            batching=Batching(gradient_checkpointing=checkpointing),
             lora=LoraSettings(r=16) if lora else None,
         )
         module.configure_model()

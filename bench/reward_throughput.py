@@ -90,6 +90,7 @@ def quickstart_rows(steps: int) -> list[tuple[str, float, float]]:
 
     from lit_grpo import GRPOModule, PromptDataModule, SyntheticArithmetic
     from lit_grpo.rewards import ExactMatch, MathVerify
+    from lit_grpo.settings import Optim, Sampling
 
     class Perf(L.Callback):
         def __init__(self) -> None:
@@ -104,7 +105,8 @@ def quickstart_rows(steps: int) -> list[tuple[str, float, float]]:
         L.seed_everything(0, verbose=False)
         perf = Perf()
         module = GRPOModule(
-            model="assets/tiny-arith-sft", reward=reward, group_size=8, lr=1e-4, max_new_tokens=6
+            model="assets/tiny-arith-sft", reward=reward, group_size=8, optim=Optim(lr=1e-4),
+            sampling=Sampling(max_new_tokens=6),
         )
         source = SyntheticArithmetic(max_operand=99, num_val=200, num_test=200, seed=0)
         trainer = L.Trainer(max_steps=steps + 1, logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from itertools import product
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from lit_grpo import step_metrics
+from lit_grpo.batching import Rows, forward_parts, micro_batches, mini_batches, trimmed
 from lit_grpo.checkpoint import (
     check_fingerprint,
     gather_objects,
@@ -21,12 +21,13 @@ from lit_grpo.checkpoint import (
     seed_step,
     set_rng_states,
 )
+from lit_grpo.checks import require
 from lit_grpo.data.curriculum import PromptCurriculum
 from lit_grpo.estimators import GRPO, AdvantageEstimator
 from lit_grpo.estimators.functional import constant_groups
 from lit_grpo.logprobs import logp_mismatch, sequence_logprobs, shared_prefix_logprobs
 from lit_grpo.lora import LoraSettings, adapters_disabled
-from lit_grpo.losses import Aggregation, LossInputs, PolicyLoss, PPOClip, token_weights
+from lit_grpo.losses import LossInputs, PolicyLoss, PPOClip, token_weights
 from lit_grpo.losses.functional import ratio_statistics
 from lit_grpo.models.loading import DType, load_policy
 from lit_grpo.parallel import (
@@ -40,10 +41,10 @@ from lit_grpo.parallel import (
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import PolicyModule
 from lit_grpo.rewards.base import RewardFunction
-from lit_grpo.rewards.scoring import DEFAULT_REWARD_TIMEOUT_S
 from lit_grpo.rewards.shaping import RewardShaping
 from lit_grpo.rollout.base import RolloutEngine
-from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows, slice_rows
+from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows
+from lit_grpo.settings import Algorithm, Batching, Guards, Optim, Sampling
 from lit_grpo.step_metrics import StepStats, UpdateStats
 from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats
 
@@ -97,54 +98,24 @@ class GRPOModule(PolicyModule):
             importance sampling); options on the command line: ``--model.loss.eps_high=0.28``.
         shaping: Reward shaping by completion length between scoring and the estimator (e.g.
             ``OverlongPenalty``, DAPO's soft overlong punishment); null = the rewards as scored.
-        group_size: Completions per prompt (G).
-        aggregation: How token losses become the batch loss, whatever the loss (see METHODS: section 2). With
-            several mini-batches each is normalised over its own tokens (or completions).
-        drop_truncated: Leave completions that hit ``max_new_tokens`` without EOS out of the loss (DAPO's
-            overlong filtering); they still count in the group statistics of the estimator.
-        entropy_coef: Entropy bonus: ``- entropy_coef * entropy`` per token is added to the loss, aggregated like
-            it (0 = off). Every completion then carries gradient, also those with zero advantage.
-        steps_per_generation: Optimizer steps per pass over a rollout batch (its mini-batches of whole groups);
-            ``prompts_per_step`` must be a multiple of it.
-        num_iterations: Passes over each rollout batch (mu). Old log-probs are computed once per batch
-            when ``steps_per_generation * num_iterations > 1`` and the loss reads them; with one optimizer step
-            per batch the update is on-policy and the ratio is exactly 1.
-        micro_batch_size: Completions per forward/backward (null = the whole mini-batch); gradients accumulate.
-        lr: AdamW learning rate.
-        weight_decay: AdamW weight decay.
-        betas: AdamW betas.
-        warmup_steps: Linear learning-rate warm-up in optimizer steps.
-        max_grad_norm: Gradient clipping by global norm (null = off; the norm is logged either way).
-        filter_degenerate: Dynamic sampling: drop groups whose rewards are all equal (within the tolerance
-            of the estimators, so every kept group can get a non-zero advantage) and draw further prompts
-            (``DataModule.refill``) until ``P`` groups are kept or ``max_refill_batches`` is reached.
-        max_refill_batches: Most refill draws per step when ``filter_degenerate`` (and, apart, to replace
-            prompts the curriculum retired).
         curriculum: Retire prompts whose running pass rate is about 1 (or 0): skipped when drawn, the batch
             topped up from the refill stream; null = every prompt stays.
-        on_nonfinite: What a non-finite loss or gradient norm does: ``skip`` the step (counted in
-            ``train/nonfinite_steps``) or ``raise``.
-        max_nonfinite_steps: With ``skip``, this many consecutive skipped optimizer steps stop the run with
-            an error (the run has diverged; the last checkpoint is kept); null: never stop.
+        group_size: Completions per prompt (G).
+        sampling: Rollout sampling and held-out samples (:class:`~lit_grpo.settings.Sampling`:
+            ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``, ``val_samples``).
+        optim: AdamW, warm-up and clipping (:class:`~lit_grpo.settings.Optim`: ``lr``, ``weight_decay``,
+            ``betas``, ``warmup_steps``, ``max_grad_norm``).
+        algorithm: The algorithm's choices between the rewards and the optimizer
+            (:class:`~lit_grpo.settings.Algorithm`: ``aggregation``,
+            ``drop_truncated``, ``entropy_coef``, ``steps_per_generation``, ``num_iterations``,
+            ``filter_degenerate``, ``max_refill_batches``).
+        batching: How the update is computed, the same update up to float order
+            (:class:`~lit_grpo.settings.Batching`: ``micro_batch_size``, ``elide_zero_advantage``,
+            ``shared_prefix``, ``gradient_checkpointing``).
+        guards: What a failing step does (:class:`~lit_grpo.settings.Guards`: ``on_nonfinite``,
+            ``max_nonfinite_steps``, ``reward_timeout_s``).
+        dtype: Parameter dtype of the policy.
         lora: Train LoRA adapters (peft: rank, alpha, dropout, target modules) instead of all weights.
-        gradient_checkpointing: Recompute block activations in the backward pass to save memory.
-        reward_timeout_s: Wall-clock limit of one reward call (all completions of a step), in seconds; a
-            call past it scores NaN, counted in ``reward/timeouts``, and the run goes on (null: no limit).
-        elide_zero_advantage: Skip the forward and backward of completions whose advantage is exactly 0 when they
-            cannot change the update: the loss says a zero-advantage row adds nothing
-            (``loss.zero_advantage_inert``: PPOClip with ``beta: 0``, GSPO, CISPO, SAPO, GMPO) and
-            ``entropy_coef`` is 0. The loss's divisors still count them, so the update is the same (up to float
-            summation order); only the statistics change: they then cover the completions trained on. A rank
-            (or a mini-batch) left with nothing to train still runs one zero-advantage completion, so every
-            rank joins the same collectives and the optimizer sees the same (zero) gradients. Otherwise off.
-        shared_prefix: Encode each distinct prompt of a micro-batch once and run its completions against its
-            keys and values (:func:`~lit_grpo.logprobs.shared_prefix_logprobs`), in the training forward and the
-            frozen log-prob forwards: the same log-probs and gradients (up to float summation order) for less
-            prompt compute, which pays when prompts are long against the completions. Where it cannot be
-            exact (gradient checkpointing, FSDP, sliding-window attention, logits transformed after the LM
-            head) the plain forward runs, and a log message says why once. Micro-batches then hold whole groups
-            (sorted by their longest row) rather than rows sorted by length. On by default: faster on every
-            shape measured (docs/performance.md), even with short prompts.
     """
 
     def __init__(
@@ -155,63 +126,26 @@ class GRPOModule(PolicyModule):
         engine: RolloutEngine | None = None,
         loss: PolicyLoss | None = None,
         shaping: RewardShaping | None = None,
-        group_size: int = 8,
-        aggregation: Aggregation = "token-mean",
-        drop_truncated: bool = False,
-        entropy_coef: float = 0.0,
-        steps_per_generation: int = 1,
-        num_iterations: int = 1,
-        micro_batch_size: int | None = None,
-        lr: float = 1e-5,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        warmup_steps: int = 0,
-        max_grad_norm: float | None = 1.0,
-        filter_degenerate: bool = False,
-        max_refill_batches: int = 4,
         curriculum: PromptCurriculum | None = None,
-        on_nonfinite: Literal["skip", "raise"] = "skip",
-        max_nonfinite_steps: int | None = 10,
+        group_size: int = 8,
+        sampling: Sampling = Sampling(),
+        optim: Optim = Optim(),
+        algorithm: Algorithm = Algorithm(),
+        batching: Batching = Batching(),
+        guards: Guards = Guards(),
         dtype: DType = "float32",
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        max_new_tokens: int = 64,
-        val_samples: int = 1,
         lora: LoraSettings | None = None,
-        gradient_checkpointing: bool = False,
-        reward_timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S,
-        elide_zero_advantage: bool = True,
-        shared_prefix: bool = True,
     ) -> None:
-        super().__init__(model, reward, engine, dtype, False, temperature, top_p, top_k, max_new_tokens, val_samples,
-                         lora=lora, gradient_checkpointing=gradient_checkpointing, reward_timeout_s=reward_timeout_s)
+        super().__init__(model, reward, engine, dtype=dtype, sampling=sampling, optim=optim, lora=lora,
+                         gradient_checkpointing=batching.gradient_checkpointing,
+                         reward_timeout_s=guards.reward_timeout_s)
         self.estimator = estimator if estimator is not None else GRPO()
         self.loss = loss if loss is not None else PPOClip()
-        _check(_takes_lengths(self.estimator),
-               f"{type(self.estimator).__name__}.__call__ takes no `lengths` keyword; the training step passes the "
-               "completion lengths: write it as __call__(self, rewards, lengths=None) (an estimator may ignore them)")
-        _check(group_size >= max(1, self.estimator.min_group_size),
-               f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
-               f"{self.estimator.min_group_size}; raise group_size")
-        _check(num_iterations >= 1, f"num_iterations={num_iterations} must be >= 1")
-        _check(steps_per_generation >= 1, f"steps_per_generation={steps_per_generation} must be >= 1")
-        _check(micro_batch_size is None or micro_batch_size >= 1, f"micro_batch_size={micro_batch_size} must be >= 1")
-        _check(lr > 0, f"lr={lr} must be > 0")
-        _check(max_refill_batches >= 0, f"max_refill_batches={max_refill_batches} must be >= 0")
-        _check(max_nonfinite_steps is None or max_nonfinite_steps >= 1,
-               f"max_nonfinite_steps={max_nonfinite_steps} must be >= 1, or null to never stop")
-        _check(entropy_coef >= 0, f"entropy_coef={entropy_coef} must be >= 0 (a bonus; 0 = off)")
-        self.shaping, self.curriculum = shaping, curriculum
-        self.group_size, self.aggregation, self.drop_truncated = group_size, aggregation, drop_truncated
-        self.entropy_coef, self.elide_zero_advantage = entropy_coef, elide_zero_advantage
-        self.shared_prefix = shared_prefix
-        self.steps_per_generation, self.num_iterations = steps_per_generation, num_iterations
-        self.micro_batch_size = micro_batch_size
-        self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
-        self.max_grad_norm = max_grad_norm
-        self.filter_degenerate, self.max_refill_batches = filter_degenerate, max_refill_batches
-        self.on_nonfinite, self.max_nonfinite_steps = on_nonfinite, max_nonfinite_steps
+        require(group_size >= max(1, self.estimator.min_group_size),
+                f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
+                f"{self.estimator.min_group_size}; raise group_size")
+        self.shaping, self.curriculum, self.group_size = shaping, curriculum, group_size
+        self.algorithm, self.batching, self.guards = algorithm, batching, guards
         self.consecutive_nonfinite = 0  # skipped optimizer steps in a row
         self.ref_policy = None
         self.nonfinite_steps = 0
@@ -225,9 +159,9 @@ class GRPOModule(PolicyModule):
         if stage == "fit" and hasattr(data, "prompts_per_step"):
             train = getattr(data, "splits", {}).get("train")
             check_layout(self.trainer.world_size, data.prompts_per_step, None if train is None else len(train))
-            _check(data.prompts_per_step % self.steps_per_generation == 0,
+            require(data.prompts_per_step % self.algorithm.steps_per_generation == 0,
                    f"prompts_per_step={data.prompts_per_step} is not a multiple of steps_per_generation="
-                   f"{self.steps_per_generation}: each optimizer step trains on an equal share of the rollout "
+                   f"{self.algorithm.steps_per_generation}: each optimizer step trains on an equal share of the rollout "
                    f"batch's prompts; set data.prompts_per_step to a multiple of it")
 
     def configure_model(self) -> None:
@@ -236,14 +170,6 @@ class GRPOModule(PolicyModule):
             self.ref_policy = load_policy(self.model_name, self.dtype_name).eval().requires_grad_(False)
         if self.ref_policy is not None:
             self.ref_policy = self._shard(self.ref_policy)
-
-    def configure_optimizers(self):
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=self.lr, betas=self.betas, weight_decay=self.weight_decay,
-                                fused=_fused_adamw_ok(params))
-        warmup = max(self.warmup_steps, 1)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_train_batch_start(self, batch: PromptBatch, batch_idx: int) -> None:
         if self.rollout_seed is None:
@@ -285,14 +211,14 @@ class GRPOModule(PolicyModule):
             with timer("score_s"):
                 rewards, out = self.score(batch, rollouts)
             drawn, tokens = drawn + len(batch), tokens + int(rollouts.lengths.sum())
-            if self.filter_degenerate:
+            if self.algorithm.filter_degenerate:
                 keep = (~constant_groups(rewards)).nonzero()[:, 0].tolist()  # groups the estimator can use
                 batch, rollouts, rewards, out = _take_groups(batch, rollouts, rewards, out, keep)
             parts.append((batch, rollouts, rewards, out))
             have = sum(len(p[0]) for p in parts)
-            if self.filter_degenerate:
+            if self.algorithm.filter_degenerate:
                 have = min_over_ranks(have, self.trainer.strategy, self.trainer.world_size)
-            if not self.filter_degenerate or have >= want or len(parts) > self.max_refill_batches:
+            if not self.algorithm.filter_degenerate or have >= want or len(parts) > self.algorithm.max_refill_batches:
                 break
             batch, skipped = self._unretired(self.trainer.datamodule.refill(want - have))
             drawn += skipped
@@ -312,21 +238,23 @@ class GRPOModule(PolicyModule):
         """``steps_per_generation * num_iterations`` optimizer steps on the loss (fewer when ``max_steps`` comes
         first): the frozen log-probs the loss reads, then each optimizer step on its mini-batch."""
         adv = advantages.to(self.device)  # [N]
-        minis = self._mini_batches(rollouts)
-        plans = [self._micro_batches(rows, adv[rows.to(adv.device)]) for rows in minis]  # positions in each
+        minis = mini_batches(rollouts, self.algorithm.steps_per_generation, self.batching.micro_batch_size,
+                             self.batching.shared_prefix)
+        plans = [micro_batches(adv[rows.to(adv.device)], self.batching.micro_batch_size, self._elides(),
+                               self._most_over_ranks) for rows in minis]  # positions in each
         trained = torch.zeros(len(rollouts), dtype=torch.bool)  # [N] the rows that go through the policy
         for rows, part in ((rows, part) for rows, micro in zip(minis, plans, strict=True) for part in micro):
             trained[rows[part]] = True
-        reused = self.steps_per_generation * self.num_iterations > 1
+        reused = self.algorithm.optimizer_steps > 1
         old_logp = self._frozen_logprobs(self.policy, rollouts, timer, "old_logprob_s", trained.nonzero()[:, 0]) \
             if reused and self.loss.needs_old_logp else None  # [N, T], 0 on the rows never trained
         ref_logp = self._reference_logprobs(rollouts, timer) if self.loss.needs_ref_logp else None  # [N, T]
-        loss_mask = rollouts.completion_mask & ~rollouts.truncated[:, None] if self.drop_truncated \
+        loss_mask = rollouts.completion_mask & ~rollouts.truncated[:, None] if self.algorithm.drop_truncated \
             else rollouts.completion_mask  # [N, T] the tokens in the loss
-        whole = _Rows(rollouts, loss_mask, adv, old_logp, ref_logp)
+        whole = Rows(rollouts, loss_mask, adv, old_logp, ref_logp)
         before = old_logp if old_logp is not None else torch.zeros(rollouts.completion_ids.shape, device=self.device)
         stats = UpdateStats(elided=(float((~trained).sum()), float(len(rollouts))))
-        for iteration, (rows, micro) in product(range(self.num_iterations), zip(minis, plans, strict=True)):
+        for iteration, (rows, micro) in product(range(self.algorithm.num_iterations), zip(minis, plans, strict=True)):
             if 0 <= self.trainer.max_steps <= self.global_step:
                 break
             stats.steps.append(self._step(whole.select(rows), rows, micro, timer, stats if iteration == 0 else None,
@@ -348,27 +276,27 @@ class GRPOModule(PolicyModule):
         self.curriculum.observe(visits)
 
     # ---- pieces ------------------------------------------------------------------------------------
-    def _step(self, rows: _Rows, index: Tensor, micro: list[Tensor], timer: PhaseTimer,
+    def _step(self, rows: Rows, index: Tensor, micro: list[Tensor], timer: PhaseTimer,
               first_pass: UpdateStats | None, before: Tensor | None) -> StepStats:
         """One optimizer step on ``rows`` (a mini-batch, rows ``index [n]`` of the batch): token weights over all
         its tokens, then per micro-batch (``micro``: positions in ``rows``) the log-prob forward, the loss and
         its backward. ``first_pass``: where the entropy goes on the first pass over the batch; ``before``: where
         the log-probs go when nothing was frozen (one optimizer step per batch)."""
         mask = rows.loss_mask
-        weights = token_weights(mask, self.aggregation, self.sampling.max_new_tokens,
+        weights = token_weights(mask, self.algorithm.aggregation, self.sampling.max_new_tokens,
                                 **self._global_counts(mask))  # [n, T], the elided rows counted too
         step = StepStats()
         for part in micro:
             mb = rows.select(part)
             with timer("forward_s"):
                 logp, entropy = self._logprobs(self.policy, mb.rollouts,
-                                               with_entropy=first_pass is not None or self.entropy_coef > 0,
-                                               entropy_grad=self.entropy_coef > 0)  # [n, t]
+                                               with_entropy=first_pass is not None or self.algorithm.entropy_coef > 0,
+                                               entropy_grad=self.algorithm.entropy_coef > 0)  # [n, t]
                 batch = self._loss_inputs(logp, mb, weights[part.to(weights.device)])
                 out = self.loss(batch)
                 loss = (out.loss * batch.weights).sum()
-                if self.entropy_coef > 0:  # a bonus: every token carries gradient, whatever its advantage
-                    loss = loss - self.entropy_coef * (entropy * batch.weights).sum()
+                if self.algorithm.entropy_coef > 0:  # a bonus: every token carries gradient, whatever its advantage
+                    loss = loss - self.algorithm.entropy_coef * (entropy * batch.weights).sum()
             with timer("backward_s"):
                 self.manual_backward(loss)
             if self.loss.needs_old_logp:
@@ -384,52 +312,23 @@ class GRPOModule(PolicyModule):
             step.grad_norm = self._optimizer_step(step.loss)
         return step
 
-    def _mini_batches(self, rollouts: Rollouts) -> list[Tensor]:
-        """Row indices ``[n]`` of each of the ``steps_per_generation`` mini-batches: whole groups, as even as the
-        group count allows (the same on every rank, which holds as many groups), sorted by length when
-        micro-batched (micro-batches of similar lengths pad less; the sums, so the update, stay the same). With
-        ``shared_prefix`` whole groups are sorted by their longest row, so a micro-batch shares its prompts."""
-        size = rollouts.group_size
-        groups = torch.arange(len(rollouts) // size)
-        out = []
-        for chunk in groups.tensor_split(self.steps_per_generation):
-            rows = group_rows(chunk, size)  # [n]
-            if self.micro_batch_size is not None and self.micro_batch_size < len(rows):
-                lengths = (rollouts.prompt_mask.sum(-1) + rollouts.completion_mask.sum(-1)).cpu()[rows]
-                if self.shared_prefix:
-                    rows = rows.view(-1, size)[lengths.view(-1, size).amax(-1).argsort(stable=True)].reshape(-1)
-                else:
-                    rows = rows[lengths.argsort(stable=True)]
-            out.append(rows)
-        return out
-
-    def _micro_batches(self, rows: Tensor, advantages: Tensor) -> list[Tensor]:
-        """Positions ``[m]`` in the mini-batch ``rows [n]`` of each of its micro-batches (with ``advantages [n]``).
-        Without elision: consecutive runs of ``micro_batch_size``. With it, the same over the rows whose
-        advantage is not 0, as many micro-batches as the rank with the most needs and at least one, the missing
-        ones filled with one zero-advantage row each (it adds nothing), so the ranks stay in step and the
-        optimizer sees a gradient even when no row is left."""
-        positions = torch.arange(len(rows))
-        size = self.micro_batch_size or max(len(rows), 1)
-        if not self._elides():
-            return _chunks(positions, size)
-        zero = (advantages == 0).cpu()  # [n]
-        micro = _chunks(positions[~zero], size)
-        want = max(int(max_over_ranks(len(micro), self.trainer.strategy, self.trainer.world_size)), 1)
-        spare = positions[zero]
-        return micro + [spare[k : k + 1] for k in range(min(want - len(micro), len(spare)))]
+    def _most_over_ranks(self, count: int) -> int:
+        """The largest ``count`` of any rank (``count`` itself on one process)."""
+        if self.trainer.world_size == 1:
+            return count
+        return int(max_over_ranks(count, self.trainer.strategy, self.trainer.world_size))
 
     def _logprobs(self, policy, rollouts: Rollouts, **entropy) -> tuple[Tensor, Tensor | None]:
         """Log-probs ``[n, t]`` of ``rollouts`` under ``policy`` at the sampling temperature (and the entropy when
         asked: ``with_entropy``, ``entropy_grad``), each prompt encoded once with ``shared_prefix``."""
-        forward = shared_prefix_logprobs if self.shared_prefix else sequence_logprobs
+        forward = shared_prefix_logprobs if self.batching.shared_prefix else sequence_logprobs
         return forward(policy, rollouts, self.sampling.temperature, **entropy)
 
     def _elides(self) -> bool:
         """Whether zero-advantage completions leave the forward and backward (``elide_zero_advantage``, when exact)."""
-        return self.elide_zero_advantage and self.entropy_coef == 0 and self.loss.zero_advantage_inert
+        return self.batching.elide_zero_advantage and self.algorithm.entropy_coef == 0 and self.loss.zero_advantage_inert
 
-    def _loss_inputs(self, logp: Tensor, rows: _Rows, weights: Tensor) -> LossInputs:
+    def _loss_inputs(self, logp: Tensor, rows: Rows, weights: Tensor) -> LossInputs:
         """The micro-batch ``rows`` (``t`` tokens) as the loss reads it: its advantages, ``weights``, old and
         reference log-probs cut to it, and only the log-probs the loss declares. Without frozen old log-probs (one
         optimizer step per batch) they are ``logp``."""
@@ -452,11 +351,11 @@ class GRPOModule(PolicyModule):
         if self.curriculum is None:
             return batch, 0
         want, first, parts, drawn = len(batch), batch, [], 0
-        for attempt in range(self.max_refill_batches + 1):
+        for attempt in range(self.algorithm.max_refill_batches + 1):
             drawn += len(batch)
             parts.append(batch.select(self.curriculum.active(batch.ids)))
             have = sum(len(p) for p in parts)
-            if have >= want or attempt == self.max_refill_batches:
+            if have >= want or attempt == self.algorithm.max_refill_batches:
                 break
             batch = self.trainer.datamodule.refill(want - have)
         active = PromptBatch.concat(parts)
@@ -475,14 +374,11 @@ class GRPOModule(PolicyModule):
         most (a sharded forward is a collective), the extra ones over another row."""
         out = torch.zeros(rollouts.completion_ids.shape, device=self.device)  # [N, T]
         rows = torch.arange(len(rollouts)) if rows is None else rows.cpu()
-        size = self.micro_batch_size or max(len(rows), 1)
-        parts = _chunks(rows, size)
-        if self._elides() and self.trainer.world_size > 1:  # else every rank has as many rows
-            want = int(max_over_ranks(len(parts), self.trainer.strategy, self.trainer.world_size))
-            parts += [torch.zeros(1, dtype=torch.long)] * (want - len(parts))
+        balance = self._most_over_ranks if self._elides() else (lambda count: count)  # else ranks have as many
+        parts = forward_parts(rows, self.batching.micro_batch_size, balance)
         with timer(phase):
             for part in parts:
-                mb = _trimmed(select_rows(rollouts, part))
+                mb = trimmed(select_rows(rollouts, part))
                 out[part.to(out.device), : mb.completion_ids.shape[1]] = self._logprobs(policy, mb)[0]
         return out
 
@@ -506,17 +402,17 @@ class GRPOModule(PolicyModule):
         """Clip, then step; a non-finite loss or gradient skips the update (parameters without grads)."""
         opt, sched = self.optimizers(), self.lr_schedulers()
         params = [p for p in self.policy.parameters() if p.grad is not None]
-        max_norm = self.max_grad_norm if self.max_grad_norm is not None else math.inf
+        max_norm = self.optim.max_grad_norm if self.optim.max_grad_norm is not None else math.inf
         norm = clip_grad_norm(self.policy, params, max_norm)
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP2: a DTensor
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            if self.on_nonfinite == "raise":
+            if self.guards.on_nonfinite == "raise":
                 raise FloatingPointError(
                     f"non-finite loss ({loss}) or gradient norm ({grad_norm}) at step {self.global_step}; "
                     "lower lr, check rewards, or set on_nonfinite: skip")
             self.nonfinite_steps += 1
             self.consecutive_nonfinite += 1
-            if self.max_nonfinite_steps is not None and self.consecutive_nonfinite >= self.max_nonfinite_steps:
+            if self.guards.max_nonfinite_steps is not None and self.consecutive_nonfinite >= self.guards.max_nonfinite_steps:
                 raise FloatingPointError(
                     f"the run diverged: {self.consecutive_nonfinite} optimizer steps in a row, up to step "
                     f"{self.global_step + 1}, had a non-finite loss ({loss}) or gradient norm ({grad_norm}). "
@@ -578,7 +474,7 @@ class GRPOModule(PolicyModule):
         or widened). Logging, time limits and the loss settings are not in it (they may change on resume);
         the data position's meaning is the DataModule's to check."""
         return {"model": model_identity(self.model_name), "group_size": self.group_size,
-                "estimator": repr(self.estimator), "aggregation": self.aggregation,
+                "estimator": repr(self.estimator), "aggregation": self.algorithm.aggregation,
                 "lora": asdict(self.lora) if self.lora is not None else None, "dtype": self.dtype_name}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -603,54 +499,6 @@ class GRPOModule(PolicyModule):
             set_rng_states(rng[self.global_rank] if self.global_rank < len(rng) else rng[0])
         if self.curriculum is not None and "lit_grpo_curriculum" in checkpoint:
             self.curriculum.load_state_dict(checkpoint["lit_grpo_curriculum"])
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
-
-
-def _takes_lengths(estimator: AdvantageEstimator) -> bool:
-    """Whether ``estimator(rewards, lengths=...)`` is a valid call (the interface since lengths were added)."""
-    params = inspect.signature(estimator.__call__).parameters.values()
-    return any(p.name == "lengths" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def _fused_adamw_ok(params: list[Tensor]) -> bool:
-    """The fused AdamW kernel (one pass over each tensor, several times faster on the CPU than the default
-    loop) for plain CPU or CUDA tensors; FSDP2's sharded DTensors keep the default implementation."""
-    from torch.distributed.tensor import DTensor
-
-    return bool(params) and all(p.device.type in ("cpu", "cuda") and not isinstance(p, DTensor) for p in params)
-
-
-@dataclass
-class _Rows:
-    """Completions one optimizer step trains on, with the batch-wide tensors cut to them."""
-
-    rollouts: Rollouts
-    loss_mask: Tensor  # [n, T] bool, the generated tokens in the loss (drop_truncated leaves some out)
-    advantages: Tensor  # [n]
-    old_logp: Tensor | None  # [n, T]
-    ref_logp: Tensor | None  # [n, T]
-
-    def select(self, rows: Tensor) -> _Rows:
-        """The completions ``rows [n']`` of these, in that order, their rollouts trimmed to their longest prompt
-        and completion (the other tensors keep their width: cut them to the log-probs')."""
-        index = rows.to(self.advantages.device)
-        return _Rows(_trimmed(select_rows(self.rollouts, rows)), self.loss_mask[index], self.advantages[index],
-                     None if self.old_logp is None else self.old_logp[index],
-                     None if self.ref_logp is None else self.ref_logp[index])
-
-
-def _chunks(rows: Tensor, size: int) -> list[Tensor]:
-    """``rows`` cut into consecutive runs of ``size`` (none when ``rows`` is empty)."""
-    return [part for part in rows.split(size) if len(part)]
-
-
-def _trimmed(rollouts: Rollouts) -> Rollouts:
-    """``rollouts`` cut to their longest prompt and completion (padding a micro-batch need not compute)."""
-    return slice_rows(rollouts, 0, len(rollouts))
 
 
 def _take_groups(batch: PromptBatch, rollouts: Rollouts, rewards: Tensor, out: RewardOutput, groups: list[int]):

@@ -17,6 +17,7 @@ from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.scoring import DEFAULT_REWARD_TIMEOUT_S, RewardGuard
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.hf import HFGenerateEngine
+from lit_grpo.settings import Optim, Sampling
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
 
 
@@ -33,12 +34,9 @@ class PolicyModule(LightningModule):
         engine: Rollout engine (default: Hugging Face ``generate`` on the policy).
         dtype: Parameter dtype of the policy.
         from_scratch: Initialise the weights randomly from the model's config (for pre-training tiny models).
-        temperature: Sampling temperature for rollouts (and the log-prob forward).
-        top_p: Nucleus sampling threshold.
-        top_k: Top-k sampling (0 = off).
-        max_new_tokens: Longest completion.
-        val_samples: Sampled completions per held-out prompt for ``val/reward_mean`` (0 = skip).
         seed: Seed for ``from_scratch`` initialisation.
+        sampling: Rollout and held-out sampling (:class:`~lit_grpo.settings.Sampling`).
+        optim: AdamW, warm-up and clipping (:class:`~lit_grpo.settings.Optim`).
         lora: Train LoRA adapters (peft) instead of all weights (null = full fine-tuning).
         gradient_checkpointing: Recompute each block's activations in the backward pass instead of
             storing them (less memory, about a third more compute); generation keeps its KV cache.
@@ -52,38 +50,41 @@ class PolicyModule(LightningModule):
         model: str,
         reward: RewardFunction,
         engine: RolloutEngine | None = None,
+        *,
         dtype: DType = "float32",
         from_scratch: bool = False,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        max_new_tokens: int = 64,
-        val_samples: int = 1,
         seed: int = 0,
+        sampling: Sampling = Sampling(),
+        optim: Optim = Optim(),
         lora: LoraSettings | None = None,
         gradient_checkpointing: bool = False,
         reward_timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S,
     ) -> None:
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"temperature={temperature} must be > 0 for training rollouts")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p={top_p} must be in (0, 1]")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
         self.model_name = model
         self.reward = reward
         self.reward_guard = RewardGuard(reward_timeout_s)  # every reward call: time limit, checks, counters
         self.engine = engine if engine is not None else HFGenerateEngine()
         self.dtype_name, self.from_scratch, self.seed = dtype, from_scratch, seed
-        self.sampling = SamplingParams(temperature, top_p, top_k, max_new_tokens)
-        self.val_samples = val_samples
+        self.sampling = sampling.params()  # what the engine reads
+        self.val_samples = sampling.val_samples
+        self.optim = optim
         self.lora, self.gradient_checkpointing = lora, gradient_checkpointing
         self.policy: nn.Module | None = None
         self.tokenizer = None
         self.eval_metrics = nn.ModuleDict({
             "accuracy": MeanMetric(nan_strategy="ignore"), "reward_mean": MeanMetric(nan_strategy="ignore"),
         })
+
+    def configure_optimizers(self):
+        """AdamW over the trained parameters (the adapters only, with LoRA) with a linear warm-up; the fused
+        kernel where every parameter is a plain CPU or CUDA tensor (FSDP2's DTensors keep the default loop)."""
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=self.optim.lr, betas=self.optim.betas,
+                                weight_decay=self.optim.weight_decay, fused=_fused_adamw_ok(params))
+        warmup = max(self.optim.warmup_steps, 1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ---- setup -----------------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -151,6 +152,13 @@ class PolicyModule(LightningModule):
             policy = meta_copy(policy)
         policy.save_pretrained(path, state_dict=state_dict)
         self.tokenizer.save_pretrained(path)
+
+
+def _fused_adamw_ok(params: list[Tensor]) -> bool:
+    """Whether the fused AdamW kernel (one pass over each tensor) applies: plain CPU or CUDA tensors, no DTensor."""
+    from torch.distributed.tensor import DTensor
+
+    return bool(params) and all(p.device.type in ("cpu", "cuda") and not isinstance(p, DTensor) for p in params)
 
 
 def enable_gradient_checkpointing(policy: nn.Module) -> None:

@@ -8,6 +8,7 @@ from lit_grpo.lora import LoraSettings
 from lit_grpo.policy import DType, PolicyModule
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rollout.base import RolloutEngine
+from lit_grpo.settings import Optim, Sampling
 from lit_grpo.types import PromptBatch
 
 
@@ -25,10 +26,11 @@ class SFTModule(PolicyModule):
         from_scratch: Initialise the weights randomly from the model's config.
         seed: Seed of the random initialisation.
         target_template: ``str.format`` template over ``reference`` giving the trained completion.
-        lr: AdamW learning rate.
-        weight_decay: AdamW weight decay.
-        betas: AdamW betas.
-        warmup_steps: Linear warm-up in optimizer steps.
+        optim: AdamW, warm-up and clipping (:class:`~lit_grpo.settings.Optim`; here lr 1e-4, betas (0.9, 0.98)
+            and no clipping by default; ``max_grad_norm`` clips the global gradient norm when set).
+        dtype: Parameter dtype of the policy.
+        sampling: Held-out sampling (``temperature``, ``max_new_tokens``, ``val_samples``;
+            :class:`~lit_grpo.settings.Sampling`).
         lora: Train LoRA adapters (peft) instead of all weights.
         gradient_checkpointing: Recompute block activations in the backward pass to save memory.
     """
@@ -41,30 +43,20 @@ class SFTModule(PolicyModule):
         from_scratch: bool = False,
         seed: int = 0,
         target_template: str = "{reference}",
-        lr: float = 1e-4,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.98),
-        warmup_steps: int = 0,
+        optim: Optim = Optim(lr=1e-4, betas=(0.9, 0.98), max_grad_norm=None),
         dtype: DType = "float32",
-        temperature: float = 1.0,
-        max_new_tokens: int = 64,
-        val_samples: int = 1,
+        sampling: Sampling = Sampling(),
         lora: LoraSettings | None = None,
         gradient_checkpointing: bool = False,
     ) -> None:
-        super().__init__(model, reward, engine, dtype, from_scratch, temperature, 1.0, 0, max_new_tokens,
-                         val_samples, seed, lora=lora, gradient_checkpointing=gradient_checkpointing)
-        if lr <= 0:
-            raise ValueError(f"lr={lr} must be > 0")
+        super().__init__(model, reward, engine, dtype=dtype, from_scratch=from_scratch, seed=seed,
+                         sampling=sampling, optim=optim, lora=lora, gradient_checkpointing=gradient_checkpointing)
         self.target_template = target_template
-        self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
 
-    def configure_optimizers(self):
-        params = [p for p in self.policy.parameters() if p.requires_grad]  # the adapters only, with LoRA
-        opt = torch.optim.AdamW(params, lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
-        warmup = max(self.warmup_steps, 1)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        if self.optim.max_grad_norm is not None:  # optim.max_grad_norm, else the Trainer's gradient_clip_val
+            gradient_clip_val, gradient_clip_algorithm = self.optim.max_grad_norm, "norm"
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def training_step(self, batch: PromptBatch, batch_idx: int) -> torch.Tensor:
         ids, labels, mask = self.encode(batch)  # [B, L] each

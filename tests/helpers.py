@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import lightning as L
 
 from lit_grpo import ExactMatch, GRPOModule, PromptDataModule, SyntheticArithmetic
+from lit_grpo import settings as settings_groups
+
+#: The module's settings groups by argument name: GRPOModule(sampling=Sampling(...), optim=Optim(...), ...).
+GROUPS = {"sampling": settings_groups.Sampling, "optim": settings_groups.Optim, "algorithm": settings_groups.Algorithm,
+          "batching": settings_groups.Batching, "guards": settings_groups.Guards}
+
+
+def grouped(**options):
+    """``options`` with each setting (``lr=1e-3``, ``micro_batch_size=2``) moved into its group's dataclass
+    (``optim=Optim(lr=1e-3)``), so a test names only the settings it varies; other arguments pass through."""
+    out, groups = {}, {}
+    for key, value in options.items():
+        group = next((g for g, cls in GROUPS.items() if key in {f.name for f in fields(cls)}), None)
+        if group is None:
+            out[key] = value
+        else:
+            groups.setdefault(group, {})[key] = value
+    return {**out, **{g: GROUPS[g](**values) for g, values in groups.items()}}
 
 
 def tiny_data(prompts_per_step: int = 4, **kwargs) -> PromptDataModule:
@@ -14,7 +34,7 @@ def tiny_data(prompts_per_step: int = 4, **kwargs) -> PromptDataModule:
 
 def tiny_module(model: str, **kwargs) -> GRPOModule:
     defaults = {"reward": ExactMatch(), "group_size": 4, "max_new_tokens": 4, "lr": 1e-3}
-    return GRPOModule(model=model, **{**defaults, **kwargs})
+    return GRPOModule(model=model, **grouped(**{**defaults, **kwargs}))
 
 
 def tiny_trainer(tmp_path, max_steps: int = 2, **kwargs) -> L.Trainer:

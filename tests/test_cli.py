@@ -78,7 +78,7 @@ def test_unknown_estimator_fails_at_parse_time(capsys):
 
 def test_unknown_option_fails_at_parse_time(capsys):
     with pytest.raises(SystemExit):
-        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.aggregation=mean"], run=False)
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.algorithm.aggregation=mean"], run=False)
     err = capsys.readouterr().err
     assert "token-mean" in err  # the valid choices are listed
 
@@ -144,14 +144,14 @@ def test_old_config_files_fail_with_the_new_spelling(capsys, tmp_path):
 #: 2 tiny steps of each loss, and of the update's options together, from the command line: the option, and the
 #: scalars the run must have written.
 UPDATE_RUNS = {
-    "GSPO": (["--model.loss=GSPO", "--model.steps_per_generation=2"], {"train/seq_ratio", "optim/clip_frac"}),
-    "CISPO": (["--model.loss=CISPO", "--model.steps_per_generation=2"], {"train/clip_frac", "optim/ratio_max"}),
-    "SAPO": (["--model.loss=SAPO", "--model.steps_per_generation=2"], {"train/gate", "train/policy_kl"}),
-    "GMPO": (["--model.loss=GMPO", "--model.steps_per_generation=2"], {"train/seq_ratio", "train/ratio_min"}),
+    "GSPO": (["--model.loss=GSPO", "--model.algorithm.steps_per_generation=2"], {"train/seq_ratio", "optim/clip_frac"}),
+    "CISPO": (["--model.loss=CISPO", "--model.algorithm.steps_per_generation=2"], {"train/clip_frac", "optim/ratio_max"}),
+    "SAPO": (["--model.loss=SAPO", "--model.algorithm.steps_per_generation=2"], {"train/gate", "train/policy_kl"}),
+    "GMPO": (["--model.loss=GMPO", "--model.algorithm.steps_per_generation=2"], {"train/seq_ratio", "train/ratio_min"}),
     "options": ([
         "--model.loss.correction=MaskedIS", "--model.loss.correction.level=geometric",
-        "--model.shaping=OverlongPenalty", "--model.shaping.buffer=2", "--model.drop_truncated=true",
-        "--model.entropy_coef=0.001", "--model.curriculum=PromptCurriculum", "--model.curriculum.min_visits=1",
+        "--model.shaping=OverlongPenalty", "--model.shaping.buffer=2", "--model.algorithm.drop_truncated=true",
+        "--model.algorithm.entropy_coef=0.001", "--model.curriculum=PromptCurriculum", "--model.curriculum.min_visits=1",
     ], {"train/is_masked_frac", "reward/overlong_penalty", "rollout/retired_prompts", "rollout/skipped_prompts"}),
 }
 

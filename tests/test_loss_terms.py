@@ -113,12 +113,3 @@ def test_bad_entropy_coef_is_rejected(sft_model_path):
     with pytest.raises(ValueError, match="entropy_coef=-0.1 must be >= 0"):
         tiny_module(sft_model_path, entropy_coef=-0.1)
 
-
-def test_an_estimator_without_the_lengths_keyword_is_a_clear_error(sft_model_path):
-    class Old(AdvantageEstimator):
-        def __call__(self, rewards):
-            return DrGRPO()(rewards)
-
-    with pytest.raises(ValueError, match=r"Old.__call__ takes no `lengths` keyword.*__call__\(self, rewards, "
-                                         r"lengths=None\)"):
-        tiny_module(sft_model_path, estimator=Old())

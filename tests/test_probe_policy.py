@@ -19,7 +19,7 @@ def probe(argv):
 
 def fit_args(model, *extra):
     return ["--model=lit_grpo.GRPOModule", f"--model.model={model}", "--model.reward=lit_grpo.ExactMatch",
-            "--model.max_new_tokens=4", "--data.source=lit_grpo.SyntheticArithmetic",
+            "--model.sampling.max_new_tokens=4", "--data.source=lit_grpo.SyntheticArithmetic",
             "--data.source.init_args.max_operand=9", "--data.source.init_args.num_train=8",
             "--data.source.init_args.num_val=6", "--data.source.init_args.num_test=0",
             "--data.prompts_per_step=4", "--trainer.logger=false", *extra]  # fmt: skip

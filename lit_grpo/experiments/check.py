@@ -122,9 +122,9 @@ def check_runs(
         model = cli.model
         cells[key] = CellInfo(
             repr(getattr(model, "estimator", None)),
-            str(getattr(model, "aggregation", "")),
+            str(model.algorithm.aggregation) if hasattr(model, "algorithm") else "",
             int(getattr(model, "group_size", 0)),
-            float(getattr(model, "lr", float("nan"))),
+            float(model.optim.lr),
             str(model.model_name),
             pairing_of(cli),
         )

@@ -22,6 +22,7 @@ from lit_grpo.data import (  # noqa: E402
 from lit_grpo.models.tiny import build_tiny_model, char_tokenizer  # noqa: E402
 from lit_grpo.module import GRPOModule  # noqa: E402
 from lit_grpo.rewards import Format, MathVerify, WeightedSum  # noqa: E402
+from lit_grpo.settings import Sampling  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def reward_for(source):
 
 
 def fit(source, model, reward):
-    module = GRPOModule(model=model, reward=reward, group_size=2, max_new_tokens=8)
+    module = GRPOModule(model=model, reward=reward, group_size=2, sampling=Sampling(max_new_tokens=8))
     dm = PromptDataModule(source, prompts_per_step=2, val_batch_size=2)
     trainer = L.Trainer(max_steps=2, enable_checkpointing=False, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=1, val_check_interval=2,
@@ -101,7 +102,8 @@ def test_chat_style_uses_the_policys_chat_template(tmp_path):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             seen.extend(batch.prompts)
 
-    module = GRPOModule(model=str(model), reward=source.default_reward(), group_size=2, max_new_tokens=4)
+    module = GRPOModule(model=str(model), reward=source.default_reward(), group_size=2,
+                        sampling=Sampling(max_new_tokens=4))
     trainer = L.Trainer(max_steps=1, enable_checkpointing=False, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, accelerator="cpu", callbacks=[Record()])  # fmt: skip
     trainer.fit(module, datamodule=PromptDataModule(source, prompts_per_step=2))

@@ -29,7 +29,7 @@ SMALL = [
     "--trainer.max_steps=2",
     "--trainer.val_check_interval=2",
     "--data.max_val_prompts=8",
-    "--model.val_samples=1",
+    "--model.sampling.val_samples=1",
 ]
 METRICS = [
     {"name": "rollout/reward_mean", "reduce": "mean"},

@@ -14,7 +14,7 @@ from lit_grpo.experiments.runner import STATUS_FILE, needs_run, prepared_outputs
 from lit_grpo.experiments.spec import Prepare
 from tests.experiments.helpers import ROOT, write_experiment
 
-SWEEP = {"lr": {"1e-4": ["--model.lr=1e-4"], "3e-4": ["--model.lr=3e-4"]}}
+SWEEP = {"lr": {"1e-4": ["--model.optim.lr=1e-4"], "3e-4": ["--model.optim.lr=3e-4"]}}
 
 
 @pytest.fixture(autouse=True)
@@ -40,9 +40,9 @@ def test_expand_orders_seeds_settings_arms_and_builds_commands(tmp_path):
         "--config",
         "configs/estimators/grpo.yaml",
     )
-    assert "--model.estimator=Sign" in sign and "--model.lr=3e-4" in sign
+    assert "--model.estimator=Sign" in sign and "--model.optim.lr=3e-4" in sign
     assert (
-        sign.index("--model.group_size=4") < sign.index("--model.lr=3e-4") < sign.index("--seed_everything=1")
+        sign.index("--model.group_size=4") < sign.index("--model.optim.lr=3e-4") < sign.index("--seed_everything=1")
     )
     assert "--data.seed=1" in sign
     assert runs[-1].run_dir == out_dir(exp, tmp_path / "root") / "runs" / "Sign" / "lr=3e-4" / "seed1"
@@ -141,7 +141,7 @@ def test_selection_stage_then_runs_at_each_arms_chosen_value(tmp_path):
     from lit_grpo.experiments.grid import expand_selection
     from lit_grpo.experiments.select import select_choice, selection_section
 
-    sweep = {"lr": {"1e-4": ["--model.lr=1.0e-4"], "3e-4": ["--model.lr=3.0e-4"]}}
+    sweep = {"lr": {"1e-4": ["--model.optim.lr=1.0e-4"], "3e-4": ["--model.optim.lr=3.0e-4"]}}
     select = {"axis": "lr", "metric": {"name": "val/reward_mean"}, "seeds": [100, 101]}
     exp = load_experiment(write_experiment(tmp_path / "e.yaml", sweep=sweep, select=select))
     selection = expand_selection(exp, {}, tmp_path)
@@ -155,7 +155,7 @@ def test_selection_stage_then_runs_at_each_arms_chosen_value(tmp_path):
     runs = expand(exp, {}, tmp_path, choice)
     assert [r.seed for r in runs] == [0, 0, 1, 1] and {r.setting for r in runs} == {()}
     by_arm = {r.arm: r for r in runs}
-    assert "--model.lr=1.0e-4" in by_arm["GRPO"].args and "--model.lr=3.0e-4" in by_arm["Sign"].args
+    assert "--model.optim.lr=1.0e-4" in by_arm["GRPO"].args and "--model.optim.lr=3.0e-4" in by_arm["Sign"].args
     assert by_arm["Sign"].chosen == (("lr", "3e-4"),) and by_arm["Sign"].run_dir.parent.name == "default"
     table = "\n".join(selection_section(exp, records, choice))
     assert "| Sign | default | 0.3000 (n=2) | **0.6000 (n=2)** | lr=3e-4 |" in table
@@ -167,7 +167,7 @@ def test_selection_stage_then_runs_at_each_arms_chosen_value(tmp_path):
 
 
 def test_selection_seeds_must_differ_from_the_final_seeds(tmp_path):
-    sweep = {"lr": {"1e-4": ["--model.lr=1.0e-4"]}}
+    sweep = {"lr": {"1e-4": ["--model.optim.lr=1.0e-4"]}}
     bad = {"axis": "lr", "metric": {"name": "val/reward_mean"}, "seeds": [1, 2]}
     with pytest.raises(ValueError, match="overlap the seeds"):
         load_experiment(write_experiment(tmp_path / "e.yaml", sweep=sweep, select=bad))

@@ -74,12 +74,12 @@ def test_a_valid_config_loads(tmp_path):
 def test_quick_mode_overrides_seeds_sweep_and_appends_args(tmp_path):
     path = write_experiment(
         tmp_path / "e.yaml",
-        sweep={"lr": {"1e-4": ["--model.lr=1e-4"], "3e-4": ["--model.lr=3e-4"]}},
+        sweep={"lr": {"1e-4": ["--model.optim.lr=1e-4"], "3e-4": ["--model.optim.lr=3e-4"]}},
         quick={"seeds": [7], "args": ["--trainer.max_steps=2"], "sweep": {"lr": ["3e-4"]}},
     )
     full, quick = load_experiment(path), load_experiment(path, quick=True)
     assert [lbl for lbl, _ in full.sweep[0][1]] == ["1e-4", "3e-4"]
-    assert quick.sweep == (("lr", (("3e-4", ("--model.lr=3e-4",)),)),)
+    assert quick.sweep == (("lr", (("3e-4", ("--model.optim.lr=3e-4",)),)),)
     assert (
         quick.seeds == (7,)
         and quick.args == ("--model.group_size=4", "--trainer.max_steps=2")
@@ -126,7 +126,7 @@ def test_bad_configs_fail_with_the_key_and_the_fix(tmp_path, overrides, message)
 def test_callbacks_named_by_configs_and_arguments_are_found(tmp_path):
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text("trainer:\n  callbacks:\n    - {class_path: lit_grpo.callbacks.GradientBudget}\n")
-    args = ("--trainer.callbacks+=lit_grpo.callbacks.DegeneracyMonitor", "--model.lr=1e-4",
+    args = ("--trainer.callbacks+=lit_grpo.callbacks.DegeneracyMonitor", "--model.optim.lr=1e-4",
             '--trainer.callbacks+={"class_path": "lit_grpo.callbacks.GradientRank", "init_args": {"every_n_steps": 10}}')
     assert callback_paths(("configs/quickstart.yaml", str(overlay)), args) == (
         "lit_grpo.callbacks.HeldOutReport", "lit_grpo.callbacks.GradientBudget", "lit_grpo.callbacks.DegeneracyMonitor", "lit_grpo.callbacks.GradientRank"

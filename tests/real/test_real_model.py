@@ -39,7 +39,7 @@ def tiny_run(tmp_path: Path, *extra: str) -> list[str]:
     """The real quickstart config shrunk to 2 steps of 2 prompts x 2 completions, 8 new tokens."""
     return [
         "--config", CONFIG,
-        "--model.group_size=2", "--model.max_new_tokens=8", "--model.lr=1e-3",
+        "--model.group_size=2", "--model.sampling.max_new_tokens=8", "--model.optim.lr=1e-3",
         "--data.prompts_per_step=2", "--data.val_batch_size=4",
         "--data.source.init_args.num_train=8", "--data.source.init_args.num_val=4",
         "--data.source.init_args.num_test=4",

@@ -36,7 +36,7 @@ def test_cli_fit_trains_and_keeps_the_engine_in_sync(tmp_path, sft_model_path):
             str(ROOT / "configs" / "quickstart_vllm.yaml"),
             f"--model.model={sft_model_path}",
             "--model.group_size=4",
-            "--model.lr=1e-3",
+            "--model.optim.lr=1e-3",
             "--model.engine.kv_cache_gib=0.25",
             "--data.prompts_per_step=4",
             "--data.val_batch_size=16",

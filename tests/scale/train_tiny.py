@@ -19,6 +19,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository for tests.helpers
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
@@ -35,6 +36,7 @@ from lit_grpo.parallel import full_state_dict, gathered  # noqa: E402
 from lit_grpo.rollout.base import RolloutEngine  # noqa: E402
 from lit_grpo.rollout.weights import full_weights, merged_adapters  # noqa: E402
 from lit_grpo.types import RewardOutput, Rollouts  # noqa: E402
+from tests.helpers import grouped  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = str(ROOT / "assets" / "tiny-arith-sft")
@@ -224,7 +226,7 @@ def module(engine: str = "scripted", lora: bool = False, **kwargs) -> GRPOModule
         "engine": ScriptedEngine() if engine == "scripted" else None,
         "lora": LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj"]) if lora else None,
     }
-    return GRPOModule(model=MODEL, **{**options, **kwargs})
+    return GRPOModule(model=MODEL, **grouped(**{**options, **kwargs}))
 
 
 def trainer(out: Path, steps: int, strategy="auto", devices: int = 1, callbacks=(), **kwargs) -> L.Trainer:
