@@ -21,6 +21,7 @@ from typing import Literal
 
 from lit_grpo.checks import require
 from lit_grpo.envs.base import Message
+from lit_grpo.rollout.functional import encode_prompts, unpad_prompts
 
 PLACEHOLDER = "ASSISTANT_TURN_PLACEHOLDER_8d1f"
 _PROBE = {"type": "function", "function": {"name": "probe_tool_4c7e", "description": "probe",
@@ -90,8 +91,6 @@ class ChatFormat:
     def prompt_ids(self, messages: list[Message], tools: list[dict], tool_instructions: str = "") -> list[int]:
         """The episode's prompt: the opening messages and the generation prompt, encoded as the engines encode
         prompt text (:func:`~lit_grpo.rollout.functional.encode_prompts`)."""
-        from lit_grpo.rollout.functional import encode_prompts, unpad_prompts
-
         text = self.render(messages, tools, tool_instructions, add_generation_prompt=True)
         return unpad_prompts(*encode_prompts(self.tokenizer, [text]))[0]
 

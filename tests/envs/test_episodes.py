@@ -142,3 +142,20 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="max_turns=0"):
         run_episodes(ScriptedEngine(tok, _respond), tok, [_record()], Echo(), n=1, sampling=SamplingParams(),
                      max_turns=0)
+
+
+def test_row_selection_keeps_the_policy_mask_and_episodes():
+    from lit_grpo.rollout.functional import concat_rollouts, select_rows, slice_rows
+
+    tok = chat_tokenizer()
+    r = run_episodes(ScriptedEngine(tok, _respond), tok, [_record("A", "a"), _record("B", "b")], Echo(turns=2),
+                     n=2, sampling=SamplingParams(max_new_tokens=16))
+    picked = select_rows(r, [3, 0])
+    assert torch.equal(picked.policy_mask, r.policy_mask[[3, 0]]) and picked.episodes == [r.episodes[3], r.episodes[0]]
+    part = slice_rows(r, 1, 3)
+    width = part.completion_ids.shape[1]
+    assert torch.equal(part.policy_mask, r.policy_mask[1:3, :width]) and part.episodes == r.episodes[1:3]
+    whole = concat_rollouts([slice_rows(r, 0, 2), slice_rows(r, 2, 4)], tok.pad_token_id)
+    assert torch.equal(whole.policy_mask, r.policy_mask) and whole.episodes == r.episodes
+    moved = r.to("cpu")
+    assert torch.equal(moved.policy_mask, r.policy_mask) and moved.episodes is r.episodes
