@@ -77,10 +77,22 @@ def check_arguments(arguments: dict[str, Any], schema: dict) -> str | None:
     if extra:
         return f"unknown argument(s) {extra}; it takes {sorted(properties)}"
     for name, value in arguments.items():
-        kinds = properties[name].get("type")
-        kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
-        allowed = tuple(t for k in kinds for t in _JSON_TYPES.get(k, (object,)))
-        wrong_bool = isinstance(value, bool) and "boolean" not in kinds
-        if allowed and (wrong_bool or not isinstance(value, allowed)):
-            return f"argument {name!r} must be {' or '.join(kinds)}, got {type(value).__name__} {value!r:.40}"
+        problem = _check_value(name, value, properties[name])
+        if problem:
+            return problem
+    return None
+
+
+def _check_value(name: str, value: Any, spec: dict) -> str | None:
+    """What is wrong with one argument's value for its schema ``spec`` (type, null, enum; not nested items)."""
+    if value is None and spec.get("nullable"):
+        return None
+    kinds = spec.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    allowed = tuple(t for k in kinds for t in _JSON_TYPES.get(k, (object,)))
+    wrong_bool = isinstance(value, bool) and "boolean" not in kinds
+    if allowed and (wrong_bool or not isinstance(value, allowed)):
+        return f"argument {name!r} must be {' or '.join(kinds)}, got {type(value).__name__} {value!r:.40}"
+    if "enum" in spec and value not in spec["enum"]:
+        return f"argument {name!r} must be one of {spec['enum']}, got {value!r:.40}"
     return None

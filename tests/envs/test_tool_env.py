@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Literal
 
 import pytest
 
@@ -62,7 +63,17 @@ def slow(seconds: float) -> str:
     return "woke"
 
 
-TOOLS = [echo, broken, as_dict, as_number, slow, calculator]
+def pick(colour: Literal["red", "blue"], count: int | None = None) -> str:
+    """Pick a colour.
+
+    Args:
+        colour: The colour.
+        count: How many (optional, may be null).
+    """
+    return f"{colour} x{count}"
+
+
+TOOLS = [echo, broken, as_dict, as_number, slow, pick, calculator]
 
 
 def _env(**kwargs):
@@ -129,6 +140,8 @@ def test_good_calls_answer_in_the_tool_role_and_continue():
     (_call("broken", x=1), "RuntimeError: broke on 1"),
     (_call("as_dict", x=1), "returned dict"),
     (_call("calculator", expression="__import__('os').system('x')"), "Call is not allowed"),
+    (_call("pick", colour="green"), "must be one of ['red', 'blue']"),
+    (_call("pick", colour="red", count="2"), "must be integer"),
 ])
 def test_bad_calls_are_error_observations_and_counted(text, message):
     episode, result = _step(_env(), text)
@@ -136,6 +149,11 @@ def test_bad_calls_are_error_observations_and_counted(text, message):
     content = result.observations[0]["content"]
     assert content.startswith("error: ") and message in content
     assert (episode.tool_calls, episode.tool_errors, episode.tool_timeouts) == (1, 1, 0)
+
+
+def test_optional_and_enum_arguments():
+    episode, result = _step(_env(), _call("pick", colour="red", count=None) + _call("pick", colour="blue", count=2))
+    assert [o["content"] for o in result.observations] == ["red xNone", "blue x2"] and episode.tool_errors == 0
 
 
 def test_numbers_are_converted_and_long_results_cut():
