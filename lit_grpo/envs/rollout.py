@@ -61,7 +61,8 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
 
     An episode ends when the environment says done, after ``max_turns`` assistant turns, when its tokens after
     the prompt would exceed ``max_episode_tokens`` (null: no limit beyond ``sampling.max_new_tokens`` per
-    turn), or when a turn ends without an EOS token; all but the first set ``truncated``. Each turn samples at
+    turn) or the engine's context (:meth:`RolloutEngine.max_sequence_length`), or when a turn ends without an
+    EOS token; all but the first set ``truncated``. Each turn samples at
     most ``sampling.max_new_tokens`` tokens.
     """
     require(max_turns >= 1, f"max_turns={max_turns} must be >= 1")
@@ -70,15 +71,17 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
     require(n >= 1 and len(records) >= 1, f"need at least one record and n >= 1 (got {len(records)} records, n={n})")
     chat = chat or ChatFormat(tokenizer)
     budget = max_episode_tokens or sys.maxsize
+    context = engine.max_sequence_length()
     eos = set(eos_token_ids(getattr(engine, "policy", None), tokenizer))
     episodes = [_reset(environment, r) for r in records for _ in range(n)]
     tracks = [_Track(chat.prompt_ids(ep.messages, ep.tools, ep.tool_instructions)) for ep in episodes]
+    budgets = [_budget(budget, context, t, ep) for t, ep in zip(tracks, episodes, strict=True)]
     live = list(range(len(episodes)))
     device = None
     for turn in range(max_turns):
         if not live:
             break
-        limits = {i: min(sampling.max_new_tokens, budget - len(tracks[i].ids)) for i in live}
+        limits = {i: min(sampling.max_new_tokens, budgets[i] - len(tracks[i].ids)) for i in live}
         turn_sampling = replace(sampling, max_new_tokens=max(limits.values()),
                                 seed=None if sampling.seed is None else sampling.seed + turn * TURN_SEED_STRIDE)
         out = _generate(engine, tracks, live, n if turn == 0 else 1, turn_sampling)
@@ -87,13 +90,23 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
         for row, i in enumerate(live):
             tokens = out.completion_ids[row][out.completion_mask[row]][: limits[i]].tolist()
             tracks[i].add(tokens, out.logprobs[row, : len(tokens)])
-            if _answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer, budget,
+            if _answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer, budgets[i],
                        last=turn == max_turns - 1):
                 still.append(i)
         live = still
     for ep in episodes:
         ep.reward = _timed(ep, lambda ep=ep: environment.reward(ep))
     return _assemble(tracks, episodes, n, tokenizer.pad_token_id, device)
+
+
+def _budget(budget: int, context: int | None, track: _Track, episode: Episode) -> int:
+    """The tokens an episode may hold after its prompt: ``max_episode_tokens``, within the engine's context."""
+    if context is None:
+        return budget
+    room = context - len(track.prompt)
+    require(room >= 1, f"the prompt of record {episode.record.get('id')!r} has {len(track.prompt)} tokens, which "
+                       f"leaves no room in the engine's {context}-token context; shorten the prompt")
+    return min(budget, room)
 
 
 def _generate(engine: RolloutEngine, tracks: list[_Track], live: list[int], n: int,

@@ -37,6 +37,10 @@ class RolloutEngine(ABC):
             "HFGenerateEngine or VLLMEngine, or implement generate_ids"
         )
 
+    def max_sequence_length(self) -> int | None:
+        """Most tokens of prompt and completion together the engine can hold (None: no known limit)."""
+        return None
+
     def sync_weights(self, policy: nn.Module) -> float:
         """Load the policy's current weights into the engine; returns seconds spent.
 

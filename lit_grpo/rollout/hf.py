@@ -109,6 +109,12 @@ class HFGenerateEngine(RolloutEngine):
             group_size=n,
         )
 
+    def max_sequence_length(self) -> int | None:
+        """The policy config's ``max_position_embeddings`` (None when it has none)."""
+        config = getattr(self.policy, "config", None)
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        return getattr(text, "max_position_embeddings", None)
+
     def eos_ids(self) -> list[int]:
         """The ids that end a completion (:func:`~lit_grpo.rollout.functional.eos_token_ids`)."""
         return eos_token_ids(self.policy, self.tokenizer)

@@ -316,6 +316,10 @@ class VLLMEngine(RolloutEngine):
             self._asleep -= set(wanted)
 
     # ---- checks ------------------------------------------------------------------------------------
+    def max_sequence_length(self) -> int | None:
+        """vLLM's ``max_model_len`` (None before :meth:`bind`)."""
+        return None if self.llm is None else self.llm.model_config.max_model_len
+
     def _check_lengths(self, token_lists: list[list[int]]) -> None:
         limit = self.llm.model_config.max_model_len
         for i, tokens in enumerate(token_lists):

@@ -159,3 +159,18 @@ def test_row_selection_keeps_the_policy_mask_and_episodes():
     assert torch.equal(whole.policy_mask, r.policy_mask) and whole.episodes == r.episodes
     moved = r.to("cpu")
     assert torch.equal(moved.policy_mask, r.policy_mask) and moved.episodes is r.episodes
+
+
+def test_the_engine_context_bounds_episodes():
+    tok = chat_tokenizer()
+    prompt = len(tok.encode("<|user|>Q<eos>\n<|assistant|>", add_special_tokens=False))
+    turn = len("a0t1") + 1
+    engine = ScriptedEngine(tok, _respond)
+    engine.max_sequence_length = lambda: prompt + turn + 4  # room for one turn, not for its bridge and another
+    r = run_episodes(engine, tok, [_record()], Echo(turns=10), n=1, sampling=SamplingParams(max_new_tokens=16),
+                     max_turns=5)
+    assert r.truncated.all() and r.episodes[0].turns == 1 and int(r.completion_mask.sum()) == turn
+    assert engine.calls[0][2] == turn + 4  # the first turn may use the rest of the context
+    engine.max_sequence_length = lambda: prompt
+    with pytest.raises(ValueError, match=r"has \d+ tokens, which leaves no room"):
+        run_episodes(engine, tok, [_record()], Echo(), n=1, sampling=SamplingParams())
