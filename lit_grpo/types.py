@@ -81,6 +81,10 @@ class Rollouts:
     texts: list[str]  # [N] decoded completions, special tokens removed
     truncated: Tensor  # [N] bool, True where max_new_tokens was hit without EOS
     group_size: int = 1
+    # Multi-turn episodes (lit_grpo.envs.run_episodes) only; None for single-turn rollouts. The completion is then
+    # the whole episode after the prompt: assistant turns, observations and the template's tokens between them.
+    policy_mask: Tensor | None = None  # [N, T] bool, True only on tokens the policy sampled (the loss mask)
+    episodes: list[Any] | None = None  # [N] lit_grpo.envs.Episode: messages, turns, tool counters, env reward
 
     @property
     def lengths(self) -> Tensor:  # [N]
@@ -99,6 +103,8 @@ class Rollouts:
             texts=self.texts,
             truncated=self.truncated.to(device),
             group_size=self.group_size,
+            policy_mask=None if self.policy_mask is None else self.policy_mask.to(device),
+            episodes=self.episodes,
         )
 
 

@@ -4,6 +4,7 @@ from lit_grpo.data.curriculum import PromptCurriculum
 from lit_grpo.data.datamodule import PromptDataModule
 from lit_grpo.data.multiple_choice import MultipleChoice
 from lit_grpo.data.records import BadRowError
+from lit_grpo.data.search_questions import SearchQuestions
 from lit_grpo.data.sources import FileSource, HubSource, PromptSource, RowSource
 from lit_grpo.data.stream import PromptStream
 from lit_grpo.data.synthetic import SyntheticArithmetic, SyntheticChoice, SyntheticResidue
@@ -14,6 +15,6 @@ from lit_grpo.data.word_problems import WordProblems
 __all__ = [
     "PromptSource", "RowSource", "FileSource", "HubSource",
     "SyntheticArithmetic", "SyntheticChoice", "SyntheticResidue", "GSM8K", "MATH500", "MultipleChoice",
-    "ReferenceText", "WordProblems",
+    "ReferenceText", "WordProblems", "SearchQuestions",
     "PromptDataModule", "PromptStream", "BadRowError", "PromptStyle", "THINK_TEMPLATE", "PromptCurriculum",
 ]  # fmt: skip

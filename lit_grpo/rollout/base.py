@@ -13,7 +13,9 @@ class RolloutEngine(ABC):
     """Generates completions for the policy being trained.
 
     The module calls :meth:`bind` once the policy and tokenizer are loaded, :meth:`generate` for every
-    rollout batch and :meth:`sync_weights` after every optimizer step.
+    rollout batch and :meth:`sync_weights` after every optimizer step. Multi-turn episodes
+    (:func:`lit_grpo.envs.run_episodes`) continue token sequences with :meth:`generate_ids`, which the
+    engines' ``generate`` calls after encoding, so both take one path.
     """
 
     @abstractmethod
@@ -23,6 +25,21 @@ class RolloutEngine(ABC):
     @abstractmethod
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> Rollouts:
         """``P`` prompts -> ``P * n`` completions, group-major, with the sampling log-probs."""
+
+    def generate_ids(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> Rollouts:
+        """``P`` token-id prompts (no padding) -> ``P * n`` completions, group-major, as :meth:`generate`.
+
+        The ids are used exactly as given (no special tokens added), so an episode's sampled tokens are never
+        re-tokenised.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not generate from token ids, which multi-turn episodes need; use "
+            "HFGenerateEngine or VLLMEngine, or implement generate_ids"
+        )
+
+    def max_sequence_length(self) -> int | None:
+        """Most tokens of prompt and completion together the engine can hold (None: no known limit)."""
+        return None
 
     def sync_weights(self, policy: nn.Module) -> float:
         """Load the policy's current weights into the engine; returns seconds spent.

@@ -23,6 +23,23 @@ def encode_prompts(tokenizer, prompts: list[str]) -> tuple[Tensor, Tensor]:
     return enc["input_ids"], enc["attention_mask"].bool()
 
 
+def pad_prompts(prompt_ids: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
+    """Token-id prompts ``[P]`` of any lengths -> left-padded ``(ids [P, Tp], mask [P, Tp] bool)``, the form
+    :func:`encode_prompts` returns."""
+    tp = max((len(p) for p in prompt_ids), default=0)
+    ids = torch.full((len(prompt_ids), tp), pad_token_id, dtype=torch.long)  # [P, Tp]
+    mask = torch.zeros(len(prompt_ids), tp, dtype=torch.bool)  # [P, Tp]
+    for row, tokens in enumerate(prompt_ids):
+        ids[row, tp - len(tokens):] = torch.as_tensor(tokens, dtype=torch.long)
+        mask[row, tp - len(tokens):] = True
+    return ids, mask
+
+
+def unpad_prompts(ids: Tensor, mask: Tensor) -> list[list[int]]:
+    """Left-padded ``ids, mask [P, Tp]`` -> the token ids of each prompt (the inverse of :func:`pad_prompts`)."""
+    return [row[m].tolist() for row, m in zip(ids, mask, strict=True)]
+
+
 def eos_token_ids(policy, tokenizer) -> list[int]:
     """The ids that end a completion: the policy's ``generation_config.eos_token_id`` (an id or a list), else
     the tokenizer's ``eos_token_id``; ``[]`` when neither names one. Any id counts, 0 included."""
@@ -68,6 +85,9 @@ def concat_rollouts(parts: list[Rollouts], pad_token_id: int) -> Rollouts:
         texts=[s for p in parts for s in p.texts],
         truncated=torch.cat([p.truncated for p in parts]),
         group_size=parts[0].group_size,
+        policy_mask=None if any(p.policy_mask is None for p in parts)
+        else torch.cat([_pad(p.policy_mask, t, False, left=False) for p in parts]),
+        episodes=None if any(p.episodes is None for p in parts) else [e for p in parts for e in p.episodes],
     )
 
 
@@ -90,6 +110,8 @@ def select_rows(rollouts: Rollouts, rows: Tensor | list[int]) -> Rollouts:
         texts=[rollouts.texts[i] for i in rows.tolist()],
         truncated=rollouts.truncated[rows],
         group_size=rollouts.group_size,
+        policy_mask=None if rollouts.policy_mask is None else rollouts.policy_mask[rows],
+        episodes=None if rollouts.episodes is None else [rollouts.episodes[i] for i in rows.tolist()],
     )
 
 
@@ -114,4 +136,6 @@ def slice_rows(rollouts: Rollouts, start: int, stop: int) -> Rollouts:
         texts=rollouts.texts[start:stop],
         truncated=rollouts.truncated[start:stop],
         group_size=rollouts.group_size,
+        policy_mask=None if rollouts.policy_mask is None else rollouts.policy_mask[start:stop, :t],
+        episodes=None if rollouts.episodes is None else rollouts.episodes[start:stop],
     )

@@ -12,7 +12,13 @@ from lit_grpo.logprobs import token_logprobs
 from lit_grpo.lora import base_model, merged_for_inference
 from lit_grpo.parallel import generation_view
 from lit_grpo.rollout.base import RolloutEngine
-from lit_grpo.rollout.functional import completion_mask, encode_prompts, eos_token_ids
+from lit_grpo.rollout.functional import (
+    completion_mask,
+    encode_prompts,
+    eos_token_ids,
+    pad_prompts,
+    unpad_prompts,
+)
 from lit_grpo.rollout.prefill import prompt_cache
 from lit_grpo.types import Rollouts, SamplingParams
 
@@ -64,14 +70,19 @@ class HFGenerateEngine(RolloutEngine):
             )
         self.policy, self.tokenizer = policy, tokenizer
 
-    @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> Rollouts:
         if self.policy is None:
             raise RuntimeError("HFGenerateEngine.generate() called before bind(policy, tokenizer)")
+        return self.generate_ids(unpad_prompts(*encode_prompts(self.tokenizer, prompts)), n, sampling)
+
+    @torch.no_grad()
+    def generate_ids(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> Rollouts:
+        if self.policy is None:
+            raise RuntimeError("HFGenerateEngine.generate_ids() called before bind(policy, tokenizer)")
         device = next(self.policy.parameters()).device
-        ids, mask = encode_prompts(self.tokenizer, prompts)  # [P, Tp]
+        ids, mask = pad_prompts(prompt_ids, self.tokenizer.pad_token_id)  # [P, Tp]
         ids, mask = ids.to(device), mask.to(device)
-        group = torch.arange(len(prompts), device=device).repeat_interleave(n)  # [N] each row's prompt
+        group = torch.arange(len(prompt_ids), device=device).repeat_interleave(n)  # [N] each row's prompt
         prompt_ids, prompt_mask = ids[group], mask[group]  # [N, Tp]
         step = self.batch_size or prompt_ids.shape[0]
         was_training = self.policy.training
@@ -97,6 +108,12 @@ class HFGenerateEngine(RolloutEngine):
             truncated=truncated,
             group_size=n,
         )
+
+    def max_sequence_length(self) -> int | None:
+        """The policy config's ``max_position_embeddings`` (None when it has none)."""
+        config = getattr(self.policy, "config", None)
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        return getattr(text, "max_position_embeddings", None)
 
     def eos_ids(self) -> list[int]:
         """The ids that end a completion (:func:`~lit_grpo.rollout.functional.eos_token_ids`)."""

@@ -13,7 +13,13 @@ from torch import Tensor, nn
 
 from lit_grpo.parallel import gathered
 from lit_grpo.rollout.base import RolloutEngine
-from lit_grpo.rollout.functional import encode_prompts, eos_token_ids, select_groups
+from lit_grpo.rollout.functional import (
+    encode_prompts,
+    eos_token_ids,
+    pad_prompts,
+    select_groups,
+    unpad_prompts,
+)
 from lit_grpo.rollout.weights import full_weights, merged_adapters
 from lit_grpo.types import Rollouts, SamplingParams
 
@@ -168,13 +174,16 @@ class VLLMEngine(RolloutEngine):
         }
 
     # ---- generation --------------------------------------------------------------------------------
-    @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> Rollouts:
         if self.llm is None:
             raise RuntimeError("VLLMEngine.generate() called before bind(policy, tokenizer)")
-        prompts, mine = self._group_prompts(prompts)
-        ids, mask = encode_prompts(self.tokenizer, prompts)  # [P, Tp]
-        token_lists = [row[m].tolist() for row, m in zip(ids, mask, strict=True)]
+        return self.generate_ids(unpad_prompts(*encode_prompts(self.tokenizer, prompts)), n, sampling)
+
+    @torch.no_grad()
+    def generate_ids(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> Rollouts:
+        if self.llm is None:
+            raise RuntimeError("VLLMEngine.generate_ids() called before bind(policy, tokenizer)")
+        token_lists, mine = self._group_prompts(prompt_ids)
         self._check_lengths(token_lists)
         self._prepare()
         per_request = 1 if sampling.temperature == 0 else n  # vLLM samples greedy completions one per request
@@ -184,17 +193,18 @@ class VLLMEngine(RolloutEngine):
         )
         if self.sleep_level:
             self._sleep()
+        ids, mask = pad_prompts(token_lists, self.tokenizer.pad_token_id)  # [P, Tp]
         rollouts = self._to_rollouts(ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), outputs, n)
         return rollouts if mine is None else select_groups(rollouts, list(mine))
 
-    def _group_prompts(self, prompts: list[str]) -> tuple[list[str], range | None]:
+    def _group_prompts(self, prompts: list[list[int]]) -> tuple[list[list[int]], range | None]:
         """With tensor parallelism the ranks of a group run the same requests: their prompts, concatenated."""
         if self.tensor_parallel_size == 1:
             return prompts, None
         from vllm.distributed.parallel_state import get_tp_group
 
         group = get_tp_group()
-        gathered: list[list[str] | None] = [None] * group.world_size
+        gathered: list[list[list[int]] | None] = [None] * group.world_size
         torch.distributed.all_gather_object(gathered, prompts, group=group.cpu_group)
         start = sum(len(g) for g in gathered[: group.rank_in_group])
         return [p for g in gathered for p in g], range(start, start + len(prompts))
@@ -306,6 +316,10 @@ class VLLMEngine(RolloutEngine):
             self._asleep -= set(wanted)
 
     # ---- checks ------------------------------------------------------------------------------------
+    def max_sequence_length(self) -> int | None:
+        """vLLM's ``max_model_len`` (None before :meth:`bind`)."""
+        return None if self.llm is None else self.llm.model_config.max_model_len
+
     def _check_lengths(self, token_lists: list[list[int]]) -> None:
         limit = self.llm.model_config.max_model_len
         for i, tokens in enumerate(token_lists):

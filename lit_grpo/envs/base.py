@@ -1,0 +1,145 @@
+"""The environment interface: an episode starts from a data record, the environment answers each assistant turn.
+
+An :class:`Environment` is configured once (``class_path``/``init_args``, like every component) and holds no
+episode state: :meth:`Environment.reset` returns a fresh :class:`Episode` for each of the ``G`` episodes of a record,
+and :meth:`Environment.step` and :meth:`Environment.reward` read and change only the episode they are given, so
+the episodes of a step run side by side without sharing anything.
+
+A record is the dict a :class:`~lit_grpo.data.sources.PromptSource` returns:
+``{"prompt": str, "reference": str, "id": str, "columns": {name: value}}``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from lit_grpo.checks import require
+
+Message = dict[str, Any]  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
+Record = dict[str, Any]
+
+
+@dataclass
+class Episode:
+    """One episode's state: the conversation so far, the environment's own state and the counters.
+
+    The driver (:func:`lit_grpo.envs.run_episodes`) appends each assistant turn (``{"role": "assistant",
+    "content": text}``) and each step's observations to ``messages`` and fills ``turns``, ``done``, ``truncated``
+    and ``reward``; environments count their tool calls here.
+    """
+
+    record: Record
+    messages: list[Message]  # the conversation: reset's messages, then assistant turns and observations
+    tools: list[dict] = field(default_factory=list)  # JSON schemas of the tools this episode offers
+    tool_instructions: str = ""  # how to call them, for chat templates without a tool format
+    state: dict[str, Any] = field(default_factory=dict)  # the environment's own per-episode state
+    turns: int = 0  # assistant turns sampled
+    tool_calls: int = 0  # tool calls made (malformed ones included)
+    tool_errors: int = 0  # calls answered with an error: malformed, unknown tool, tool raised, bad result
+    tool_timeouts: int = 0  # calls that ran past the tool time limit
+    env_seconds: float = 0.0  # wall-clock seconds spent in reset, step and reward
+    done: bool = False  # the environment ended the episode
+    truncated: bool = False  # max_turns, the token budget or a turn without EOS ended it
+    reward: float | None = None  # the environment's own reward, when it owns one
+
+    @property
+    def final_answer(self) -> str:
+        """The last assistant turn ("" before the first one)."""
+        turns = [m["content"] for m in self.messages if m["role"] == "assistant"]
+        return turns[-1] if turns else ""
+
+
+@dataclass
+class StepResult:
+    """What the environment answers to one assistant turn."""
+
+    observations: list[Message]  # messages appended after the turn (role "tool" or "user"); [] when done
+    done: bool  # True: the episode ends with this turn
+
+
+class Environment(ABC):
+    """Starts episodes from data records and answers the policy's turns.
+
+    Subclasses implement :meth:`reset` and :meth:`step`, and :meth:`reward` when the environment owns the
+    reward. Keep all per-episode state in the :class:`Episode` (``episode.state``), never on ``self``.
+    """
+
+    @abstractmethod
+    def reset(self, record: Record) -> Episode:
+        """A new episode for ``record``: its opening messages (e.g. a system message and the question)."""
+
+    @abstractmethod
+    def step(self, episode: Episode, text: str) -> StepResult:
+        """The answer to the assistant turn ``text`` (already appended to ``episode.messages``)."""
+
+    def reward(self, episode: Episode) -> float | None:
+        """The episode's reward, or None to let the configured reward function score the final answer."""
+        return None
+
+
+def user_messages(record: Record, system_prompt: str | None = None) -> list[Message]:
+    """The opening messages of most environments: an optional system message, then the record's prompt."""
+    require(isinstance(record.get("prompt"), str),
+            f"a record needs a text 'prompt' to start an episode; got fields {sorted(record)}")
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": record["prompt"]}]
+
+
+class SingleTurn(Environment):
+    """One assistant turn and done: the prompt as a user message, the answer scored by the configured reward.
+
+    Args:
+        system_prompt: A system message before the prompt (null: none).
+    """
+
+    def __init__(self, system_prompt: str | None = None) -> None:
+        self.system_prompt = system_prompt
+
+    def reset(self, record: Record) -> Episode:
+        return Episode(record=record, messages=user_messages(record, self.system_prompt))
+
+    def step(self, episode: Episode, text: str) -> StepResult:
+        return StepResult(observations=[], done=True)
+
+
+class EnvironmentRouter(Environment):
+    """Chooses each record's environment by the value of one of its data columns.
+
+    Args:
+        column: The record column that names the environment (a key of ``columns``).
+        environments: Environment for each value of the column.
+        default: Environment for records without the column or with a value not in ``environments`` (null: such
+            a record is an error naming the value).
+    """
+
+    def __init__(self, column: str, environments: dict[str, Environment], default: Environment | None = None) -> None:
+        require(bool(environments) or default is not None,
+                "EnvironmentRouter: environments is empty and there is no default; map at least one column value")
+        self.column = column
+        self.environments = dict(environments)
+        self.default = default
+
+    def route(self, record: Record) -> Environment:
+        """The environment for ``record``."""
+        value = record.get("columns", {}).get(self.column)
+        env = self.environments.get(str(value)) if value is not None else None
+        if env is None and self.default is None:
+            raise ValueError(
+                f"EnvironmentRouter: record {record.get('id')!r} has {self.column}={value!r}, which names no "
+                f"environment; known values: {sorted(self.environments)}. Add it to environments or set a default"
+            )
+        return env or self.default
+
+    def reset(self, record: Record) -> Episode:
+        env = self.route(record)
+        episode = env.reset(record)
+        episode.state["environment"] = env
+        return episode
+
+    def step(self, episode: Episode, text: str) -> StepResult:
+        return episode.state["environment"].step(episode, text)
+
+    def reward(self, episode: Episode) -> float | None:
+        return episode.state["environment"].reward(episode)

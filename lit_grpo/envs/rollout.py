@@ -1,0 +1,195 @@
+"""Multi-turn rollouts: every live episode of a step decodes together, turn by turn, token-exact.
+
+An episode's sequence is its prompt (the opening messages rendered by the chat template) followed by the
+assistant turns the policy sampled and, between them, the bridge tokens of the chat template
+(:meth:`~lit_grpo.envs.chat.ChatFormat.bridge_ids`: the end of the turn, the observations, the next generation
+prompt). Sampled tokens are kept exactly as the engine returned them and the next turn continues from the token
+ids (:meth:`~lit_grpo.rollout.RolloutEngine.generate_ids`), never from re-tokenised text.
+
+The returned :class:`~lit_grpo.types.Rollouts` holds everything after the prompt in ``completion_ids`` /
+``completion_mask`` and marks the sampled tokens in ``policy_mask``; engine log-probs are 0 off it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+import torch
+from torch import Tensor
+
+from lit_grpo.checks import require
+from lit_grpo.envs.base import Environment, Episode, Record
+from lit_grpo.envs.chat import ChatFormat
+from lit_grpo.rollout.base import RolloutEngine
+from lit_grpo.rollout.functional import eos_token_ids, pad_prompts
+from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
+
+T = TypeVar("T")
+#: Seed offset of turn ``k`` (``SamplingParams.seed + k * TURN_SEED_STRIDE``), so turns do not replay one stream.
+TURN_SEED_STRIDE = 1_000_003
+
+
+def records_of(batch: PromptBatch) -> list[Record]:
+    """The records of a prompt batch, in the form environments are reset from."""
+    return [{"prompt": p, "reference": r, "id": i, "columns": {k: v[j] for k, v in batch.columns.items()}}
+            for j, (p, r, i) in enumerate(zip(batch.prompts, batch.references, batch.ids, strict=True))]
+
+
+class _Track:
+    """The token side of one episode: prompt ids, then the completion with its masks and log-probs."""
+
+    def __init__(self, prompt: list[int]) -> None:
+        self.prompt = prompt
+        self.ids: list[int] = []
+        self.sampled: list[bool] = []
+        self.logprobs: list[Tensor] = []  # float32 pieces, kept as the engine's tensors (bit-exact)
+
+    def add(self, ids: list[int], logprobs: Tensor | None) -> None:
+        self.ids += ids
+        self.sampled += [logprobs is not None] * len(ids)
+        self.logprobs.append(torch.zeros(len(ids)) if logprobs is None else logprobs.float().cpu())
+
+
+def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], environment: Environment, n: int,
+                 sampling: SamplingParams, max_turns: int = 4, max_episode_tokens: int | None = None,
+                 chat: ChatFormat | None = None) -> Rollouts:
+    """``n`` episodes of each record (group-major, as :meth:`RolloutEngine.generate`), run to the end.
+
+    An episode ends when the environment says done, after ``max_turns`` assistant turns, when its tokens after
+    the prompt would exceed ``max_episode_tokens`` (null: no limit beyond ``sampling.max_new_tokens`` per
+    turn) or the engine's context (:meth:`RolloutEngine.max_sequence_length`), or when a turn ends without an
+    EOS token; all but the first set ``truncated``. Each turn samples at
+    most ``sampling.max_new_tokens`` tokens.
+    """
+    require(max_turns >= 1, f"max_turns={max_turns} must be >= 1")
+    require(max_episode_tokens is None or max_episode_tokens >= 1,
+            f"max_episode_tokens={max_episode_tokens} must be >= 1 or null")
+    require(n >= 1 and len(records) >= 1, f"need at least one record and n >= 1 (got {len(records)} records, n={n})")
+    chat = chat or ChatFormat(tokenizer)
+    budget = max_episode_tokens or sys.maxsize
+    context = engine.max_sequence_length()
+    eos = set(eos_token_ids(getattr(engine, "policy", None), tokenizer))
+    episodes = [_reset(environment, r) for r in records for _ in range(n)]
+    tracks = [_Track(chat.prompt_ids(ep.messages, ep.tools, ep.tool_instructions)) for ep in episodes]
+    budgets = [_budget(budget, context, t, ep) for t, ep in zip(tracks, episodes, strict=True)]
+    live = list(range(len(episodes)))
+    device = None
+    for turn in range(max_turns):
+        if not live:
+            break
+        limits = {i: min(sampling.max_new_tokens, budgets[i] - len(tracks[i].ids)) for i in live}
+        turn_sampling = replace(sampling, max_new_tokens=max(limits.values()),
+                                seed=None if sampling.seed is None else sampling.seed + turn * TURN_SEED_STRIDE)
+        out = _generate(engine, tracks, live, n if turn == 0 else 1, turn_sampling)
+        device = device or out.completion_ids.device
+        still = []
+        for row, i in enumerate(live):
+            tokens = out.completion_ids[row][out.completion_mask[row]][: limits[i]].tolist()
+            tracks[i].add(tokens, out.logprobs[row, : len(tokens)])
+            if _answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer, budgets[i],
+                       last=turn == max_turns - 1):
+                still.append(i)
+        live = still
+    for ep in episodes:
+        ep.reward = _timed(ep, lambda ep=ep: environment.reward(ep))
+    return _assemble(tracks, episodes, n, tokenizer.pad_token_id, device)
+
+
+def _budget(budget: int, context: int | None, track: _Track, episode: Episode) -> int:
+    """The tokens an episode may hold after its prompt: ``max_episode_tokens``, within the engine's context."""
+    if context is None:
+        return budget
+    room = context - len(track.prompt)
+    require(room >= 1, f"the prompt of record {episode.record.get('id')!r} has {len(track.prompt)} tokens, which "
+                       f"leaves no room in the engine's {context}-token context; shorten the prompt")
+    return min(budget, room)
+
+
+def _generate(engine: RolloutEngine, tracks: list[_Track], live: list[int], n: int,
+              sampling: SamplingParams) -> Rollouts:
+    """One turn for the ``live`` episodes. The first turn samples each record's ``n`` episodes from their one
+    prompt (as :meth:`RolloutEngine.generate` does) where the ``n`` prompts agree."""
+    if n > 1:
+        heads = [tracks[i].prompt for i in live[::n]]
+        if all(tracks[i].prompt == heads[j // n] for j, i in enumerate(live)):
+            return engine.generate_ids(heads, n, sampling)
+    return engine.generate_ids([tracks[i].prompt + tracks[i].ids for i in live], 1, sampling)
+
+
+def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track: _Track, tokens: list[int],
+            eos: set[int], tokenizer, budget: int, last: bool) -> bool:
+    """Records the sampled turn ``tokens`` and the environment's answer; True while the episode goes on."""
+    history = list(episode.messages)
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    episode.messages.append({"role": "assistant", "content": text})
+    episode.turns += 1
+    if not tokens or tokens[-1] not in eos:  # the turn hit its token limit: no boundary to continue from
+        episode.truncated = True
+        return False
+    result = _timed(episode, lambda: environment.step(episode, text))
+    episode.messages.extend(result.observations)
+    if result.done:
+        episode.done = True
+        return False
+    bridge = chat.bridge_ids(history, result.observations, episode.tools, episode.tool_instructions, tokens[-1])
+    if last or len(track.ids) + len(bridge) >= budget:  # no turn left, or no room to sample one token
+        episode.truncated = True
+        return False
+    track.add(bridge, None)
+    return True
+
+
+def _reset(environment: Environment, record: Record) -> Episode:
+    start = time.perf_counter()
+    episode = environment.reset(record)
+    require(isinstance(episode, Episode),
+            f"{type(environment).__name__}.reset returned {type(episode).__name__}; it must return an Episode")
+    episode.env_seconds += time.perf_counter() - start
+    return episode
+
+
+def _timed(episode: Episode, call: Callable[[], T]) -> T:
+    start = time.perf_counter()
+    result = call()
+    episode.env_seconds += time.perf_counter() - start
+    return result
+
+
+def _assemble(tracks: list[_Track], episodes: list[Episode], n: int, pad: int, device) -> Rollouts:
+    prompt_ids, prompt_mask = pad_prompts([t.prompt for t in tracks], pad)  # [N, Tp]
+    width = max(len(t.ids) for t in tracks)
+    ids = torch.full((len(tracks), width), pad, dtype=torch.long)  # [N, T]
+    exists = torch.zeros(len(tracks), width, dtype=torch.bool)  # [N, T]
+    sampled = torch.zeros(len(tracks), width, dtype=torch.bool)  # [N, T]
+    logprobs = torch.zeros(len(tracks), width)  # [N, T]
+    for row, t in enumerate(tracks):
+        k = len(t.ids)
+        ids[row, :k] = torch.as_tensor(t.ids, dtype=torch.long)
+        exists[row, :k] = True
+        sampled[row, :k] = torch.as_tensor(t.sampled, dtype=torch.bool)
+        logprobs[row, :k] = torch.cat(t.logprobs) if t.logprobs else torch.zeros(0)
+    device = device or "cpu"
+    return Rollouts(
+        prompt_ids=prompt_ids.to(device), prompt_mask=prompt_mask.to(device), completion_ids=ids.to(device),
+        completion_mask=exists.to(device), logprobs=logprobs.to(device),
+        texts=[ep.final_answer for ep in episodes],
+        truncated=torch.tensor([ep.truncated for ep in episodes], device=device),
+        group_size=n, policy_mask=sampled.to(device), episodes=episodes,
+    )
+
+
+def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """The ``env/…`` scalars of one step's episodes: means per episode, totals of errors, timeouts and seconds."""
+    k = max(len(episodes), 1)
+    return {
+        "env/turns_mean": sum(e.turns for e in episodes) / k,
+        "env/tool_calls_mean": sum(e.tool_calls for e in episodes) / k,
+        "env/truncated_frac": sum(e.truncated for e in episodes) / k,
+        "env/seconds": sum(e.env_seconds for e in episodes),
+        "env/tool_errors": float(sum(e.tool_errors for e in episodes)),
+        "env/tool_timeouts": float(sum(e.tool_timeouts for e in episodes)),
+    }

@@ -1,0 +1,98 @@
+"""Tool calls read from an assistant turn, and their arguments checked against the tool's JSON schema.
+
+Formats:
+
+- ``tags`` (Qwen2.5/3's chat-template format, and the default for templates without one): each call is
+  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the tags are configurable);
+- ``json`` (Llama 3.x's): the whole turn is one ``{"name": ..., "parameters": {...}}`` object, optionally after
+  ``<|python_tag|>``;
+- ``auto``: ``tags`` when the turn holds the opening tag, else ``json`` when the whole turn is such an object.
+
+``arguments`` and ``parameters`` are accepted in both. A call that cannot be read is still returned, with its
+``error`` set, so that the policy is told what was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+               "array": (list,), "object": (dict,), "null": (type(None),)}
+
+
+@dataclass
+class ToolCall:
+    """One call: the tool's name and its arguments, or the reason it could not be read."""
+
+    name: str | None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def parse_tool_calls(text: str, call_format: str = "auto",
+                     tags: tuple[str, str] = ("<tool_call>", "</tool_call>")) -> list[ToolCall]:
+    """The calls in the assistant turn ``text`` ([] when it makes none)."""
+    opening, closing = tags
+    if call_format in ("tags", "auto") and opening in text:
+        pattern = re.escape(opening) + r"(.*?)(?:" + re.escape(closing) + r"|$)"
+        return [_read(body) for body in re.findall(pattern, text, flags=re.DOTALL)]
+    if call_format in ("json", "auto"):
+        body = text.strip().removeprefix("<|python_tag|>").strip()
+        if body.startswith("{") and body.endswith("}"):
+            call = _read(body)
+            if call_format == "json" or call.error is None:
+                return [call]
+    return []
+
+
+def _read(body: str) -> ToolCall:
+    try:
+        data = json.loads(body.strip())
+    except json.JSONDecodeError as err:
+        return ToolCall(None, error=f"the tool call is not valid JSON ({err.msg} at character {err.pos})")
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        return ToolCall(None, error='a tool call is a JSON object {"name": "<tool>", "arguments": {...}}')
+    arguments = data.get("arguments", data.get("parameters", {}))
+    if isinstance(arguments, str):  # some models write the arguments as a JSON string
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            pass
+    if not isinstance(arguments, dict):
+        return ToolCall(data["name"], error=f"the arguments of {data['name']!r} must be a JSON object")
+    return ToolCall(data["name"], arguments)
+
+
+def check_arguments(arguments: dict[str, Any], schema: dict) -> str | None:
+    """What is wrong with ``arguments`` for the tool ``schema`` (missing, unknown or mistyped), or None."""
+    parameters = schema["function"].get("parameters", {})
+    properties = parameters.get("properties", {})
+    missing = [name for name in parameters.get("required", []) if name not in arguments]
+    if missing:
+        return f"missing argument(s) {missing}; it takes {sorted(properties)}"
+    extra = [name for name in arguments if name not in properties]
+    if extra:
+        return f"unknown argument(s) {extra}; it takes {sorted(properties)}"
+    for name, value in arguments.items():
+        problem = _check_value(name, value, properties[name])
+        if problem:
+            return problem
+    return None
+
+
+def _check_value(name: str, value: Any, spec: dict) -> str | None:
+    """What is wrong with one argument's value for its schema ``spec`` (type, null, enum; not nested items)."""
+    if value is None and spec.get("nullable"):
+        return None
+    kinds = spec.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    allowed = tuple(t for k in kinds for t in _JSON_TYPES.get(k, (object,)))
+    wrong_bool = isinstance(value, bool) and "boolean" not in kinds
+    if allowed and (wrong_bool or not isinstance(value, allowed)):
+        return f"argument {name!r} must be {' or '.join(kinds)}, got {type(value).__name__} {value!r:.40}"
+    if "enum" in spec and value not in spec["enum"]:
+        return f"argument {name!r} must be one of {spec['enum']}, got {value!r:.40}"
+    return None
