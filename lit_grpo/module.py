@@ -207,7 +207,7 @@ class GRPOModule(PolicyModule):
                                                            self.trainer.world_size))))
         while True:
             with timer("generate_s"):
-                rollouts = self.engine.generate(batch.prompts, self.group_size, self.sampling)
+                rollouts = self.engine.rollout(batch, self.group_size, self.sampling)
             with timer("score_s"):
                 rewards, out = self.score(batch, rollouts)
             drawn, tokens = drawn + len(batch), tokens + int(rollouts.lengths.sum())
@@ -249,8 +249,8 @@ class GRPOModule(PolicyModule):
         old_logp = self._frozen_logprobs(self.policy, rollouts, timer, "old_logprob_s", trained.nonzero()[:, 0]) \
             if reused and self.loss.needs_old_logp else None  # [N, T], 0 on the rows never trained
         ref_logp = self._reference_logprobs(rollouts, timer) if self.loss.needs_ref_logp else None  # [N, T]
-        loss_mask = rollouts.completion_mask & ~rollouts.truncated[:, None] if self.algorithm.drop_truncated \
-            else rollouts.completion_mask  # [N, T] the tokens in the loss
+        loss_mask = rollouts.sampled_mask & ~rollouts.truncated[:, None] if self.algorithm.drop_truncated \
+            else rollouts.sampled_mask  # [N, T] the tokens in the loss: the policy's own (not an episode's observations)
         whole = Rows(rollouts, loss_mask, adv, old_logp, ref_logp)
         before = old_logp if old_logp is not None else torch.zeros(rollouts.completion_ids.shape, device=self.device)
         stats = UpdateStats(elided=(float((~trained).sum()), float(len(rollouts))))
@@ -260,7 +260,7 @@ class GRPOModule(PolicyModule):
             stats.steps.append(self._step(whole.select(rows), rows, micro, timer, stats if iteration == 0 else None,
                                           before if old_logp is None else None))
         if len(rollouts):  # the engine's log-probs against the trainer's before the update, on the rows trained
-            seen = rollouts.completion_mask & trained.to(self.device)[:, None]  # [N, T]
+            seen = rollouts.sampled_mask & trained.to(self.device)[:, None]  # [N, T]
             mismatch = logp_mismatch(before, rollouts.logprobs, seen)
             stats.mismatch = {k: v.item() for k, v in mismatch.items()}
         return stats
@@ -432,6 +432,8 @@ class GRPOModule(PolicyModule):
         pairs = {**step_metrics.rollout_pairs(stats, world), **step_metrics.train_pairs(update),
                  **step_metrics.mismatch_pairs(update, tokens),
                  **step_metrics.perf_pairs(timer, tokens, world, update.elided)}
+        if stats.rollouts is not None and stats.rollouts.episodes is not None:
+            pairs.update(step_metrics.episode_pairs(stats.rollouts.episodes, world))
         if self.curriculum is not None:
             pairs["rollout/retired_prompts"] = (float(len(self.curriculum.retired)), 1.0)  # the same on every rank
             pairs["rollout/skipped_prompts"] = (float(self._skipped_prompts), 1.0 / world)

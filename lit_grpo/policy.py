@@ -116,19 +116,24 @@ class PolicyModule(LightningModule):
 
     # ---- scoring ---------------------------------------------------------------------------------
     def score(self, batch: PromptBatch, rollouts: Rollouts):
-        """Rewards ``[P, G]`` of group-major rollouts, with the reward's output for logging."""
+        """Rewards ``[P, G]`` of group-major rollouts, with the reward's output for logging. Episodes whose
+        environment owns the reward (``Episode.reward`` set) take it instead of the reward function's score."""
         g = rollouts.group_size
         expanded = batch.repeat(g)
         out = self.reward_guard(self.reward, rollouts.texts, expanded.references, **expanded.columns)
-        return out.scores.float().view(len(batch), g), out
+        scores = out.scores.float()
+        if rollouts.episodes is not None:
+            owned = torch.tensor([float("nan") if e.reward is None else float(e.reward) for e in rollouts.episodes])
+            scores = torch.where(owned.isnan(), scores, owned.to(scores.device))
+        return scores.view(len(batch), g), out
 
     @torch.no_grad()
     def evaluate_batch(self, batch: PromptBatch) -> dict[str, Tensor]:
         """Greedy reward ``[P]`` and, with ``val_samples > 0``, sampled reward ``[P, val_samples]``."""
         greedy = SamplingParams(0.0, max_new_tokens=self.sampling.max_new_tokens)
-        result = {"accuracy": self.score(batch, self.engine.generate(batch.prompts, 1, greedy))[0][:, 0]}
+        result = {"accuracy": self.score(batch, self.engine.rollout(batch, 1, greedy))[0][:, 0]}
         if self.val_samples > 0:
-            sampled = self.engine.generate(batch.prompts, self.val_samples, self.sampling)
+            sampled = self.engine.rollout(batch, self.val_samples, self.sampling)
             result["reward_mean"] = self.score(batch, sampled)[0]
         return result
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from lit_grpo.envs.rollout import episode_metrics
 from lit_grpo.losses import LossInputs, LossOutput
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.types import RolloutStats
@@ -103,6 +104,14 @@ def rollout_pairs(stats: RolloutStats, world_size: int) -> Pairs:
         pairs[f"reward/{name}"] = (kept.sum().item(), float(kept.numel()))
     pairs.update({f"reward/{name}": (float(v), total) for name, v in stats.reward_counters.items()})
     return pairs
+
+
+def episode_pairs(episodes: list, world_size: int) -> Pairs:
+    """``env/*`` pairs of one rank's episodes (:func:`lit_grpo.envs.episode_metrics`): means and fractions over
+    the episodes of all ranks; seconds, tool errors and timeouts summed over ranks."""
+    k = float(len(episodes))
+    return {name: (value * k, k) if name.endswith(("_mean", "_frac")) else (value, 1.0 / world_size)
+            for name, value in episode_metrics(episodes).items()}
 
 
 def train_pairs(update: UpdateStats) -> Pairs:

@@ -87,6 +87,12 @@ class Rollouts:
     episodes: list[Any] | None = None  # [N] lit_grpo.envs.Episode: messages, turns, tool counters, env reward
 
     @property
+    def sampled_mask(self) -> Tensor:  # [N, T] bool
+        """The tokens the policy sampled, the only ones the loss, the KL, the entropy and the engine comparison
+        read: ``policy_mask`` for episodes, else every completion token."""
+        return self.completion_mask if self.policy_mask is None else self.policy_mask
+
+    @property
     def lengths(self) -> Tensor:  # [N]
         return self.completion_mask.sum(-1)
 

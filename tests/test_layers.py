@@ -38,7 +38,7 @@ def _imports(path: Path) -> set[str]:
 #: docs/design.md's layers, top first: a file imports only from lower layers or from its own package.
 LAYERS = [
     ["__main__"], ["cli"], ["experiments"], ["callbacks"], ["module", "sft"],
-    ["step_metrics", "checkpoint", "batching"], ["policy", "data"], ["settings"], ["diagnostics"], ["rollout", "rewards"],
+    ["step_metrics", "checkpoint", "batching"], ["policy", "data"], ["settings"], ["diagnostics", "envs"], ["rollout", "rewards"],
     ["losses", "estimators"], ["logprobs"], ["models", "parallel"], ["lora", "perf", "types", "resources", "checks", "components"],
 ]
 RANK = {part: len(LAYERS) - i for i, parts in enumerate(LAYERS) for part in parts}

@@ -6,8 +6,9 @@ See docs/agents.md. Importing this package registers its environments for ``clas
 from lit_grpo.envs.base import Environment, EnvironmentRouter, Episode, SingleTurn, StepResult
 from lit_grpo.envs.calculator import calculator
 from lit_grpo.envs.chat import ChatFormat
+from lit_grpo.envs.engine import EpisodeEngine
 from lit_grpo.envs.rollout import episode_metrics, records_of, run_episodes
 from lit_grpo.envs.tools import ToolEnvironment
 
-__all__ = ["Environment", "EnvironmentRouter", "Episode", "SingleTurn", "StepResult", "ToolEnvironment",
+__all__ = ["Environment", "EnvironmentRouter", "Episode", "EpisodeEngine", "SingleTurn", "StepResult", "ToolEnvironment",
            "ChatFormat", "calculator", "episode_metrics", "records_of", "run_episodes"]

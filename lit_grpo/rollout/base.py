@@ -6,14 +6,15 @@ from abc import ABC, abstractmethod
 
 from torch import nn
 
-from lit_grpo.types import Rollouts, SamplingParams
+from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
 
 
 class RolloutEngine(ABC):
     """Generates completions for the policy being trained.
 
-    The module calls :meth:`bind` once the policy and tokenizer are loaded, :meth:`generate` for every
-    rollout batch and :meth:`sync_weights` after every optimizer step. Multi-turn episodes
+    The module calls :meth:`bind` once the policy and tokenizer are loaded, :meth:`rollout` for every
+    rollout batch and held-out batch (the completions of :meth:`generate`, unless the engine runs episodes) and
+    :meth:`sync_weights` after every optimizer step. Multi-turn episodes
     (:func:`lit_grpo.envs.run_episodes`) continue token sequences with :meth:`generate_ids`, which the
     engines' ``generate`` calls after encoding, so both take one path.
     """
@@ -25,6 +26,11 @@ class RolloutEngine(ABC):
     @abstractmethod
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> Rollouts:
         """``P`` prompts -> ``P * n`` completions, group-major, with the sampling log-probs."""
+
+    def rollout(self, batch: PromptBatch, n: int, sampling: SamplingParams) -> Rollouts:
+        """``n`` rollouts of each prompt of ``batch``, group-major: the completions of its prompts. An engine that
+        runs multi-turn episodes (:class:`lit_grpo.envs.EpisodeEngine`) reads the whole records instead."""
+        return self.generate(batch.prompts, n, sampling)
 
     def generate_ids(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> Rollouts:
         """``P`` token-id prompts (no padding) -> ``P * n`` completions, group-major, as :meth:`generate`.
