@@ -10,11 +10,11 @@ from lit_grpo.experiments.check import check_runs
 from lit_grpo.experiments.cli import compare_main
 from lit_grpo.experiments.collect import collect, read_scalars, reduce_series
 from lit_grpo.experiments.grid import Run, expand
-from lit_grpo.experiments.inference import one_sample_t_test, sign_flip_test
 from lit_grpo.experiments.loader import load_experiment
 from lit_grpo.experiments.report import write_report
 from lit_grpo.experiments.runner import run_grid, run_prepare
 from lit_grpo.experiments.spec import Arm, Curve, Experiment, Metric, Prepare, Profile
+from lit_grpo.experiments.stats import one_sample_t_test, sign_flip_test
 
 __all__ = [
     "Arm",
