@@ -5,12 +5,14 @@ from __future__ import annotations
 
 def _lightning(subcommand: str, argv: list[str]) -> int:
     import os
+    import sys
 
     from lit_grpo.checkpoint import exit_status
     from lit_grpo.cli import LitGRPOCLI
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    cli = LitGRPOCLI(args=[subcommand, *argv])
+    args = [subcommand, *argv]
+    cli = LitGRPOCLI(args=None if sys.argv[1:] == args else args)  # None: LightningCLI reads the command line
     return exit_status(cli.trainer)  # 75 when a signal stopped the run after writing its checkpoint
 
 
