@@ -1,20 +1,18 @@
-"""``lit-grpo fit|validate|test --config ...``: LightningCLI over the GRPO and SFT modules.
+"""LightningCLI over the GRPO and SFT modules: what ``lit-grpo fit|validate|test --config ...`` runs
+(:mod:`lit_grpo.commands`), and what ``lit-grpo compare`` and ``lit-grpo fidelity`` read configs with.
 
-The command line sits above everything: it imports the experiment tool for ``lit-grpo compare`` and hands it
-:class:`LitGRPOCLI`, so nothing below imports this module. ``--config`` takes a file or the name of a built-in
-config (``lit-grpo fit --config quickstart``; ``lit-grpo configs list`` shows them, see :mod:`lit_grpo.resources`).
+Nothing in the library imports this module; the commands above it do. ``--config`` takes a file or the name of a
+built-in config (``lit-grpo fit --config quickstart``; ``lit-grpo configs list`` shows them, see
+:mod:`lit_grpo.resources`).
 """
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import lightning
-import yaml
 from lightning import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -27,7 +25,7 @@ import lit_grpo.rewards
 import lit_grpo.rollout
 import lit_grpo.sft  # noqa: F401
 from lit_grpo import resources
-from lit_grpo.checkpoint import SaveOnInterrupt, damaged_checkpoint, exit_status
+from lit_grpo.checkpoint import SaveOnInterrupt, damaged_checkpoint
 from lit_grpo.data import PromptDataModule
 
 TRAINER_DEFAULTS = {
@@ -42,23 +40,18 @@ TRAINER_DEFAULTS = {
 }
 
 
-#: What ``lit-grpo --help`` says above LightningCLI's usage: the commands besides fit/validate/test.
+#: What ``lit-grpo fit --help`` says above LightningCLI's usage.
 DESCRIPTION = (
     "Train and evaluate with lit-grpo: lit-grpo fit|validate|test --config FILE_OR_NAME. Built-in configs run by "
-    "name from any directory (lit-grpo fit --config quickstart). Other commands: lit-grpo configs list|show|copy "
-    "(the built-in configs), lit-grpo compare (experiment grids over seeds), lit-grpo fidelity (estimator "
-    "gradients against a large-group reference), lit-grpo models list|fetch (model sources), lit-grpo --version."
+    "name from any directory (lit-grpo fit --config quickstart; lit-grpo configs list shows them). lit-grpo --help "
+    "lists the other commands."
 )
-
-
-#: ``GRPOModule`` options that are now options of its loss component (``--model.loss``).
-MOVED_TO_LOSS = ("eps_low", "eps_high", "dual_clip", "beta", "kl_estimator", "tis", "tis_cap")
 
 
 class LitGRPOCLI(LightningCLI):
     """LightningCLI with lit-grpo's defaults: TensorBoard logging under ``runs/``, the prompt DataModule,
     atomic checkpoint writes (:class:`~lit_grpo.checkpoint.AtomicCheckpointIO`) and a checkpoint on Ctrl-C,
-    SIGTERM or SIGUSR1 (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`; ``main`` then exits with status 75).
+    SIGTERM or SIGUSR1 (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`; ``lit-grpo fit`` then exits with status 75).
 
     The model is given by class path in the config (``lit_grpo.GRPOModule`` or ``lit_grpo.SFTModule``);
     its components take short names on the command line, e.g. ``--model.estimator=Sign``.
@@ -71,8 +64,6 @@ class LitGRPOCLI(LightningCLI):
             sys.argv[1:] = resolved  # LightningCLI reads the command line itself
         elif resolved is not given:
             args = resolved
-        check_moved_options(resolved)
-        check_callback_spelling(resolved)
         # Ctrl-C / SIGTERM / SIGUSR1 finish the step, write last.ckpt and stop: appended to the config's callbacks
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
@@ -130,106 +121,3 @@ def _builtin_config(value: str) -> str:
     except resources.ConfigNotFoundError as err:
         print(f"error: --config: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-
-
-def check_moved_options(args: Any) -> None:
-    """Exit with a message giving the new spelling when the command line or a ``--config`` file sets a loss
-    option on the module (``model.beta`` is now ``model.loss.beta``)."""
-    if not isinstance(args, list | tuple):
-        return
-    args = [str(a) for a in args]
-    found: list[tuple[str, str]] = []  # (where, option)
-    for i, arg in enumerate(args):
-        key, _, value = arg.partition("=")
-        if key in ("--config", "-c"):
-            path = value or (args[i + 1] if i + 1 < len(args) else "")
-            found += [(f"model.{name} in {path}", name) for name in _moved_in_config(path)]
-        elif key.startswith("--model."):
-            name = key.removeprefix("--model.").removeprefix("init_args.")
-            if name in MOVED_TO_LOSS:
-                found.append((key, name))
-    if found:
-        name = found[0][1]
-        print(
-            f"error: {', '.join(w for w, _ in found)}: {', '.join(MOVED_TO_LOSS)} are options of the loss "
-            f"component now. Write --model.loss.{name}=... (after --model.loss=PPOClip when the config names no "
-            f"loss), or in YAML under model.init_args: loss: {{class_path: lit_grpo.PPOClip, init_args: "
-            f"{{{name}: ...}}}}",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
-
-
-#: A class path in the callbacks' older spelling: ``callbacks.HeldOutReport``, ``callbacks.export.SavePretrained``.
-OLD_CALLBACK = re.compile(r"(?<![\w.])callbacks\.(?:[a-z_]+\.)?[A-Z]\w*")
-
-
-def check_callback_spelling(args: Any) -> None:
-    """Let configs name a callback as ``callbacks.X`` in a clone of the repository, whose top-level ``callbacks/``
-    maps that older spelling onto :mod:`lit_grpo.callbacks` (loaded here when it is not on ``sys.path``, as for
-    the ``lit-grpo`` command of an editable install); elsewhere (the installed wheel) exit with the new spelling."""
-    if not isinstance(args, list | tuple):
-        return
-    args = [str(a) for a in args]
-    texts = list(args)
-    for i, arg in enumerate(args):
-        key, eq, value = arg.partition("=")
-        if key in ("--config", "-c"):
-            path = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-            try:
-                texts.append(re.sub(r"(?m)^\s*#.*$", "", Path(path).read_text()))  # not in comment lines
-            except OSError:
-                continue
-    found = sorted({m for text in texts for m in OLD_CALLBACK.findall(text)})
-    if found and not resources.load_callbacks_alias():
-        print(
-            f"error: {', '.join(found)}: the callbacks are lit_grpo.callbacks now; write "
-            f"{', '.join('lit_grpo.' + name for name in found)} (the older spelling works only in a clone of the "
-            "repository)",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
-
-
-def _moved_in_config(path: str) -> list[str]:
-    """Options of :data:`MOVED_TO_LOSS` set under ``model`` in a YAML config (none when it cannot be read)."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
-        return []
-    model = data.get("model") if isinstance(data, dict) else None
-    if not isinstance(model, dict):
-        return []
-    init_args = model.get("init_args") if isinstance(model.get("init_args"), dict) else model
-    return [name for name in MOVED_TO_LOSS if name in init_args]
-
-
-def main(args: list[str] | None = None) -> None:
-    """Console entry point of ``lit-grpo``."""
-    argv = sys.argv[1:] if args is None else args
-    if argv and argv[0] in ("--version", "-V"):
-        print(resources.version_line())
-        raise SystemExit(0)
-    if argv and argv[0] == "configs":
-        raise SystemExit(resources.configs_main(argv[1:]))
-    if argv and argv[0] == "compare":
-        from lit_grpo.experiments.cli import compare_main
-
-        raise SystemExit(compare_main(argv[1:], LitGRPOCLI))
-    if argv and argv[0] == "models":
-        from lit_grpo.models.cli import models_main
-
-        raise SystemExit(models_main(argv[1:]))
-    if argv and argv[0] == "fidelity":
-        from lit_grpo.experiments.fidelity import main as fidelity_main
-
-        raise SystemExit(fidelity_main(argv[1:], LitGRPOCLI))
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    cli = LitGRPOCLI(args=args)
-    status = exit_status(cli.trainer)  # 75 when a signal stopped the run after writing its checkpoint
-    if status:
-        raise SystemExit(status)
-
-
-if __name__ == "__main__":
-    main()

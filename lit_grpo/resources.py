@@ -17,19 +17,13 @@ built-in experiment runs unchanged). Models that ship with lit-grpo are named (`
 :mod:`lit_grpo.models.sources`); every other path in a config (data files, model directories) and everything a run
 writes (``runs/``, ``dirpath``) is relative to the working directory.
 
-The older spelling ``callbacks.X`` of :mod:`lit_grpo.callbacks` works in a clone only: :func:`load_callbacks_alias`
-loads the clone's top-level ``callbacks/`` (which maps it onto the same modules) where it is not on ``sys.path``.
+``lit-grpo configs list|show|copy`` (:mod:`lit_grpo.commands.configs`) shows and copies these files.
 """
 
 from __future__ import annotations
 
-import argparse
 import difflib
-import importlib.util
 import platform
-import re
-import shutil
-import sys
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -76,28 +70,6 @@ def version_line() -> str:
     return f"lit-grpo {lit_grpo.__version__} (python {platform.python_version()}, {', '.join(found)})"
 
 
-def load_callbacks_alias() -> bool:
-    """Whether ``callbacks`` is (now) the repository's alias of :mod:`lit_grpo.callbacks`: imported already, or
-    loaded from the clone's top-level ``callbacks/``. False where lit-grpo is not a clone (the wheel ships no
-    alias), and ``callbacks`` is then left alone (it may be an unrelated package)."""
-    loaded = sys.modules.get("callbacks")
-    if loaded is not None:  # imported already: the alias put lit_grpo.callbacks in its place
-        return loaded is sys.modules.get("lit_grpo.callbacks")
-    clone = PACKAGE_DIR.parent
-    alias = clone / "callbacks" / "__init__.py"
-    if INSTALLED_DATA.is_dir() or not alias.is_file():
-        return False
-    spec = importlib.util.spec_from_file_location("callbacks", alias, submodule_search_locations=[str(alias.parent)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["callbacks"] = module
-    try:
-        spec.loader.exec_module(module)  # it replaces itself in sys.modules with lit_grpo.callbacks
-    except BaseException:
-        sys.modules.pop("callbacks", None)
-        raise
-    return sys.modules.get("callbacks") is sys.modules.get("lit_grpo.callbacks")
-
-
 def asset(name: str) -> Path:
     """The shipped folder ``assets/<name>`` (e.g. the quickstart's starting policy ``tiny-arith-sft``)."""
     return root() / "assets" / name
@@ -140,7 +112,7 @@ def resolve(name: str, kind: Kind = "configs") -> str:
         return name
     found = find(name, kind)
     if found is None:
-        raise ConfigNotFoundError(_not_found(name, kind, "no such file, and no built-in config of that name"))
+        raise ConfigNotFoundError(not_found(name, kind, "no such file, and no built-in config of that name"))
     return str(found)
 
 
@@ -161,84 +133,10 @@ def resolve_in(path: str, named_in: str | Path, kind: Kind = "configs") -> str |
     return None if found is None else str(found)
 
 
-def _not_found(name: str, kind: Kind, problem: str) -> str:
+def not_found(name: str, kind: Kind, problem: str) -> str:
     close = difflib.get_close_matches(name.removesuffix(SUFFIX), names(kind), n=3, cutoff=0.5)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
     return (
         f"config {name!r}: {problem}.{hint} `lit-grpo configs list` shows the built-in configs; give a path to "
         "use your own"
     )
-
-
-# ---- lit-grpo configs list | show | copy ----------------------------------------------------------------------
-def configs_main(argv: list[str]) -> int:
-    """Runs ``lit-grpo configs ...``; returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="lit-grpo configs",
-        description="The configs that ship with lit-grpo: list them, print one, or copy one out to edit it. "
-        "Run one by name: lit-grpo fit --config quickstart; lit-grpo compare --config passk.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="the built-in configs and experiment grids, with the hardware each is meant for")
-    show = sub.add_parser("show", help="print a built-in config")
-    show.add_argument("name", help="e.g. quickstart, estimators/sign, real/quickstart, or an experiment: passk")
-    copy = sub.add_parser("copy", help="copy a built-in config to a file to edit")
-    copy.add_argument("name", help="e.g. quickstart, estimators/sign, real/quickstart, or an experiment: passk")
-    copy.add_argument("dest", help="the file to write (or a folder: the config's file name is kept)")
-    copy.add_argument("--force", action="store_true", help="overwrite an existing file")
-    args = parser.parse_args(argv)
-    if args.command == "list":
-        _list()
-        return 0
-    try:
-        source = _lookup(args.name)
-    except ConfigNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.command == "show":
-        print(source.read_text(), end="")
-        return 0
-    dest = Path(args.dest)
-    if dest.is_dir():
-        dest = dest / source.name
-    if dest.exists() and not args.force:
-        print(f"error: {dest} exists; choose another file or add --force to overwrite it", file=sys.stderr)
-        return 1
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, dest)
-    command = COMMANDS["experiments" if source.parent == root() / "experiments" else "configs"]
-    print(f"wrote {dest} (from the built-in {args.name}); run it with: {command} {dest}")
-    return 0
-
-
-def _lookup(name: str) -> Path:
-    """A built-in config of either kind; a name that is both a config and an experiment must say which."""
-    found = {kind: find(name, kind) for kind in COMMANDS}
-    hits = {kind: path for kind, path in found.items() if path is not None}
-    if len(hits) == 2 and hits["configs"] != hits["experiments"]:
-        raise ConfigNotFoundError(
-            f"{name!r} is both a config and an experiment; write configs/{name} or experiments/{name}"
-        )
-    if not hits:
-        raise ConfigNotFoundError(_not_found(name, "configs", "no built-in config or experiment of that name"))
-    return next(iter(hits.values()))
-
-
-def _list() -> None:
-    for kind, title in (("configs", "configs"), ("experiments", "experiment grids")):
-        entries = names(kind)
-        print(f"built-in {title} ({COMMANDS[kind]} NAME):")
-        width = max(map(len, entries), default=0)
-        for name in entries:
-            print(f"  {name:<{width}}  {_summary(find(name, kind))}")
-    print(f"\nfiles: {root()}\ncopy one to edit it: lit-grpo configs copy NAME my.yaml")
-
-
-def _summary(path: Path | None, width: int = 72) -> str:
-    """The first clause of a config's ``# Hardware:`` header line (what it needs to run), at most ``width``
-    characters."""
-    for line in (path.read_text().splitlines()[:6] if path else []):
-        if line.startswith("# Hardware:"):
-            text = re.split(r"(?<!e\.g)\.(?:\s|$)", line.removeprefix("# Hardware:").strip())[0]
-            return text if len(text) <= width else text[: width - 3].rstrip() + "..."
-    return ""

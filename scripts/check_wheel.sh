@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The installed package, as a new user gets it: build the wheel from this tree, check what it holds, install it
 # with its dependencies into a fresh virtual environment, and from an empty directory run
-#   lit-grpo --version; lit-grpo configs list; lit-grpo fit --config quickstart --trainer.max_steps=2
+#   lit-grpo --version; lit-grpo curves; lit-grpo configs list; lit-grpo fit --config quickstart --trainer.max_steps=2
 # (which must train and print the before/after report). Called by .ci/run; run it alone with
 #   bash scripts/check_wheel.sh
 # Packages come from the configured package index (pip's cache and local wheels are reused); torch is installed
@@ -76,6 +76,10 @@ wheel_version="$(basename "$wheel" | cut -d- -f2)"
 where="$("$venv_python" -c 'import lit_grpo; print(lit_grpo.__file__)')"
 [[ "$where" == "$work/venv/"* ]] || { echo "FAIL: lit_grpo imported from $where, not the environment"; exit 1; }
 if "$venv_python" -c 'import callbacks' 2>/dev/null; then echo "FAIL: a top-level callbacks package is installed"; exit 1; fi
+
+step "lit-grpo curves (a command of the one table besides fit and configs)"
+"$lit" curves --estimators Sign OPO -G 4 > curves.txt || { cat curves.txt; echo "FAIL: lit-grpo curves"; exit 1; }
+grep -q '^| OPO ' curves.txt || { cat curves.txt; echo "FAIL: lit-grpo curves printed no OPO row"; exit 1; }
 
 step "lit-grpo configs list"
 "$lit" configs list > configs.txt

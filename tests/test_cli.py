@@ -8,8 +8,8 @@ import torch
 import yaml
 
 import lit_grpo
-from lit_grpo import resources
-from lit_grpo.cli import LitGRPOCLI, main
+from lit_grpo.cli import LitGRPOCLI
+from lit_grpo.commands import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml"))
@@ -119,28 +119,6 @@ def test_loss_options_on_the_command_line():
     assert (cli.model.loss.eps_high, cli.model.loss.tis) == (0.28, "token")
 
 
-@pytest.mark.parametrize(("old", "new"), [
-    ("--model.eps_high=0.28", "--model.loss.eps_high="),
-    ("--model.init_args.tis=token", "--model.loss.tis="),
-])
-def test_loss_options_in_their_old_place_fail_with_the_new_spelling(capsys, old, new):
-    with pytest.raises(SystemExit):
-        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", old], run=False)
-    assert new in capsys.readouterr().err
-
-
-def test_old_config_files_fail_with_the_new_spelling(capsys, tmp_path):
-    config = yaml.safe_load((ROOT / "configs/quickstart.yaml").read_text())
-    del config["model"]["init_args"]["loss"]
-    config["model"]["init_args"]["beta"] = 0.01
-    path = tmp_path / "old.yaml"
-    path.write_text(yaml.safe_dump(config))
-    with pytest.raises(SystemExit):
-        LitGRPOCLI(args=["--config", str(path)], run=False)
-    err = capsys.readouterr().err
-    assert f"model.beta in {path}" in err and "--model.loss.beta=" in err and "init_args: {beta:" in err
-
-
 #: 2 tiny steps of each loss, and of the update's options together, from the command line: the option, and the
 #: scalars the run must have written.
 UPDATE_RUNS = {
@@ -197,25 +175,35 @@ def test_an_unknown_config_name_exits_2_naming_close_names(tmp_path, monkeypatch
     assert "Did you mean estimators/sign" in capsys.readouterr().err
 
 
-def test_the_older_callback_spelling_fails_with_the_new_one_where_it_cannot_work(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(resources, "load_callbacks_alias", lambda: False)  # as installed from the wheel
-    overlay = tmp_path / "old.yaml"
-    overlay.write_text("# callbacks.HeldOutReport in a comment is left alone\n"
-                       "trainer:\n  callbacks:\n    - class_path: callbacks.PassAtK\n")
-    with pytest.raises(SystemExit) as done:
-        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--config", str(overlay),
-                         "--trainer.callbacks+=callbacks.export.SavePretrained"], run=False)
-    assert done.value.code == 2
-    err = capsys.readouterr().err
-    assert "write lit_grpo.callbacks.PassAtK, lit_grpo.callbacks.export.SavePretrained" in err
-    # lightning's own callbacks and trainer.callbacks options are not mistaken for it
-    LitGRPOCLI(args=["--config", "configs/lora.yaml"], run=False)
-
-
-def test_help_names_the_other_commands(capsys):
-    with pytest.raises(SystemExit) as done:
-        main(["--help"])
-    assert done.value.code == 0
+def test_help_names_every_command(capsys):
+    assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: lit-grpo ")
+    listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ")]
+    assert listed == [*COMMANDS, "--version"]
+    assert set(COMMANDS) == {"fit", "validate", "test", "compare", "fidelity", "curves", "configs", "models"}
     assert all(c in " ".join(out.split()) for c in ("lit-grpo configs list", "lit-grpo compare", "--config quickstart"))
+
+
+def test_an_unknown_command_exits_2_listing_the_commands(capsys):
+    assert main(["trian", "--config", "quickstart"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'trian'" in err
+    assert "choose one of fit, validate, test, compare, fidelity, curves, configs, models" in err
+
+
+def test_the_console_command_runs_a_command_of_the_table(tmp_path):
+    """``python -m lit_grpo`` (the ``lit-grpo`` console script's entry point) dispatches ``curves`` and exits with
+    its status."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "lit_grpo", "curves", "--estimators", "Sign", "OPO", "-G", "4",
+                           "--out", str(tmp_path / "c.png")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("| ")}
+    assert rows["Sign"].count(" 2.0000 ") == 7 and "OPO" in rows
+    assert (tmp_path / "c.png").stat().st_size > 1000
+    failed = subprocess.run([sys.executable, "-m", "lit_grpo", "curves", "--estimators", "Nope"],
+                            capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1 and "unknown AdvantageEstimator 'Nope'; choose one of" in failed.stderr

@@ -10,7 +10,7 @@ import pytest
 
 import lit_grpo
 from lit_grpo import resources
-from lit_grpo.cli import main
+from lit_grpo.commands import main
 from lit_grpo.experiments.loader import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,9 +50,7 @@ def test_the_version_has_one_source():
 
 
 def test_version_command(capsys):
-    with pytest.raises(SystemExit) as done:
-        main(["--version"])
-    assert done.value.code == 0
+    assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith(f"lit-grpo {lit_grpo.__version__} (python ")
 
 
@@ -140,9 +138,7 @@ def test_a_name_of_both_kinds_must_say_which(tmp_path, monkeypatch, capsys):
 
 
 def main_status(argv: list[str]) -> int:
-    with pytest.raises(SystemExit) as done:
-        main(argv)
-    return done.value.code
+    return main(argv)
 
 
 # ---- the path rule of experiments ------------------------------------------------------------------------------
@@ -196,10 +192,7 @@ def test_the_console_command_answers_version_and_configs_without_loading_the_tra
         "import sys\n"
         "from lit_grpo.__main__ import main\n"
         "for argv in (['--version'], ['configs', 'list']):\n"
-        "    try:\n"
-        "        main(argv)\n"
-        "    except SystemExit as done:\n"
-        "        assert done.code == 0, done.code\n"
+        "    assert main(argv) == 0\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'torch', 'transformers')))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

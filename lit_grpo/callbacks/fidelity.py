@@ -18,7 +18,7 @@ from lit_grpo.callbacks._common import (
     tensorboard,
 )
 from lit_grpo.diagnostics.fidelity import ALL, OBJECTIVES, bin_rows
-from lit_grpo.diagnostics.fidelity_pool import figure, measure, pool, prompt_table, write_csv
+from lit_grpo.diagnostics.fidelity_pool import csv_text, figure, measure, pool, prompt_table
 from lit_grpo.diagnostics.gradients import LinearTarget, select_linear_targets
 from lit_grpo.diagnostics.shadow import unique_labels
 from lit_grpo.estimators import AdvantageEstimator
@@ -198,8 +198,9 @@ class GradientFidelity(Callback):
         log_scalars(trainer, metrics, step)  # NaN (an empty reference) is left out
         if trainer.log_dir is not None:
             out = Path(trainer.log_dir) / "fidelity" / f"step_{step}"
-            write_csv(out / "bins.csv", bins)
-            write_csv(out / "prompts.csv", per_prompt)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "bins.csv").write_text(csv_text(bins), newline="")
+            (out / "prompts.csv").write_text(csv_text(per_prompt), newline="")
         writer = tensorboard(trainer)
         fig = figure(per_prompt, bins, named, G, f"step {step}: G = {G}, M = {M}, {len(results)} prompts")
         if writer is not None and fig is not None:

@@ -9,8 +9,7 @@ from lightning import Callback, LightningModule, Trainer
 
 from lit_grpo.callbacks._common import require_logger, require_module, tensorboard
 from lit_grpo.diagnostics.plots import weight_curve_figure
-from lit_grpo.diagnostics.weight_curve import weight_curve
-from lit_grpo.diagnostics.weight_curve_cli import TABLE_PS, format_table
+from lit_grpo.diagnostics.weight_curve import TABLE_PS, format_table, weight_curve
 from lit_grpo.estimators import AdvantageEstimator
 
 NAME = "WeightCurve"
@@ -23,7 +22,7 @@ class WeightCurve(Callback):
     run's estimator at its group size and for any estimators in ``compare``. Writes the TensorBoard
     figure ``estimator/weight_curve``, the text ``estimator/weight_curve_table`` (omega at a few
     pass rates) and ``weight_curve.png`` in the logger's directory. Writes no scalars. The same
-    curves for any estimators, without a run: ``python -m lit_grpo.diagnostics.weight_curve_cli``.
+    curves for any estimators, without a run: ``lit-grpo curves``.
 
     Args:
         compare: Further estimators to draw beside the run's.

@@ -1,6 +1,7 @@
-"""Diagnostics as pure functions: degeneracy, pass@k, spectral ranks, budgets, weight curves, statistics.
+"""Diagnostics as pure functions: degeneracy, pass@k, spectral ranks, budgets, weight curves, gradient fidelity.
 
-Callbacks read training outputs and call these; nothing here logs or holds a model.
+Callbacks and commands read training outputs and call these; nothing here logs, parses arguments, writes
+files or holds a model. (The statistics over seeds are :mod:`lit_grpo.experiments.stats`.)
 """
 
 from lit_grpo.diagnostics.budget import (
@@ -29,14 +30,6 @@ from lit_grpo.diagnostics.rank import (
     spectrum_summary,
     stable_rank,
 )
-from lit_grpo.diagnostics.stats import (
-    interquartile_mean,
-    permutation_test,
-    stratified_permutation_test,
-    summarize,
-    t_quantile,
-    welch_t_test,
-)
 from lit_grpo.diagnostics.weight_curve import (
     advantage_mass_by_k,
     binary_groups,
@@ -59,23 +52,17 @@ __all__ = [
     "effective_rank",
     "energy_rank",
     "iid_degeneracy",
-    "interquartile_mean",
     "pass_at_k",
     "pass_at_k_curve",
     "pass_at_k_ks",
     "pass_at_k_per_prompt",
     "per_prompt_iid_degeneracy",
-    "permutation_test",
-    "stratified_permutation_test",
     "plus_minus_advantages",
     "positive_negative_shares",
     "random_projection",
     "spectrum_summary",
     "stable_rank",
     "starved_fraction",
-    "summarize",
-    "t_quantile",
     "unbiased_iid_degeneracy",
     "weight_curve",
-    "welch_t_test",
 ]

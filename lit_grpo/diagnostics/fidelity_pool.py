@@ -1,13 +1,13 @@
-"""Gradient fidelity on a policy: draw the reference pools, measure every estimator, write the tables and
-the figure (the machinery behind ``lit-grpo fidelity`` and :class:`lit_grpo.callbacks.GradientFidelity`; the maths is
-:mod:`lit_grpo.diagnostics.fidelity`)."""
+"""Gradient fidelity on a policy: draw the reference pools, measure every estimator, build the tables (as rows
+and as CSV text) and the figure; the callers write them (``lit-grpo fidelity`` and
+:class:`lit_grpo.callbacks.GradientFidelity`). The maths is :mod:`lit_grpo.diagnostics.fidelity`."""
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -23,7 +23,6 @@ from lit_grpo.diagnostics.gradients import LinearTarget, gradient_row_blocks
 from lit_grpo.diagnostics.weight_curve import weight_curve
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
 
-DEFAULT_ESTIMATORS = ("GRPO", "DrGRPO", "RLOO", "Sign", "MaxRL", "SoftmaxGRPO", "PassAtK")
 Score = Callable[[PromptBatch, Rollouts], tuple[torch.Tensor, object]]
 
 
@@ -109,13 +108,14 @@ def prompt_table(
     return out
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+def csv_text(rows: list[dict]) -> str:
+    """``rows`` (dicts with the same keys) as CSV text: a header line, floats to 6 significant digits."""
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+    return text.getvalue()
 
 
 def figure(prompt_rows: list[dict], bins: list[dict], estimators: dict[str, Estimator], G: int, title: str):
@@ -133,6 +133,3 @@ def figure(prompt_rows: list[dict], bins: list[dict], estimators: dict[str, Esti
         for label in estimators
     }
     return fidelity_figure(ps.tolist(), curves, points, snr, title)
-
-
-# ---- the subcommand --------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def cosine_matrix(directions: Tensor) -> Tensor:
 
 def estimator_label(estimator: object) -> str:
     """``ClassName``, or ``ClassName:key=value,...`` listing the constructor arguments that differ from
-    their defaults (the syntax of ``lit_grpo.diagnostics.weight_curve_cli``)."""
+    their defaults (the syntax of ``lit-grpo curves --estimators``)."""
     cls = type(estimator)
     try:
         params = inspect.signature(cls.__init__).parameters

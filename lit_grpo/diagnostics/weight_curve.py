@@ -26,6 +26,9 @@ from lit_grpo.estimators.base import AdvantageEstimator
 
 Estimator = Callable[[Tensor], Tensor]
 
+#: Pass rates of the printed table (:func:`format_table`).
+TABLE_PS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+
 
 def binary_groups(G: int) -> Tensor:
     """``[G + 1, G]`` float32 binary groups; row ``K`` has its first ``K`` completions correct."""
@@ -90,3 +93,15 @@ def weight_curve(estimator: Estimator, G: int, ps: Sequence[float] | Tensor) -> 
 def advantage_mass_by_k(estimator: Estimator, G: int) -> Tensor:
     """Advantage mass ``sum_i |A_i| / 2`` of the binary group with ``K`` correct, ``K = 0 .. G``: ``[G + 1]``."""
     return advantage_mass(_advantages(estimator, G))  # [G + 1]
+
+
+def format_table(values: dict[str, Tensor], ps: Sequence[float]) -> str:
+    """A markdown table of omega(p): one row per estimator, one column per pass rate."""
+    width = max(len(name) for name in values)
+    head = f"| {'estimator':<{width}} | " + " | ".join(f"p={p:<5g}" for p in ps) + " |"
+    rule = "|" + "-" * (width + 2) + "|" + "|".join("-" * 9 for _ in ps) + "|"
+    rows = [
+        f"| {name:<{width}} | " + " | ".join(f"{v:7.4f}" for v in omega.tolist()) + " |"
+        for name, omega in values.items()
+    ]
+    return "\n".join([head, rule, *rows])

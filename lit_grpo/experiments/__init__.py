@@ -1,4 +1,5 @@
-"""Multi-seed comparisons of estimators: ``lit-grpo compare --config experiments/<name>.yaml``.
+"""Multi-seed comparisons of estimators, the library of ``lit-grpo compare --config experiments/<name>.yaml``
+(:mod:`lit_grpo.commands.compare`).
 
 An experiment config names arms (estimators), seeds, optional sweep axes and the metrics to report;
 :func:`load_experiment` reads and checks it, :func:`expand` makes one ``lit-grpo fit`` command per arm x
@@ -7,14 +8,13 @@ their TensorBoard events and :func:`write_report` writes the markdown report wit
 """
 
 from lit_grpo.experiments.check import check_runs
-from lit_grpo.experiments.cli import compare_main
 from lit_grpo.experiments.collect import collect, read_scalars, reduce_series
 from lit_grpo.experiments.grid import Run, expand
-from lit_grpo.experiments.inference import one_sample_t_test, sign_flip_test
 from lit_grpo.experiments.loader import load_experiment
 from lit_grpo.experiments.report import write_report
 from lit_grpo.experiments.runner import run_grid, run_prepare
 from lit_grpo.experiments.spec import Arm, Curve, Experiment, Metric, Prepare, Profile
+from lit_grpo.experiments.stats import one_sample_t_test, sign_flip_test
 
 __all__ = [
     "Arm",
@@ -33,7 +33,6 @@ __all__ = [
     "read_scalars",
     "reduce_series",
     "write_report",
-    "compare_main",
     "one_sample_t_test",
     "sign_flip_test",
 ]

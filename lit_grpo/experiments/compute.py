@@ -103,7 +103,7 @@ def matched_section(exp: Experiment, curve: Curve, records: list[RunRecord]) -> 
     """Markdown: per setting and metric, each arm's values at the matched budget (mean, 95% t interval,
     the step at which the runs reached it) and the paired differences between arms by seed (descriptive:
     not in the report's family of tests)."""
-    from lit_grpo.diagnostics.stats import summarize
+    from lit_grpo.experiments.stats import summarize
     from lit_grpo.experiments.tables import _arm_pairs, _row, fmt, fmt_p, paired
 
     what = X_LABELS[curve.x]

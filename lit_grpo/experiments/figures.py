@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lit_grpo.diagnostics.plots import new_figure
-from lit_grpo.diagnostics.stats import t_quantile
 from lit_grpo.experiments.collect import RunRecord, Series
 from lit_grpo.experiments.compute import X_LABELS, curve_points, grid, interpolate, matched_budget, smooth
 from lit_grpo.experiments.spec import Curve, Experiment, Metric, Profile
+from lit_grpo.experiments.stats import t_quantile
 
 
 def mean_band(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float, int]:

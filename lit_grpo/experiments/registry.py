@@ -17,8 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from lit_grpo import resources
-
 _NAME = re.compile(r"``([a-z_]+/(?:[^`\s<]|<[^`>]+>)+)``")
 _RANGE = re.compile(r"``([a-z_]+/[^`\s]*?)(\d+)``\s*\.\.\s*``\1(\d+)``")
 _PLACEHOLDER = re.compile(r"<[^>]+>")
@@ -55,8 +53,6 @@ def documented_names(doc: str) -> list[str]:
 def import_class(path: str) -> type | None:
     """The class at ``path`` (``package.module.Class`` or ``package.Class``), or None when there is none."""
     module_name, _, attr = path.rpartition(".")
-    if module_name.split(".")[0] == "callbacks":  # the older spelling of lit_grpo.callbacks (a clone)
-        resources.load_callbacks_alias()
     try:
         cls = getattr(importlib.import_module(module_name), attr) if module_name else None
     except (ImportError, AttributeError):

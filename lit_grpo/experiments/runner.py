@@ -66,7 +66,7 @@ def _call(args: tuple[str, ...], log: Path, threads: int, timeout: float | None)
     with open(log, "w") as out:
         try:
             rc: int | str = subprocess.run(
-                [sys.executable, "-m", "lit_grpo.cli", *args],
+                [sys.executable, "-m", "lit_grpo", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=_env(threads),

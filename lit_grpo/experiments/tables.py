@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lit_grpo.diagnostics.stats import (
+from lit_grpo.experiments.collect import RunRecord
+from lit_grpo.experiments.spec import Experiment, Metric
+from lit_grpo.experiments.stats import (
     MAX_EXACT_FLIPS,
     benjamini_hochberg_adjust,
     binomial_se,
@@ -30,8 +32,6 @@ from lit_grpo.diagnostics.stats import (
     welch_t_test,
     wilcoxon_signed_rank_test,
 )
-from lit_grpo.experiments.collect import RunRecord
-from lit_grpo.experiments.spec import Experiment, Metric
 
 #: Fewest runs per cell for which the report shows a percentile-bootstrap interval of the IQM. Below it
 #: such intervals under-cover (bench/bootstrap_coverage.py: about 0.91 at n = 5 to 7 for a nominal 0.95).

@@ -9,9 +9,8 @@ import torch
 
 from lit_grpo import GRPO, MaxRL, ReinforcePlusPlus, Sign
 from lit_grpo.callbacks import GradientFidelity
-from lit_grpo.cli import LitGRPOCLI
-from lit_grpo.cli import main as cli_main
-from lit_grpo.experiments.fidelity import main as fidelity_main
+from lit_grpo.commands import main as cli_main
+from lit_grpo.commands.fidelity import fidelity as fidelity_main
 from tests.callbacks.events import read_events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,9 +41,7 @@ def test_subcommand_writes_tables_whose_omegas_match_the_pool_expectation(at_roo
         "400",
     ]
     args += ["--estimators", "GRPO", "RLOO", "Sign", "MaxRL", *PARAMS]
-    with pytest.raises(SystemExit) as done:
-        cli_main(["fidelity", *args])  # dispatched by the lit-grpo entry point
-    assert done.value.code == 0
+    assert cli_main(["fidelity", *args]) == 0  # dispatched by the lit-grpo entry point
     prompts, bins = _read(out / "prompts.csv"), _read(out / "bins.csv")
     assert len(prompts) == 2 * 4 and {r["estimator"] for r in prompts} == {"GRPO", "RLOO", "Sign", "MaxRL"}
     assert all(int(r["correct"]) == round(float(r["pass_rate"]) * 256) for r in prompts)
@@ -73,23 +70,23 @@ def test_a_model_directory_or_a_checkpoint_can_be_measured(at_root, tmp_path, sf
             p.mul_(0.0)  # a policy that samples uniformly: almost never correct
     torch.save({"state_dict": module.state_dict()}, tmp_path / "zero.ckpt")
     common = ["--config", "configs/quickstart.yaml", "--num-prompts", "1", "--subsamples", "50", *PARAMS]
-    assert fidelity_main([*common, "--out", str(tmp_path / "m"), "--model", sft_model_path], LitGRPOCLI) == 0
-    assert fidelity_main([*common, "--out", str(tmp_path / "c"), "--ckpt", str(tmp_path / "zero.ckpt")], LitGRPOCLI) == 0
+    assert fidelity_main([*common, "--out", str(tmp_path / "m"), "--model", sft_model_path]) == 0
+    assert fidelity_main([*common, "--out", str(tmp_path / "c"), "--ckpt", str(tmp_path / "zero.ckpt")]) == 0
     sft, zero = _read(tmp_path / "m" / "prompts.csv"), _read(tmp_path / "c" / "prompts.csv")
     assert float(sft[0]["pass_rate"]) > 0.05 and float(zero[0]["pass_rate"]) < 0.05
     torch.save({"state_dict": {}}, tmp_path / "empty.ckpt")
     with pytest.raises(SystemExit, match="lacks .* policy weights"):
-        fidelity_main([*common, "--out", str(tmp_path / "e"), "--ckpt", str(tmp_path / "empty.ckpt")], LitGRPOCLI)
+        fidelity_main([*common, "--out", str(tmp_path / "e"), "--ckpt", str(tmp_path / "empty.ckpt")])
 
 
 def test_bad_arguments_are_refused_with_the_fix(at_root, tmp_path):
     common = ["--config", "configs/quickstart.yaml", "--out", str(tmp_path), *PARAMS]
     with pytest.raises(SystemExit, match="below 256"):
-        fidelity_main([*common, "--ref-group-size", "64"], LitGRPOCLI)
+        fidelity_main([*common, "--ref-group-size", "64"])
     with pytest.raises(SystemExit, match="ReinforcePlusPlus cannot be measured"):
-        fidelity_main([*common, "--estimators", "ReinforcePlusPlus"], LitGRPOCLI)
-    with pytest.raises(SystemExit, match="unknown estimator"):
-        fidelity_main([*common, "--estimators", "NoSuch"], LitGRPOCLI)
+        fidelity_main([*common, "--estimators", "ReinforcePlusPlus"])
+    with pytest.raises(SystemExit, match="unknown AdvantageEstimator 'NoSuch'; choose one of"):
+        fidelity_main([*common, "--estimators", "NoSuch"])
 
 
 def test_the_callback_logs_fidelity_during_training(fit_run):

@@ -1,9 +1,10 @@
-"""The weight-curve command: table values, PNG and TensorBoard figure, and its error messages."""
+"""``lit-grpo curves``, the weight-curve command: table values, PNG and TensorBoard figure, its error messages."""
 
 import pytest
 
 from lit_grpo import GRPO, SoftmaxGRPO
-from lit_grpo.diagnostics.weight_curve_cli import main, parse_estimator
+from lit_grpo.commands.curves import curves as main
+from lit_grpo.commands.curves import estimator_from_spec as parse_estimator
 from tests.callbacks.events import read_events
 
 
@@ -47,10 +48,12 @@ def test_estimator_specs_take_arguments_and_class_paths():
 
 
 def test_bad_names_and_arguments_say_how_to_fix_them(capsys):
-    with pytest.raises(SystemExit, match="unknown estimator 'Nope'.*GRPO, DrGRPO"):
-        main(["--estimators", "Nope"])
+    with pytest.raises(SystemExit, match="unknown AdvantageEstimator 'Nope'; choose one of DrGRPO, GPG, GRPO, .*OPO"):
+        main(["--estimators", "Nope"])  # every registered estimator is named, none kept in a list by hand
     with pytest.raises(SystemExit, match="write key=value"):
         main(["--estimators", "GRPO:population"])
+    with pytest.raises(SystemExit, match="--estimators GRPO:sdt=population: .*'sdt'"):
+        main(["--estimators", "GRPO:sdt=population"])
     with pytest.raises(
         SystemExit, match="GRPO at --group-size 1: group size G=1 is below.*larger --group-size"
     ):

@@ -9,9 +9,9 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from lit_grpo.cli import LitGRPOCLI, main
-from lit_grpo.diagnostics.stats import summarize
-from lit_grpo.experiments.cli import compare_main
+from lit_grpo.commands import main
+from lit_grpo.commands.compare import compare
+from lit_grpo.experiments.stats import summarize
 from lit_grpo.experiments.tables import fmt
 from tests.experiments.helpers import ROOT, write_experiment
 
@@ -64,9 +64,8 @@ def _events(run_dir) -> EventAccumulator:
 @pytest.mark.slow
 def test_compare_end_to_end(experiment, tmp_path, capsys):
     root = tmp_path / "out"
-    with pytest.raises(SystemExit) as exit_info:
-        main(["compare", "--config", str(experiment), "--root", str(root), "--jobs", "2"])
-    assert exit_info.value.code == 1  # a run failed; the report is written all the same
+    status = main(["compare", "--config", str(experiment), "--root", str(root), "--jobs", "2"])
+    assert status == 1  # a run failed; the report is written all the same
     out_dir = root / "tiny"
     report = (out_dir / "report.md").read_text()
     results = json.loads((out_dir / "results.json").read_text())
@@ -124,19 +123,19 @@ def test_compare_end_to_end(experiment, tmp_path, capsys):
             assert (float(row[key]) if row[key] else None) == (pytest.approx(value) if value is not None else None)
     rebuilt = tmp_path / "rebuilt"
     args = ["--config", str(experiment), "--root", str(rebuilt), "--report-only", "--from-csv", str(out_dir / "runs.csv")]
-    assert compare_main(args, LitGRPOCLI) == 0
+    assert compare(args) == 0
     tables = (rebuilt / "tiny" / "report.md").read_text()
     section = report[report.index("## Metrics") : report.index("## Figures")]
     assert section.replace(str(root), "") in tables.replace(str(rebuilt), "")
-    assert compare_main(["--config", str(experiment), "--root", str(root), "--report-only",
-                         "--publish", str(tmp_path / "docs")], LitGRPOCLI) == 1  # fmt: skip
+    assert compare(["--config", str(experiment), "--root", str(root), "--report-only",
+                         "--publish", str(tmp_path / "docs")]) == 1  # fmt: skip
     published = tmp_path / "docs" / "tiny"
     assert (published / "runs.csv").read_text() == (out_dir / "runs.csv").read_text()
     assert (published / "report.md").is_file() and (published / "figures" / "curve_0.png").is_file()
 
     # resumed: finished runs are skipped, failed ones left alone with --skip-failed
     capsys.readouterr()
-    assert compare_main(["--config", str(experiment), "--root", str(root), "--skip-failed"], LitGRPOCLI) == 1
+    assert compare(["--config", str(experiment), "--root", str(root), "--skip-failed"]) == 1
     assert "6 runs: 6 already finished (skipped), 0 to run" in capsys.readouterr().out
     assert json.loads((out_dir / "results.json").read_text())["runs"] == results["runs"]
 
@@ -152,7 +151,7 @@ def test_compare_end_to_end(experiment, tmp_path, capsys):
 def test_bad_experiments_fail_before_any_run(tmp_path, monkeypatch, capsys, overrides, message):
     monkeypatch.chdir(ROOT)
     path = write_experiment(tmp_path / "exp.yaml", **overrides)
-    assert compare_main(["--config", str(path), "--root", str(tmp_path / "out")], LitGRPOCLI) == 2
+    assert compare(["--config", str(path), "--root", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -160,6 +159,6 @@ def test_bad_experiments_fail_before_any_run(tmp_path, monkeypatch, capsys, over
 def test_dry_run_prints_commands_and_runs_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     path = write_experiment(tmp_path / "exp.yaml")
-    assert compare_main(["--config", str(path), "--root", str(tmp_path / "out"), "--dry-run"], LitGRPOCLI) == 0
+    assert compare(["--config", str(path), "--root", str(tmp_path / "out"), "--dry-run"]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("OMP_NUM_THREADS=")]
     assert len(lines) == 4 and not (tmp_path / "out").exists()

@@ -4,10 +4,9 @@ import math
 
 import pytest
 
-from lit_grpo.diagnostics.stats import summarize, welch_t_test
 from lit_grpo.experiments.collect import chance_corrected, guess_share, read_scalars, reduce_series
 from lit_grpo.experiments.figures import curve_band, mean_band, smooth
-from lit_grpo.experiments.inference import one_sample_t_test, sign_flip_test
+from lit_grpo.experiments.stats import one_sample_t_test, sign_flip_test, summarize, welch_t_test
 from lit_grpo.experiments.tables import Cell, fmt, fmt_p, pairwise, summary_table
 
 SERIES = [(0, 1.0), (5, 3.0), (9, 2.0), (12, 6.0)]
@@ -129,7 +128,7 @@ def test_settings_are_compared_one_sweep_axis_apart():
 def test_arms_are_pooled_over_settings_sharing_an_axis_value_and_over_all():
     from types import SimpleNamespace
 
-    from lit_grpo.diagnostics import stratified_permutation_test
+    from lit_grpo.experiments.stats import stratified_permutation_test
     from lit_grpo.experiments.tables import pooled_table, pooled_tests
 
     values = {
@@ -162,7 +161,7 @@ def test_arms_are_pooled_over_settings_sharing_an_axis_value_and_over_all():
 def test_paired_cells_use_paired_tests_and_pool_by_sign_flips():
     from types import SimpleNamespace
 
-    from lit_grpo.diagnostics.stats import paired_t_test, sign_flip_test
+    from lit_grpo.experiments.stats import paired_t_test, sign_flip_test
     from lit_grpo.experiments.tables import compare_cells, pooled_tests, stratified_sign_flip_test
 
     a = Cell("lr=1", "A", [0.5, 0.6, 0.7, 0.65], 0, 0, seeds=[0, 1, 2, 3])
@@ -187,10 +186,10 @@ def test_paired_cells_use_paired_tests_and_pool_by_sign_flips():
 def test_family_is_adjusted_together_and_anova_tests_the_interaction():
     from types import SimpleNamespace
 
-    from lit_grpo.diagnostics.stats import benjamini_hochberg_adjust, holm_adjust, two_way_anova
     from lit_grpo.experiments.collect import RunRecord
     from lit_grpo.experiments.grid import Run
     from lit_grpo.experiments.spec import Arm, Metric
+    from lit_grpo.experiments.stats import benjamini_hochberg_adjust, holm_adjust, two_way_anova
     from lit_grpo.experiments.tables import analyse, family_section
 
     primary = Metric("test/accuracy", primary=True)

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_grpo.cli import LitGRPOCLI
-from lit_grpo.experiments.cli import compare_main
+from lit_grpo.commands.compare import compare
 from tests.experiments.helpers import ROOT
 
 EXPERIMENTS = sorted(str(Path(p).relative_to(ROOT)) for p in glob.glob(f"{ROOT}/experiments/*.yaml"))
@@ -22,7 +21,7 @@ EXPERIMENTS = sorted(str(Path(p).relative_to(ROOT)) for p in glob.glob(f"{ROOT}/
 )
 def test_quick_suite(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert compare_main(["--quick", "--root", str(tmp_path), "--config", *EXPERIMENTS], LitGRPOCLI) == 0
+    assert compare(["--quick", "--root", str(tmp_path), "--config", *EXPERIMENTS]) == 0
     for path in EXPERIMENTS:
         out = tmp_path / f"{Path(path).stem}-quick"
         results = json.loads((out / "results.json").read_text())
@@ -34,8 +33,8 @@ def test_quick_suite(tmp_path, monkeypatch):
     assert len(chosen) == 5
     for argv in ([], ["--report-only"]):
         if argv:
-            assert compare_main(["--quick", "--root", str(tmp_path), "--config", "experiments/sign_starvation.yaml",
-                                 *argv], LitGRPOCLI) == 0
+            assert compare(["--quick", "--root", str(tmp_path), "--config", "experiments/sign_starvation.yaml",
+                                 *argv]) == 0
         assert _arms_lr(out / "report.md") == chosen
 
 

@@ -88,14 +88,14 @@ def fit(cfg: dict | Path, tmp: Path, *args: str) -> Outcome:
 
 
 def run_subprocess(cfg: dict, tmp: Path, *args: str, signals: list[tuple[str, int]] = (), timeout: float = 240):
-    """``python -m lit_grpo.cli fit --config ...`` in a child process. ``signals``: ``(marker, signum)``
+    """``python -m lit_grpo fit --config ...`` in a child process. ``signals``: ``(marker, signum)``
     pairs: when the file ``tmp/<marker>`` appears (written by :class:`PauseAt` / :class:`PausingIO`), the
     test sends ``signum`` to the child. Returns the finished process (``returncode``, ``stderr``)."""
     path = write_config(tmp, cfg)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(torch.get_num_threads()),
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     with open(tmp / "stderr.txt", "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "lit_grpo.cli", "fit", "--config", str(path), *args],
+        proc = subprocess.Popen([sys.executable, "-m", "lit_grpo", "fit", "--config", str(path), *args],
                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + timeout
         try:

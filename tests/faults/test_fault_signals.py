@@ -1,7 +1,7 @@
 """Fault matrix, signals: a scheduler's SIGTERM or SIGUSR1 mid-run, signals during a checkpoint write and
 Ctrl-C. The run writes a checkpoint after the current step and exits 75 (interrupted, resumable); resumed
 from it, the run ends with exactly the parameters of the uninterrupted run. Sent from the test to a child
-``python -m lit_grpo.cli fit`` where the exit status is the point, in-process otherwise."""
+``python -m lit_grpo fit`` where the exit status is the point, in-process otherwise."""
 
 from __future__ import annotations
 

@@ -132,7 +132,7 @@ def test_fsdp2_reaches_the_single_device_parameters(tmp_path, sft_model_path, re
 
 
 def test_cli_quickstart_on_gpu_in_bf16(tmp_path, capsys):
-    from lit_grpo.cli import main
+    from lit_grpo.commands import main
 
     main(["fit", "--config", "configs/quickstart.yaml", "--trainer.accelerator=gpu", "--trainer.devices=1",
           "--trainer.precision=bf16-mixed", "--trainer.max_steps=4", "--trainer.val_check_interval=4",

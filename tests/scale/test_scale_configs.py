@@ -9,7 +9,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from lit_grpo.checkpoint import AtomicCheckpointIO, SaveOnInterrupt
-from lit_grpo.cli import LitGRPOCLI, main
+from lit_grpo.cli import LitGRPOCLI
+from lit_grpo.commands import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALE = {"gpu1.yaml": (1, 1), "gpu8_fsdp.yaml": (8, 1), "multinode.yaml": (8, 2)}  # devices, nodes

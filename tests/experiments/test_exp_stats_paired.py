@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lit_grpo.diagnostics.stats import (
+from lit_grpo.experiments.stats import (
     benjamini_hochberg_adjust,
     binomial_se,
     f_sf,

@@ -5,8 +5,15 @@ import math
 import pytest
 import torch
 
-from lit_grpo.diagnostics import interquartile_mean, permutation_test, summarize, t_quantile, welch_t_test
-from lit_grpo.diagnostics.stats import betainc, t_sf
+from lit_grpo.experiments.stats import (
+    betainc,
+    interquartile_mean,
+    permutation_test,
+    summarize,
+    t_quantile,
+    t_sf,
+    welch_t_test,
+)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +130,7 @@ def test_permutation_monte_carlo():
 
 
 def test_stratified_permutation_with_one_stratum_is_the_permutation_test():
-    from lit_grpo.diagnostics import stratified_permutation_test
+    from lit_grpo.experiments.stats import stratified_permutation_test
 
     a, b = [0.71, 0.74, 0.69, 0.77], [0.68, 0.70, 0.66, 0.72, 0.69]
     assert stratified_permutation_test([(a, b)]) == pytest.approx(permutation_test(a, b))
@@ -132,7 +139,7 @@ def test_stratified_permutation_with_one_stratum_is_the_permutation_test():
 def test_stratified_permutation_exact_by_enumeration():
     import itertools
 
-    from lit_grpo.diagnostics import stratified_permutation_test
+    from lit_grpo.experiments.stats import stratified_permutation_test
 
     # by hand: one value per arm in each of two strata; the 4 relabellings give means over strata of
     # (1 + 1)/2, (1 - 1)/2, (-1 + 1)/2, (-1 - 1)/2: |statistic| >= 1 in 2 of 4
@@ -156,7 +163,7 @@ def test_stratified_permutation_exact_by_enumeration():
 
 
 def test_stratified_permutation_monte_carlo_and_bad_input():
-    from lit_grpo.diagnostics import stratified_permutation_test
+    from lit_grpo.experiments.stats import stratified_permutation_test
 
     gen = torch.Generator().manual_seed(1)
     shifted = [((torch.randn(7, generator=gen) + 1).tolist(), torch.randn(7, generator=gen).tolist()) for _ in range(3)]

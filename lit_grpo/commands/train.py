@@ -1,0 +1,31 @@
+"""``lit-grpo fit|validate|test --config FILE_OR_NAME``: LightningCLI (:class:`lit_grpo.cli.LitGRPOCLI`)."""
+
+from __future__ import annotations
+
+
+def _lightning(subcommand: str, argv: list[str]) -> int:
+    import os
+    import sys
+
+    from lit_grpo.checkpoint import exit_status
+    from lit_grpo.cli import LitGRPOCLI
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = [subcommand, *argv]
+    cli = LitGRPOCLI(args=None if sys.argv[1:] == args else args)  # None: LightningCLI reads the command line
+    return exit_status(cli.trainer)  # 75 when a signal stopped the run after writing its checkpoint
+
+
+def fit(argv: list[str]) -> int:
+    """train: lit-grpo fit --config FILE_OR_NAME (built-in configs by name: --config quickstart)"""
+    return _lightning("fit", argv)
+
+
+def validate(argv: list[str]) -> int:
+    """score the validation split: lit-grpo validate --config FILE_OR_NAME [--ckpt_path CKPT]"""
+    return _lightning("validate", argv)
+
+
+def test(argv: list[str]) -> int:
+    """score the test split: lit-grpo test --config FILE_OR_NAME [--ckpt_path CKPT]"""
+    return _lightning("test", argv)
