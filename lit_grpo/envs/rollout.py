@@ -62,8 +62,8 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
     An episode ends when the environment says done, after ``max_turns`` assistant turns, when its tokens after
     the prompt would exceed ``max_episode_tokens`` (null: no limit beyond ``sampling.max_new_tokens`` per
     turn) or the engine's context (:meth:`RolloutEngine.max_sequence_length`), or when a turn ends without an
-    EOS token; all but the first set ``truncated``. Each turn samples at
-    most ``sampling.max_new_tokens`` tokens.
+    EOS token; all but the first set ``truncated``. Each turn samples at most ``sampling.max_new_tokens`` tokens.
+    The environment's ``reward`` is read for every episode at the end (``Episode.reward``).
     """
     require(max_turns >= 1, f"max_turns={max_turns} must be >= 1")
     require(max_episode_tokens is None or max_episode_tokens >= 1,

@@ -9,7 +9,9 @@ ever split into words and looked up: nothing in it is run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +21,29 @@ from lit_grpo.envs.tools import ToolEnvironment
 INSTALL_HINT = "SearchEnvironment needs bm25s: pip install 'lit-grpo[agents]' (or pip install bm25s)"
 SYSTEM_PROMPT = ("Answer the question using the search tool to look up facts. "
                  "When you know the answer, reply with the answer only.")
+
+
+def bm25s_module():
+    """``bm25s`` with its numpy backend: imported while ``numba`` is blocked (unless numba is loaded already).
+
+    bm25s imports numba when it is installed, and the numba/llvmlite objects that import leaves in ``sys.modules``
+    make the vLLM engine fail to start afterwards (vLLM 0.32 scans every loaded module at start-up and trips on
+    them: "'_lib_fn_wrapper' object has no attribute 'get'"). The numpy backend is plenty for a few thousand
+    documents.
+    """
+    if "bm25s" in sys.modules:
+        return sys.modules["bm25s"]
+    if importlib.util.find_spec("bm25s") is None:
+        raise ImportError(INSTALL_HINT)
+    block = "numba" not in sys.modules
+    if block:
+        sys.modules["numba"] = None  # type: ignore[assignment]  # `import numba` raises ImportError meanwhile
+    try:
+        import bm25s
+    finally:
+        if block:
+            del sys.modules["numba"]
+    return bm25s
 
 
 def shipped_corpus() -> Path:
@@ -67,10 +92,8 @@ class SearchEnvironment(ToolEnvironment):
                  max_calls_per_turn: int = 4, max_result_chars: int = 2000) -> None:
         require(k >= 1, f"SearchEnvironment: k={k} must be >= 1")
         require(max_doc_chars >= 1, f"SearchEnvironment: max_doc_chars={max_doc_chars} must be >= 1")
-        try:
-            import bm25s  # noqa: F401
-        except ImportError:
-            raise ImportError(INSTALL_HINT) from None
+        if importlib.util.find_spec("bm25s") is None:
+            raise ImportError(INSTALL_HINT)
         self.corpus, self.k, self.max_doc_chars = corpus, k, max_doc_chars
         self._index: Any = None
         self._documents: list[dict[str, str]] = []
@@ -90,8 +113,7 @@ class SearchEnvironment(ToolEnvironment):
         Args:
             query: Words to look for, e.g. a name and what you want to know about it.
         """
-        import bm25s
-
+        bm25s = bm25s_module()
         index = self._load()
         words = bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)[0]
         if not words:
@@ -109,8 +131,7 @@ class SearchEnvironment(ToolEnvironment):
     def _load(self):
         """The BM25 index, built on first use (constructors stay cheap)."""
         if self._index is None:
-            import bm25s
-
+            bm25s = bm25s_module()
             self._documents = read_documents(self.corpus or shipped_corpus())
             texts = [f"{d['title']}. {d['text']}" for d in self._documents]
             index = bm25s.BM25()

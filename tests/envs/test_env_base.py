@@ -6,7 +6,15 @@ import pytest
 import yaml
 from jsonargparse import ArgumentParser
 
-from lit_grpo.envs import Environment, EnvironmentRouter, SingleTurn, ToolEnvironment, calculator, records_of
+from lit_grpo.envs import (
+    Environment,
+    EnvironmentRouter,
+    OpenEnvEnvironment,
+    SingleTurn,
+    ToolEnvironment,
+    calculator,
+    records_of,
+)
 from lit_grpo.types import PromptBatch
 
 
@@ -70,3 +78,7 @@ def test_bad_options_are_clear_errors():
         ToolEnvironment(tools=[calculator], timeout_s=0)
     with pytest.raises(ValueError, match="unique"):
         ToolEnvironment(tools=[calculator, calculator])
+    with pytest.raises(ValueError, match="must start with http"):
+        OpenEnvEnvironment(base_url="localhost:8000")
+    with pytest.raises(ValueError, match="reward='max'"):
+        OpenEnvEnvironment(base_url="http://127.0.0.1:1", reward="max")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -9,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("bm25s", reason="the search tool needs bm25s: pip install 'lit-grpo[agents]'")
+# not importorskip: importing bm25s directly loads numba, after which vLLM cannot start in this process
+# (lit_grpo.envs.search.bm25s_module imports it without numba)
+if importlib.util.find_spec("bm25s") is None:
+    pytest.skip("the search tool needs bm25s: pip install 'lit-grpo[agents]'", allow_module_level=True)
 
 from lit_grpo.data import SearchQuestions  # noqa: E402
 from lit_grpo.envs import run_episodes  # noqa: E402
@@ -87,3 +91,12 @@ def test_bad_corpus_is_a_clear_error(tmp_path):
         env.reset({"prompt": "Q", "reference": "", "id": "0", "columns": {}})
     with pytest.raises(ValueError, match="no such file"):
         SearchEnvironment(corpus=str(tmp_path / "missing.jsonl")).search("x")
+
+
+def test_bm25s_is_imported_without_numba():
+    # numba's llvmlite objects in sys.modules make vLLM 0.32 fail to start in the same process
+    code = ("import sys; from lit_grpo.envs.search import bm25s_module; bm25s_module(); "
+            "loaded = [m for m in sys.modules if m.split('.')[0] in ('numba', 'llvmlite')]; "
+            "assert not loaded, loaded; import bm25s; assert bm25s.BM25().backend == 'numpy'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
