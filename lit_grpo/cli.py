@@ -18,6 +18,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 # The component packages, imported for their classes: LightningCLI resolves short names such as
 # --model.estimator=Sign, --model.loss=PPOClip or --model.reward=ExactMatch among the imported subclasses.
+import lit_grpo.envs
 import lit_grpo.estimators
 import lit_grpo.losses
 import lit_grpo.module

