@@ -10,7 +10,7 @@ verl's ``core_algos`` and OpenRLHF's ``models.loss``; none is a dependency of li
     bench/.venv-peers/bin/python bench/conformance.py --check-imports
 
 Writes ``bench/conformance_reference.json`` (each case's peer numbers and lit-grpo's, with the peer versions
-that produced them; ``tests/test_conformance.py`` checks lit-grpo's side against it in the main environment)
+that produced them; ``tests/bench/test_conformance.py`` checks lit-grpo's side against it in the main environment)
 and the table of ``docs/conformance.md`` between its markers. The cases (golden data, peer settings, the
 lit-grpo equivalents) are in ``bench/conformance_cases.py``.
 

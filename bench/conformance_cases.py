@@ -2,7 +2,7 @@
 documented as its equivalent (lit-grpo's side only: no peer is imported here).
 
 ``bench/conformance.py`` runs each case's peer functions in the peers' environment and records their
-numbers in ``bench/conformance_reference.json``; ``tests/test_conformance.py`` recomputes lit-grpo's side
+numbers in ``bench/conformance_reference.json``; ``tests/bench/test_conformance.py`` recomputes lit-grpo's side
 of every case in the main environment and checks it against those recorded numbers.
 
 A case compares up to three quantities, each on golden inputs (P = 4 prompts x G = 4 completions, at most

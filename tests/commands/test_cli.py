@@ -11,7 +11,7 @@ import lit_grpo
 from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.commands import COMMANDS, main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml"))
 ESTIMATORS = [
     "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance", "ReinforcePlusPlus", "GPG", "PassAtK",

@@ -7,7 +7,7 @@ import pytest
 
 from lit_grpo.models.tiny import build_tiny_model, char_tokenizer
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "probe_policy.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "probe_policy.py"
 
 
 def probe(argv):

@@ -13,7 +13,7 @@ from lit_grpo import resources
 from lit_grpo.commands import main
 from lit_grpo.experiments.loader import load_experiment
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pyproject() -> dict:

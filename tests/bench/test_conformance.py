@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 from conformance_cases import CASES, TOLERANCE, G, lit_side, max_difference  # noqa: E402
 

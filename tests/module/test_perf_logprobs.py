@@ -127,7 +127,7 @@ def test_length_sorted_micro_batches_give_the_full_batch_gradient(tmp_path, sft_
         L.seed_everything(0)
         module = tiny_module(sft_model_path, micro_batch_size=micro, max_new_tokens=6, shared_prefix=False,
                              elide_zero_advantage=False)  # every completion trained: 8 micro-batches of 2
-        # (shared_prefix keeps whole groups together instead: tests/test_shared_prefix.py)
+        # (shared_prefix keeps whole groups together instead: tests/module/test_shared_prefix.py)
         capture = GradCapture()
         tiny_trainer(tmp_path, max_steps=1, callbacks=[capture]).fit(module, datamodule=tiny_data())
         grads.append(capture.grads)
