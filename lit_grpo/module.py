@@ -147,6 +147,17 @@ class GRPOModule(PolicyModule):
             shape measured (docs/performance.md), even with short prompts.
     """
 
+    #: Scalars it logs besides PolicyModule's (``<...>`` stands for any text); ``lit-grpo compare`` checks the
+    #: names an experiment reads against them.
+    metrics: tuple[str, ...] = (
+        "train/loss", "train/grad_norm", "train/entropy", "train/lr", "train/nonfinite_steps", "train/<name>",
+        "rollout/reward_mean", "rollout/reward_std", "rollout/len_mean", "rollout/truncated_frac",
+        "rollout/unscorable_frac", "rollout/prompts_drawn", "rollout/completions_generated",
+        "rollout/tokens_generated", "rollout/logp_diff_mean", "rollout/logp_diff_max", "rollout/logp_kl_k3",
+        "rollout/retired_prompts", "rollout/skipped_prompts", "reward/<term>", "data/skipped_rows",
+        "perf/<phase>_s", "perf/tokens_per_s", "perf/elided_frac", "optim/<name>",
+    )
+
     def __init__(
         self,
         model: str,

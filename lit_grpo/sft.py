@@ -33,6 +33,9 @@ class SFTModule(PolicyModule):
         gradient_checkpointing: Recompute block activations in the backward pass to save memory.
     """
 
+    #: Scalars it logs besides PolicyModule's; ``lit-grpo compare`` checks the names an experiment reads.
+    metrics: tuple[str, ...] = ("train/loss",)
+
     def __init__(
         self,
         model: str,

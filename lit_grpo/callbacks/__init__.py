@@ -1,4 +1,5 @@
-"""Lightning callbacks for lit-grpo runs. Each docstring lists the metric names it writes."""
+"""Lightning callbacks for lit-grpo runs. Each declares the scalar metrics it writes in its ``metrics`` attribute
+(names, or patterns with a ``<placeholder>``); its docstring describes them."""
 
 from lit_grpo.callbacks.advantage_stats import AdvantageStats
 from lit_grpo.callbacks.budget import GradientBudget

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from lightning import Callback, LightningModule, Trainer
@@ -74,6 +74,11 @@ class GradientBudget(Callback):
             ``GradientRank``'s ``params``; null: every Linear weight not tied to an embedding).
         micro_batch_size: Completions per forward of the exact budget (null: all at once).
     """
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "budget/share_<bin>", "budget/prompt_share_<bin>", "budget/unbinned_frac", "budget/exact_share_<bin>",
+    )
 
     def __init__(
         self,

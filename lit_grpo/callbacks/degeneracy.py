@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from lightning import Callback, LightningModule, Trainer
 
@@ -76,6 +78,15 @@ class DegeneracyMonitor(Callback):
         resample_every_n_steps: Draw the fresh samples at steps ``0, n, 2n, ...`` (0: never).
         resample_samples: Fresh completions per prompt (at least the group size; 16 or more).
     """
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "rollout/degenerate_frac", "rollout/all_correct_frac", "rollout/all_wrong_frac",
+        "rollout/pooled_success_rate", "rollout/degenerate_iid_pred", "rollout/degenerate_excess",
+        "rollout/degenerate_ema_pred", "rollout/degenerate_ema_excess", "rollout/ema_coverage",
+        "rollout/starved_frac", "rollout/degenerate_resample_pred", "rollout/degenerate_resample_excess",
+        "rollout/resample_success_rate", "rollout/degenerate_resample_pooled_pred", "rollout/resample_prompts",
+    )
 
     def __init__(
         self,

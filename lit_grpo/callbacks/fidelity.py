@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
@@ -69,6 +70,12 @@ class GradientFidelity(Callback):
         micro_batch_size: Completions per gradient forward.
     """
 
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "fidelity/<estimator>/cos_<objective>", "fidelity/<estimator>/norm_ratio_<objective>",
+        "fidelity/<estimator>/snr", "fidelity/<estimator>/snr_<bin>", "fidelity/pass_rate_mean",
+    )
+
     def __init__(
         self,
         estimators: list[AdvantageEstimator] | None = None,
@@ -131,10 +138,10 @@ class GradientFidelity(Callback):
         estimators = self.estimators or [pl_module.estimator]
         G = pl_module.group_size
         for estimator in estimators:
-            if getattr(estimator, "couples_groups", False) or estimator.min_group_size > G:
+            if estimator.couples_groups or estimator.needs_lengths or estimator.min_group_size > G:
                 raise ValueError(
-                    f"{NAME}: {estimator!r} has no per-prompt estimate at group_size {G} (it is batch-coupled or "
-                    "needs larger groups); list other estimators in estimators"
+                    f"{NAME}: {estimator!r} has no per-prompt estimate at group_size {G} (it is batch-coupled, "
+                    "needs the completions' lengths or needs larger groups); list other estimators in estimators"
                 )
         dm = trainer.datamodule
         if dm is None or not hasattr(dm, "val_dataloader"):

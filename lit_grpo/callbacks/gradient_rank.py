@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 import torch
 from lightning import Callback, LightningModule, Trainer
@@ -75,6 +76,13 @@ class GradientRank(Callback):
             rank is logged before the optimizer step (null: none).
         per_layer: Also log the effective rank of each chosen layer's block of the per-completion matrix.
     """
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "grad/erank", "grad/stable_rank", "grad/energy_rank_0.9", "grad/energy_rank_0.99", "grad/sigma_<i>",
+        "grad/rows", "grad/skipped_zero", "grad/dedup_<statistic>", "grad/distinct_mean", "grad/distinct_min",
+        "grad/layer_erank/<layer name>", "grad/weight_erank/<parameter name>", "grad/weight_skipped_zero",
+    )
 
     def __init__(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import ClassVar
 
 import torch
 from lightning import Callback, LightningModule, Trainer
@@ -68,6 +69,11 @@ class PassAtK(Callback):
         baseline_at_start: Measure the starting policy's curve when training starts.
         log_figure: Draw the figure (needs a TensorBoard logger and matplotlib).
     """
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "val/pass@<k>",
+    )
 
     def __init__(
         self,

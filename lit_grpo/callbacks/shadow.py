@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 import torch
 from lightning import Callback, LightningModule, Trainer
@@ -95,6 +96,12 @@ class ShadowEstimators(Callback):
             consumed a micro-batch at a time, so memory is one micro-batch of rows plus ``E x D``.
         figure: Draw the figure at every direction measurement.
     """
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "shadow/<estimator>/starved_frac", "shadow/<estimator>/budget_<bin>", "shadow/<estimator>/cos_train",
+        "shadow/<estimator>/norm_ratio", "shadow/<estimator>/cos_<other>", "shadow/rows", "shadow/zero_train",
+    )
 
     def __init__(
         self,
@@ -193,12 +200,13 @@ class ShadowEstimators(Callback):
             )
 
     # ---- measuring ---------------------------------------------------------------------------------
-    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        """``[E, P, G]`` advantages of every estimator, called in order (collectives included)."""
+    def advantages(self, rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``[E, P, G]`` advantages of every estimator for ``rewards`` and the completions' ``lengths`` ``[P, G]``,
+        called in order (collectives included)."""
         out = []
         for estimator, label in zip(self.estimators, self.labels, strict=True):
             try:
-                out.append(estimator(rewards).float().cpu())
+                out.append(estimator(rewards, lengths=lengths).float().cpu())
             except (ValueError, TypeError) as err:
                 raise ValueError(
                     f"{NAME}: the shadow estimator {label} failed on the step's rewards: {err}"
@@ -239,7 +247,8 @@ class ShadowEstimators(Callback):
         starved shares ``[E + 1]`` (the run first), all of the global batch. Every rank must call it at the
         same step: the estimators and the sums over ranks are collectives."""
         rewards = stats.rewards  # [P, G]
-        adv = torch.cat([stats.advantages.float().cpu()[None], self.advantages(rewards)])  # [E + 1, P, G]
+        shadows = self.advantages(rewards, stats.lengths.view(rewards.shape))  # [E, P, G]
+        adv = torch.cat([stats.advantages.float().cpu()[None], shadows])  # [E + 1, P, G]
         pass_rate = rewards.double().nanmean(-1)  # [P], NaN for an all-unscorable group
         local = torch.cat(
             [

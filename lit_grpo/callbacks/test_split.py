@@ -6,6 +6,7 @@ import csv
 import math
 from collections import Counter
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from lightning import Callback, LightningModule, Trainer
@@ -63,6 +64,13 @@ class TestSplitReport(Callback):
     """
 
     __test__ = False  # not a pytest class
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "test/accuracy", "test/reward_mean", "test/accuracy_se", "test/reward_mean_se", "test/pass@<k>",
+        "test/pass@<k>_se", "test/num_prompts", "test/answer_entropy", "test/answer_top_share", "test/chance",
+        "test/skill", "test/skill_se", "test/before/<name>",
+    )
 
     def __init__(
         self,
