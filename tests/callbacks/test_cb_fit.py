@@ -12,6 +12,7 @@ from lit_grpo.callbacks import (
     CompletionSamples,
     DegeneracyMonitor,
     GradientBudget,
+    GradientProbe,
     GradientRank,
     PassAtK,
     WeightCurve,
@@ -26,7 +27,7 @@ def test_all_callbacks_write_their_documented_tags(fit_run):
             DegeneracyMonitor(),
             PassAtK(n=4, max_prompts=4),
             GradientRank(
-                every_n_steps=2, params=[r"layers\.2\.mlp"], weight_params=[r"layers\.1\.mlp\.up_proj"]
+                every_n_steps=2, probe=GradientProbe(params=[r"layers\.2\.mlp"]), weight_params=[r"layers\.1\.mlp\.up_proj"]
             ),
             GradientBudget(estimate="resample", num_samples=4, figure_every_n_steps=1),
             AdvantageStats(histogram_every_n_steps=1, figure_every_n_steps=1),
