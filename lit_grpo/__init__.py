@@ -3,7 +3,8 @@
 The names below are imported on first use (PEP 562), so ``import lit_grpo.estimators`` (or the losses, the
 log-prob maths, the diagnostics) loads neither Lightning nor the data package; ``lit_grpo.GRPOModule``
 and ``class_path: lit_grpo.GRPOModule`` work as before. The estimators are exported by the names their package
-registers (``lit_grpo.Sign`` is ``lit_grpo.estimators.Sign``), so no list here names them.
+registers (``lit_grpo.Sign`` is ``lit_grpo.estimators.Sign``), and so are the losses and importance corrections,
+so no list here names them.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ __version__ = "0.1.0"
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
     "AdvantageEstimator": "lit_grpo.estimators",
-    **dict.fromkeys(["PolicyLoss", "PPOClip", "GSPO", "CISPO", "SAPO", "GMPO", "ImportanceCorrection", "TruncatedIS",
-                    "MaskedIS"], "lit_grpo.losses"),
+    **dict.fromkeys(["PolicyLoss", "ImportanceCorrection"], "lit_grpo.losses"),
     **dict.fromkeys(
         ["RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
          "RewardShaping", "OverlongPenalty", "LastNumber"],
@@ -38,7 +38,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 #: Packages whose ``REGISTRY`` (class name -> component class) is exported too, imported on first use.
-_REGISTRIES = ("lit_grpo.estimators",)
+_REGISTRIES = ("lit_grpo.estimators", "lit_grpo.losses")
 
 
 def _registered() -> dict[str, Any]:
