@@ -53,7 +53,7 @@ def __getattr__(name: str) -> Any:
         value: Any = [*_EXPORTS, *_registered()]
     elif name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    elif not name.startswith("_") and name in (registered := _registered()):
+    elif name[:1].isupper() and name in (registered := _registered()):  # a class name, never a submodule's
         value = registered[name]
     else:
         raise AttributeError(f"module 'lit_grpo' has no attribute {name!r}")
