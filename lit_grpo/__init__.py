@@ -2,7 +2,9 @@
 
 The names below are imported on first use (PEP 562), so ``import lit_grpo.estimators`` (or the losses, the
 log-prob maths, the diagnostics) loads neither Lightning nor the data package; ``lit_grpo.GRPOModule``
-and ``class_path: lit_grpo.GRPOModule`` work as before.
+and ``class_path: lit_grpo.GRPOModule`` work as before. The estimators are exported by the names their package
+registers (``lit_grpo.Sign`` is ``lit_grpo.estimators.Sign``), and so are the losses and importance corrections,
+so no list here names them.
 """
 
 from __future__ import annotations
@@ -14,13 +16,8 @@ __version__ = "0.1.0"
 
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(
-        ["AdvantageEstimator", "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance",
-         "ReinforcePlusPlus", "GPG", "PassAtK", "OPO"],
-        "lit_grpo.estimators",
-    ),
-    **dict.fromkeys(["PolicyLoss", "PPOClip", "GSPO", "CISPO", "SAPO", "GMPO", "ImportanceCorrection", "TruncatedIS",
-                    "MaskedIS"], "lit_grpo.losses"),
+    "AdvantageEstimator": "lit_grpo.estimators",
+    **dict.fromkeys(["PolicyLoss", "ImportanceCorrection"], "lit_grpo.losses"),
     **dict.fromkeys(
         ["RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
          "RewardShaping", "OverlongPenalty", "LastNumber"],
@@ -40,16 +37,29 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["PromptBatch", "Rollouts", "RolloutStats", "RewardOutput", "SamplingParams"], "lit_grpo.types"),
 }
 
-__all__ = list(_EXPORTS)
+#: Packages whose ``REGISTRY`` (class name -> component class) is exported too, imported on first use.
+_REGISTRIES = ("lit_grpo.estimators", "lit_grpo.losses")
+
+
+def _registered() -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for package in _REGISTRIES:
+        found.update(importlib.import_module(package).REGISTRY)
+    return found
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
+    if name == "__all__":  # the registered names need their packages imported
+        value: Any = [*_EXPORTS, *_registered()]
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name[:1].isupper() and name in (registered := _registered()):  # a class name, never a submodule's
+        value = registered[name]
+    else:
         raise AttributeError(f"module 'lit_grpo' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value  # later lookups skip this function
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *__getattr__("__all__")})

@@ -11,7 +11,9 @@ counts once its module is imported or named by its dotted path.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 
 # jsonargparse's own resolution, as LightningCLI applies it to class_path values (one import site)
 from jsonargparse._typehints import get_all_subclass_paths, resolve_class_path_by_name
@@ -51,3 +53,17 @@ def resolve(base: type, name: str, where: str) -> type:
     if not (inspect.isclass(cls) and issubclass(cls, base)) or inspect.isabstract(cls):
         raise ValueError(f"{where}: {name!r} is not a concrete {base.__name__} subclass; choose one of {known}")
     return cls
+
+
+def import_package(package: str, base: type) -> dict[str, type]:
+    """Import every module of ``package`` (a package of lit-grpo's own components), which registers the
+    subclasses of ``base`` they define, and return the concrete, public ones by class name, sorted (what the
+    package exports)."""
+    found: dict[str, type] = {}
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        module = importlib.import_module(f"{package}.{info.name}")
+        for name, obj in vars(module).items():
+            defined_here = inspect.isclass(obj) and obj.__module__ == module.__name__
+            if defined_here and issubclass(obj, base) and not inspect.isabstract(obj) and not name.startswith("_"):
+                found[name] = obj
+    return dict(sorted(found.items()))

@@ -6,7 +6,7 @@ import logging
 import math
 from dataclasses import asdict
 from itertools import product
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -117,6 +117,20 @@ class GRPOModule(PolicyModule):
         dtype: Parameter dtype of the policy.
         lora: Train LoRA adapters (peft: rank, alpha, dropout, target modules) instead of all weights.
     """
+
+    #: Scalars it logs besides PolicyModule's (``<...>`` stands for any text); ``lit-grpo compare`` checks the
+    #: names an experiment reads against them.
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "train/loss", "train/grad_norm", "train/entropy", "train/lr", "train/nonfinite_steps", "train/<name>",
+        "rollout/reward_mean", "rollout/reward_std", "rollout/len_mean", "rollout/truncated_frac",
+        "rollout/unscorable_frac", "rollout/prompts_drawn", "rollout/completions_generated",
+        "rollout/tokens_generated", "rollout/logp_diff_mean", "rollout/logp_diff_max", "rollout/logp_kl_k3",
+        "rollout/retired_prompts", "rollout/skipped_prompts", "reward/<term>", "data/skipped_rows",
+        "perf/<phase>_s", "perf/tokens_per_s", "perf/elided_frac", "optim/<name>",
+        "env/turns_mean", "env/tool_calls_mean", "env/truncated_frac", "env/seconds", "env/tool_errors",
+        "env/tool_timeouts",
+    )
 
     def __init__(
         self,

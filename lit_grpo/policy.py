@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from lightning import LightningModule
@@ -44,6 +45,10 @@ class PolicyModule(LightningModule):
             call past it scores NaN, counted in ``reward/timeouts``, and the run goes on (null: no limit).
             See :class:`~lit_grpo.rewards.scoring.RewardGuard`.
     """
+
+    #: Scalars it logs (what its subclasses log besides is in theirs); ``lit-grpo compare`` checks the names an
+    #: experiment reads against them.
+    metrics: ClassVar[tuple[str, ...]] = ("val/accuracy", "test/accuracy", "val/reward_mean", "reward/timeouts")
 
     def __init__(
         self,

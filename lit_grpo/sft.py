@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from lit_grpo.lora import LoraSettings
@@ -34,6 +36,9 @@ class SFTModule(PolicyModule):
         lora: Train LoRA adapters (peft) instead of all weights.
         gradient_checkpointing: Recompute block activations in the backward pass to save memory.
     """
+
+    #: Scalars it logs besides PolicyModule's; ``lit-grpo compare`` checks the names an experiment reads.
+    metrics: ClassVar[tuple[str, ...]] = ("train/loss",)
 
     def __init__(
         self,

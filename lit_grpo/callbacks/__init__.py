@@ -1,5 +1,7 @@
-"""Lightning callbacks for lit-grpo runs. Each docstring lists the metric names it writes."""
+"""Lightning callbacks for lit-grpo runs. Each declares the scalar metrics it writes in its ``metrics`` attribute
+(names, or patterns with a ``<placeholder>``); its docstring describes them."""
 
+from lit_grpo.callbacks._common import GradientProbe
 from lit_grpo.callbacks.advantage_stats import AdvantageStats
 from lit_grpo.callbacks.budget import GradientBudget
 from lit_grpo.callbacks.degeneracy import DegeneracyMonitor
@@ -27,4 +29,5 @@ __all__ = [
     "WeightCurve",
     "ShadowEstimators",
     "GradientFidelity",
+    "GradientProbe",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
@@ -48,6 +50,12 @@ class AdvantageStats(Callback):
         histogram_every_n_steps: Histogram cadence (0: never).
         figure_every_n_steps: Figure cadence (0: never).
     """
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "adv/mass_mean", "adv/mass_k<K>", "adv/pos_share", "adv/neg_share", "adv/nonzero_steps", "adv/steps",
+        "adv/abs_mean",
+    )
 
     def __init__(
         self,

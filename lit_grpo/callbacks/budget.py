@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from lightning import Callback, LightningModule, Trainer
 
 from lit_grpo.callbacks._common import (
+    GradientProbe,
     check_binary_rewards,
     every,
     fork_rng,
@@ -22,9 +22,10 @@ from lit_grpo.callbacks._common import (
     rollout_stats,
     tensorboard,
 )
+from lit_grpo.checks import require
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS, advantage_budget, bin_index, budget_shares
 from lit_grpo.diagnostics.degeneracy import EMASuccessTracker
-from lit_grpo.diagnostics.gradients import LinearTarget, group_gradient_norms, select_linear_targets
+from lit_grpo.diagnostics.gradients import LinearTarget, group_gradient_norms
 from lit_grpo.diagnostics.plots import bar_figure
 from lit_grpo.types import RolloutStats
 
@@ -70,10 +71,14 @@ class GradientBudget(Callback):
         num_samples: Completions per prompt for ``estimate="resample"``.
         figure_every_n_steps: Draw the figure every this many steps (0: never).
         exact: Also measure the exact budget (norms of the prompts' gradient contributions).
-        params: Regular expressions choosing the ``nn.Linear`` parameters of the exact budget (as
-            ``GradientRank``'s ``params``; null: every Linear weight not tied to an embedding).
-        micro_batch_size: Completions per forward of the exact budget (null: all at once).
+        probe: The parameters and micro-batches of the exact budget (``GradientProbe``; its norms take whole
+            rows, so no ``projection_dim``).
     """
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "budget/share_<bin>", "budget/prompt_share_<bin>", "budget/unbinned_frac", "budget/exact_share_<bin>",
+    )
 
     def __init__(
         self,
@@ -82,8 +87,7 @@ class GradientBudget(Callback):
         num_samples: int = 8,
         figure_every_n_steps: int = 100,
         exact: bool = False,
-        params: list[str] | None = None,
-        micro_batch_size: int | None = None,
+        probe: GradientProbe = GradientProbe(),  # noqa: B008 (a dataclass: LightningCLI nests its options)
     ) -> None:
         if estimate not in ("ema", "resample"):
             raise ValueError(f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'")
@@ -93,18 +97,18 @@ class GradientBudget(Callback):
             raise ValueError(
                 f"GradientBudget: figure_every_n_steps={figure_every_n_steps} must be >= 0 (0: never)"
             )
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(f"GradientBudget: micro_batch_size={micro_batch_size} must be >= 1 or null")
-        if params and not exact:
-            raise ValueError(f"GradientBudget: params={params} choose the exact budget's parameters; set exact: true")
-        for pattern in params or []:
-            try:
-                re.compile(pattern)
-            except re.error as err:
-                raise ValueError(f"GradientBudget: {pattern!r} is not a regular expression ({err})") from err
+        require(
+            exact or probe == GradientProbe(),
+            f"GradientBudget: probe={probe} sets how the exact budget is measured; set exact: true or drop probe",
+        )
+        require(
+            probe.projection_dim is None,
+            f"GradientBudget: the exact budget takes whole rows; leave probe.projection_dim null (got "
+            f"{probe.projection_dim})",
+        )
         self.estimate, self.num_samples = estimate, num_samples
         self.figure_every_n_steps = figure_every_n_steps
-        self.exact, self.params, self.micro_batch_size = exact, params, micro_batch_size
+        self.exact, self.probe = exact, probe
         self.targets: list[LinearTarget] = []
         self.tracker = EMASuccessTracker(ema_decay)
         # [prompts, proxy budget, exact budget] per bin, all steps
@@ -122,12 +126,7 @@ class GradientBudget(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.exact:
             return
-        self.targets, _ = select_linear_targets(pl_module.policy, self.params)
-        if not self.targets:
-            raise ValueError(
-                f"GradientBudget: params={self.params} chooses no trainable nn.Linear parameter of the policy; "
-                "fix the regular expressions (searched in the parameter names)"
-            )
+        self.targets = self.probe.targets(NAME, pl_module.policy)
 
     def exact_budget(self, pl_module: LightningModule, stats: RolloutStats) -> torch.Tensor:
         """``[P]`` norms of the prompts' gradient contributions (NaN without the step's token ids)."""
@@ -141,16 +140,14 @@ class GradientBudget(Callback):
                 stats.group_size,
                 self.targets,
                 pl_module.sampling.temperature,
-                self.micro_batch_size,
+                self.probe.micro_batch_size,
             )
 
     def pass_rates(self, pl_module: LightningModule, stats: RolloutStats) -> torch.Tensor:
         """``[P]`` independent pass-rate estimates (NaN where there is none); updates the moving average."""
         if self.estimate == "resample":
             with torch.no_grad(), fork_rng(pl_module):
-                rollouts = pl_module.engine.generate(
-                    stats.batch.prompts, self.num_samples, pl_module.sampling
-                )
+                rollouts = pl_module.engine.rollout(stats.batch, self.num_samples, pl_module.sampling)
             rewards = pl_module.score(stats.batch, rollouts)[0]  # [P, S]
             check_binary_rewards(NAME, rewards, 1e-6)
             return rewards.double().nanmean(-1)

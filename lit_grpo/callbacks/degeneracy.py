@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from lightning import Callback, LightningModule, Trainer
 
@@ -77,6 +79,15 @@ class DegeneracyMonitor(Callback):
         resample_samples: Fresh completions per prompt (at least the group size; 16 or more).
     """
 
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "rollout/degenerate_frac", "rollout/all_correct_frac", "rollout/all_wrong_frac",
+        "rollout/pooled_success_rate", "rollout/degenerate_iid_pred", "rollout/degenerate_excess",
+        "rollout/degenerate_ema_pred", "rollout/degenerate_ema_excess", "rollout/ema_coverage",
+        "rollout/starved_frac", "rollout/degenerate_resample_pred", "rollout/degenerate_resample_excess",
+        "rollout/resample_success_rate", "rollout/degenerate_resample_pooled_pred", "rollout/resample_prompts",
+    )
+
     def __init__(
         self,
         atol: float = 1e-6,
@@ -113,7 +124,7 @@ class DegeneracyMonitor(Callback):
         if not every(logging_step(trainer), self.resample_every_n_steps) or not isinstance(batch, PromptBatch):
             return
         with torch.no_grad(), fork_rng(pl_module):
-            rollouts = pl_module.engine.generate(batch.prompts, self.resample_samples, pl_module.sampling)
+            rollouts = pl_module.engine.rollout(batch, self.resample_samples, pl_module.sampling)
         rewards = pl_module.score(batch, rollouts)[0].double().cpu()  # [P, n]
         check_binary_rewards(NAME, rewards, self.atol)
         self._resampled = (list(batch.ids), rewards)

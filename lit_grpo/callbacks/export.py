@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
@@ -22,6 +23,9 @@ class SavePretrained(Callback):
         dtype: Save in this dtype (e.g. ``bfloat16`` halves the file); null keeps the training dtype.
         merge: With LoRA, also write the base model with the adapters merged in, under ``<dirpath>/merged``.
     """
+
+    #: Scalars it logs: none.
+    metrics: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, dirpath: str, dtype: str | None = None, merge: bool = False) -> None:
         self.dirpath = dirpath

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_grpo.callbacks._common import (
+    GradientProbe,
     every,
     fork_rng,
     log_scalars,
@@ -17,9 +17,10 @@ from lit_grpo.callbacks._common import (
     require_module,
     tensorboard,
 )
+from lit_grpo.checks import require
 from lit_grpo.diagnostics.fidelity import ALL, OBJECTIVES, bin_rows
 from lit_grpo.diagnostics.fidelity_pool import csv_text, figure, measure, pool, prompt_table
-from lit_grpo.diagnostics.gradients import LinearTarget, select_linear_targets
+from lit_grpo.diagnostics.gradients import LinearTarget
 from lit_grpo.diagnostics.shadow import unique_labels
 from lit_grpo.estimators import AdvantageEstimator
 from lit_grpo.types import PromptBatch
@@ -62,12 +63,15 @@ class GradientFidelity(Callback):
         subsamples: Size-G subsamples per prompt.
         k: The k of the ``pass@k`` and ``log_pass@k`` objectives.
         maxrl_T: Truncation T of the MaxRL objective (null: group size - 1, what MaxRL's estimator climbs).
-        params: Regular expressions choosing ``nn.Linear`` parameters (null: every Linear weight).
-        lora: Use the LoRA parameters.
-        projection_dim: Project the rows to this many dimensions (null: whole).
-        seed: Seed of the projection and the subsamples.
-        micro_batch_size: Completions per gradient forward.
+        probe: The parameters, projection and micro-batches of the score rows (``GradientProbe``; by default
+            128 completions per forward; its seed also draws the subsamples).
     """
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "fidelity/<estimator>/cos_<objective>", "fidelity/<estimator>/norm_ratio_<objective>",
+        "fidelity/<estimator>/snr", "fidelity/<estimator>/snr_<bin>", "fidelity/pass_rate_mean",
+    )
 
     def __init__(
         self,
@@ -78,11 +82,7 @@ class GradientFidelity(Callback):
         subsamples: int = 1000,
         k: int = 4,
         maxrl_T: int | None = None,
-        params: list[str] | None = None,
-        lora: bool = False,
-        projection_dim: int | None = None,
-        seed: int = 0,
-        micro_batch_size: int = 128,
+        probe: GradientProbe = GradientProbe(micro_batch_size=128),  # noqa: B008 (LightningCLI nests its options)
     ) -> None:
         checks = [
             (every_n_steps >= 1, f"every_n_steps={every_n_steps} must be >= 1"),
@@ -94,26 +94,13 @@ class GradientFidelity(Callback):
                 maxrl_T is None or 1 <= maxrl_T <= ref_group_size,
                 f"maxrl_T={maxrl_T} must lie in [1, ref_group_size]",
             ),
-            (not (lora and params), f"give either lora=True or params={params}, not both"),
-            (
-                projection_dim is None or projection_dim >= 1,
-                f"projection_dim={projection_dim} must be >= 1 or null",
-            ),
-            (micro_batch_size >= 1, f"micro_batch_size={micro_batch_size} must be >= 1"),
         ]
         for ok, message in checks:
-            if not ok:
-                raise ValueError(f"{NAME}: {message}")
-        for pattern in params or []:
-            try:
-                re.compile(pattern)
-            except re.error as err:
-                raise ValueError(f"{NAME}: {pattern!r} is not a regular expression ({err})") from err
+            require(ok, f"{NAME}: {message}")
         self.estimators = list(estimators) if estimators else None
         self.every_n_steps, self.num_prompts = every_n_steps, num_prompts
         self.ref_group_size, self.subsamples, self.k, self.maxrl_T = ref_group_size, subsamples, k, maxrl_T
-        self.params, self.lora, self.projection_dim = params, lora, projection_dim
-        self.seed, self.micro_batch_size = seed, micro_batch_size
+        self.probe = probe
         self.targets: list[LinearTarget] = []
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -131,10 +118,10 @@ class GradientFidelity(Callback):
         estimators = self.estimators or [pl_module.estimator]
         G = pl_module.group_size
         for estimator in estimators:
-            if getattr(estimator, "couples_groups", False) or estimator.min_group_size > G:
+            if estimator.couples_groups or estimator.needs_lengths or estimator.min_group_size > G:
                 raise ValueError(
-                    f"{NAME}: {estimator!r} has no per-prompt estimate at group_size {G} (it is batch-coupled or "
-                    "needs larger groups); list other estimators in estimators"
+                    f"{NAME}: {estimator!r} has no per-prompt estimate at group_size {G} (it is batch-coupled, "
+                    "needs the completions' lengths or needs larger groups); list other estimators in estimators"
                 )
         dm = trainer.datamodule
         if dm is None or not hasattr(dm, "val_dataloader"):
@@ -143,16 +130,7 @@ class GradientFidelity(Callback):
             )
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.targets, left_out = select_linear_targets(pl_module.policy, self.params, self.lora)
-        if not self.targets:
-            raise ValueError(
-                f"{NAME}: {'lora=True' if self.lora else f'params={self.params}'} chooses no trainable nn.Linear "
-                "parameter of the policy; fix the patterns"
-            )
-        if left_out:
-            rank_zero_warn(
-                f"{NAME}: leaving out {len(left_out)} matched parameters outside trainable nn.Linear layers"
-            )
+        self.targets = self.probe.targets(NAME, pl_module.policy)
 
     def prompts(self, trainer: Trainer) -> PromptBatch:
         parts, have = [], 0
@@ -179,10 +157,10 @@ class GradientFidelity(Callback):
         with fork_rng(pl_module):
             pools = pool(
                 pl_module.policy, pl_module.engine.generate, pl_module.score, prompts, M, pl_module.sampling,
-                self.targets, self.projection_dim, self.seed, self.micro_batch_size,
+                self.targets, self.probe.projection_dim, self.probe.seed, self.probe.micro_batch_size,
             )  # fmt: skip
             results = measure(
-                pools, named, G, self.subsamples, self.k, T, self.seed
+                pools, named, G, self.subsamples, self.k, T, self.probe.seed
             )  # one prompt's rows at a time
         per_prompt = prompt_table(results, prompts.ids, named, G, M)
         bins = bin_rows(results, list(named), OBJECTIVES)

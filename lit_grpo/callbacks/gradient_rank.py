@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 import torch
 from lightning import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_grpo.callbacks._common import (
+    GradientProbe,
     every,
     fork_rng,
     log_scalars,
@@ -17,12 +18,12 @@ from lit_grpo.callbacks._common import (
     require_module,
     rollout_stats,
 )
+from lit_grpo.checks import require
 from lit_grpo.diagnostics.gradients import (
     LinearTarget,
     per_completion_gradients,
     project_rows,
     rows_spectrum_summary,
-    select_linear_targets,
     take_rows,
 )
 from lit_grpo.diagnostics.rank import spectrum_summary
@@ -62,52 +63,38 @@ class GradientRank(Callback):
 
     Args:
         every_n_steps: Measure at training steps ``0, n, 2n, ...``.
-        params: Regular expressions searched in parameter names (e.g. ``["layers\\\\.1\\\\.mlp"]``);
-            only ``nn.Linear`` weights and biases count. Null: every Linear weight (not one tied to an
-            embedding).
-        lora: Use the LoRA parameters (``lora_`` in the name) instead of ``params``.
-        projection_dim: Project each row to this many dimensions with a fixed Gaussian matrix drawn
-            chunk-wise from ``seed`` (null: keep rows whole). Drawing costs ``D x projection_dim``
-            normal numbers per measurement.
-        seed: Seed of the projection.
-        micro_batch_size: Completions per forward of the measurement (null: all at once).
+        probe: The parameters, projection and micro-batches of the per-completion rows (``GradientProbe``).
         weight_params: Regular expressions choosing 2-D weights whose accumulated gradient's effective
             rank is logged before the optimizer step (null: none).
         per_layer: Also log the effective rank of each chosen layer's block of the per-completion matrix.
     """
 
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "grad/erank", "grad/stable_rank", "grad/energy_rank_0.9", "grad/energy_rank_0.99", "grad/sigma_<i>",
+        "grad/rows", "grad/skipped_zero", "grad/dedup_<statistic>", "grad/distinct_mean", "grad/distinct_min",
+        "grad/layer_erank/<layer name>", "grad/weight_erank/<parameter name>", "grad/weight_skipped_zero",
+    )
+
     def __init__(
         self,
         every_n_steps: int = 10,
-        params: list[str] | None = None,
-        lora: bool = False,
-        projection_dim: int | None = None,
-        seed: int = 0,
-        micro_batch_size: int | None = None,
+        probe: GradientProbe = GradientProbe(),  # noqa: B008 (a dataclass: LightningCLI nests its options)
         weight_params: list[str] | None = None,
         per_layer: bool = False,
     ) -> None:
-        if every_n_steps < 1:
-            raise ValueError(f"GradientRank: every_n_steps={every_n_steps} must be >= 1")
-        if lora and params:
-            raise ValueError(f"GradientRank: give either lora=True or params={params}, not both")
-        if projection_dim is not None and projection_dim < 1:
-            raise ValueError(
-                f"GradientRank: projection_dim={projection_dim} must be >= 1 or null (no projection)"
-            )
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(f"GradientRank: micro_batch_size={micro_batch_size} must be >= 1 or null")
-        if per_layer and projection_dim is not None:
-            raise ValueError("GradientRank: per_layer needs whole rows; it cannot be combined with projection_dim")
-        for pattern in [*(params or []), *(weight_params or [])]:
+        require(every_n_steps >= 1, f"GradientRank: every_n_steps={every_n_steps} must be >= 1")
+        require(
+            not (per_layer and probe.projection_dim is not None),
+            "GradientRank: per_layer needs whole rows; it cannot be combined with probe.projection_dim",
+        )
+        for pattern in weight_params or []:
             try:
                 re.compile(pattern)
             except re.error as err:
                 raise ValueError(f"GradientRank: {pattern!r} is not a regular expression ({err})") from err
         self.every_n_steps = every_n_steps
-        self.params, self.lora = params, lora
-        self.projection_dim, self.seed = projection_dim, seed
-        self.micro_batch_size = micro_batch_size
+        self.probe = probe
         self.weight_params = weight_params
         self.per_layer = per_layer
         self.targets: list[LinearTarget] = []
@@ -132,19 +119,7 @@ class GradientRank(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         policy = pl_module.policy
-        self.targets, left_out = select_linear_targets(policy, self.params, self.lora)
-        if not self.targets:
-            names = [n for n, _ in policy.named_parameters()][:6]
-            what = "lora=True" if self.lora else f"params={self.params}"
-            raise ValueError(
-                f"GradientRank: {what} chooses no trainable nn.Linear parameter of the policy; parameter "
-                f"names look like {names}; fix the patterns (regular expressions searched in these names)"
-            )
-        if left_out:
-            rank_zero_warn(
-                f"GradientRank: leaving out {len(left_out)} matched parameters that are not the weight or bias "
-                f"of a trainable nn.Linear (e.g. {left_out[:3]})"
-            )
+        self.targets = self.probe.targets(NAME, policy)
         if self.weight_params:
             regexes = [re.compile(p) for p in self.weight_params]
             self.weights = [
@@ -205,7 +180,7 @@ class GradientRank(Callback):
     def matrix(self, pl_module: LightningModule, rollouts, coef: torch.Tensor):
         """The rows ``coef_i * grad log pi(y_i)`` of ``rollouts``, projected if asked: ``[n, D]``; with
         ``per_layer`` also each target's block ``[n, D_target]`` (else None)."""
-        step = self.micro_batch_size or len(rollouts)
+        step = self.probe.micro_batch_size or len(rollouts)
         parts, layer_parts = [], []
         with fork_rng(pl_module):
             for start in range(0, len(rollouts), step):
@@ -217,10 +192,10 @@ class GradientRank(Callback):
                     self.targets,
                     pl_module.sampling.temperature,
                 )
-                if self.projection_dim is not None:
+                if self.probe.projection_dim is not None:
                     blocks = [
                         sum(
-                            project_rows(b, self.projection_dim, self.seed, stream=j)
+                            project_rows(b, self.probe.projection_dim, self.probe.seed, stream=j)
                             for j, b in enumerate(blocks)
                         )
                     ]

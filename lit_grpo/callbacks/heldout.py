@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
@@ -17,6 +19,12 @@ class HeldOutReport(Callback):
     Args:
         max_prompts: Score at most this many validation prompts (null = all).
     """
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "heldout/accuracy_before", "heldout/accuracy_after", "heldout/reward_mean_before",
+        "heldout/reward_mean_after",
+    )
 
     def __init__(self, max_prompts: int | None = None) -> None:
         self.max_prompts = max_prompts

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import ClassVar
 
 import torch
 from lightning import Callback, LightningModule, Trainer
@@ -69,6 +70,11 @@ class PassAtK(Callback):
         log_figure: Draw the figure (needs a TensorBoard logger and matplotlib).
     """
 
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "val/pass@<k>",
+    )
+
     def __init__(
         self,
         n: int = 16,
@@ -125,7 +131,7 @@ class PassAtK(Callback):
         if self.temperature is not None:
             sampling = replace(sampling, temperature=self.temperature)
         with fork_rng(pl_module):
-            rollouts = pl_module.engine.generate(batch.prompts, self.n, sampling)
+            rollouts = pl_module.engine.rollout(batch, self.n, sampling)
         rewards = pl_module.score(batch, rollouts)[0]  # [P, n]
         self.metric.to(pl_module.device).update(rewards.nan_to_num(-math.inf) >= self.correct_threshold)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
 
@@ -57,6 +58,9 @@ class CompletionSamples(Callback):
         num_completions: Completions shown per prompt (at most the group size).
         max_chars: Longer texts are cut to this many characters.
     """
+
+    #: Scalars it logs: none (TensorBoard text only).
+    metrics: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self, every_n_steps: int = 50, num_prompts: int = 2, num_completions: int = 4, max_chars: int = 500

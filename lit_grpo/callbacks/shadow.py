@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
+from typing import ClassVar
 
 import torch
 from lightning import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_grpo.callbacks._common import (
+    GradientProbe,
     every,
     fork_rng,
     log_scalars,
@@ -24,7 +24,6 @@ from lit_grpo.diagnostics.gradients import (
     LinearTarget,
     gradient_row_blocks,
     row_dim,
-    select_linear_targets,
     take_rows,
 )
 from lit_grpo.diagnostics.plots import shadow_figure
@@ -85,27 +84,23 @@ class ShadowEstimators(Callback):
         names: Metric names of the estimators, one each (null: class names).
         gradient_every_n_steps: Measure the directions at steps ``0, n, 2n, ...`` (0: never; then no
             gradient is computed).
-        params: Regular expressions choosing ``nn.Linear`` parameters (null: every Linear weight not
-            tied to an embedding), as ``GradientRank``.
-        lora: Use the LoRA parameters instead of ``params``.
-        projection_dim: Project each row to this many dimensions with a fixed Gaussian matrix (null:
-            keep rows whole).
-        seed: Seed of the projection.
-        micro_batch_size: Completions per forward of the measurement (null: all at once); rows are
+        probe: The parameters, projection and micro-batches of the rows (``GradientProbe``); rows are
             consumed a micro-batch at a time, so memory is one micro-batch of rows plus ``E x D``.
         figure: Draw the figure at every direction measurement.
     """
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "shadow/<estimator>/starved_frac", "shadow/<estimator>/budget_<bin>", "shadow/<estimator>/cos_train",
+        "shadow/<estimator>/norm_ratio", "shadow/<estimator>/cos_<other>", "shadow/rows", "shadow/zero_train",
+    )
 
     def __init__(
         self,
         estimators: list[AdvantageEstimator],
         names: list[str] | None = None,
         gradient_every_n_steps: int = 10,
-        params: list[str] | None = None,
-        lora: bool = False,
-        projection_dim: int | None = None,
-        seed: int = 0,
-        micro_batch_size: int | None = None,
+        probe: GradientProbe = GradientProbe(),  # noqa: B008 (a dataclass: LightningCLI nests its options)
         figure: bool = True,
     ) -> None:
         estimators = list(estimators or [])
@@ -134,22 +129,9 @@ class ShadowEstimators(Callback):
             raise ValueError(
                 f"{NAME}: gradient_every_n_steps={gradient_every_n_steps} must be >= 0 (0: never)"
             )
-        if lora and params:
-            raise ValueError(f"{NAME}: give either lora=True or params={params}, not both")
-        if projection_dim is not None and projection_dim < 1:
-            raise ValueError(f"{NAME}: projection_dim={projection_dim} must be >= 1 or null (no projection)")
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(f"{NAME}: micro_batch_size={micro_batch_size} must be >= 1 or null")
-        for pattern in params or []:
-            try:
-                re.compile(pattern)
-            except re.error as err:
-                raise ValueError(f"{NAME}: {pattern!r} is not a regular expression ({err})") from err
         self.estimators, self.labels = estimators, labels
         self.gradient_every_n_steps = gradient_every_n_steps
-        self.params, self.lora = params, lora
-        self.projection_dim, self.seed = projection_dim, seed
-        self.micro_batch_size, self.figure = micro_batch_size, figure
+        self.probe, self.figure = probe, figure
         self.targets: list[LinearTarget] = []
         self.zero_train = 0
 
@@ -178,27 +160,16 @@ class ShadowEstimators(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.gradient_every_n_steps:
             return
-        self.targets, left_out = select_linear_targets(pl_module.policy, self.params, self.lora)
-        if not self.targets:
-            names = [n for n, _ in pl_module.policy.named_parameters()][:6]
-            what = "lora=True" if self.lora else f"params={self.params}"
-            raise ValueError(
-                f"{NAME}: {what} chooses no trainable nn.Linear parameter of the policy; parameter names look "
-                f"like {names}; fix the patterns (regular expressions searched in these names)"
-            )
-        if left_out:
-            rank_zero_warn(
-                f"{NAME}: leaving out {len(left_out)} matched parameters that are not the weight or bias of a "
-                f"trainable nn.Linear (e.g. {left_out[:3]})"
-            )
+        self.targets = self.probe.targets(NAME, pl_module.policy)
 
     # ---- measuring ---------------------------------------------------------------------------------
-    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        """``[E, P, G]`` advantages of every estimator, called in order (collectives included)."""
+    def advantages(self, rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``[E, P, G]`` advantages of every estimator for ``rewards`` and the completions' ``lengths`` ``[P, G]``,
+        called in order (collectives included)."""
         out = []
         for estimator, label in zip(self.estimators, self.labels, strict=True):
             try:
-                out.append(estimator(rewards).float().cpu())
+                out.append(estimator(rewards, lengths=lengths).float().cpu())
             except (ValueError, TypeError) as err:
                 raise ValueError(
                     f"{NAME}: the shadow estimator {label} failed on the step's rewards: {err}"
@@ -209,7 +180,7 @@ class ShadowEstimators(Callback):
         self, pl_module: LightningModule, stats: RolloutStats, adv: torch.Tensor
     ) -> tuple[torch.Tensor, int]:
         """``(d [E + 1, D] float64, rows)``: the local directions ``A @ rows`` and the rows computed."""
-        dim = row_dim(self.targets, self.projection_dim)
+        dim = row_dim(self.targets, self.probe.projection_dim)
         total = torch.zeros(adv.shape[0], dim, dtype=torch.float64)  # [E + 1, D]
         flat = adv.reshape(adv.shape[0], -1)  # [E + 1, N]
         needed = (flat != 0).any(0).nonzero().flatten()  # completions some estimator weights
@@ -225,9 +196,9 @@ class ShadowEstimators(Callback):
                 weights,
                 self.targets,
                 pl_module.sampling.temperature,
-                self.projection_dim,
-                self.seed,
-                self.micro_batch_size,
+                self.probe.projection_dim,
+                self.probe.seed,
+                self.probe.micro_batch_size,
             ):
                 total += coef[:, start : start + rows.shape[0]] @ rows.double().cpu()  # [E + 1, D]
         return total, int(needed.numel())
@@ -239,7 +210,8 @@ class ShadowEstimators(Callback):
         starved shares ``[E + 1]`` (the run first), all of the global batch. Every rank must call it at the
         same step: the estimators and the sums over ranks are collectives."""
         rewards = stats.rewards  # [P, G]
-        adv = torch.cat([stats.advantages.float().cpu()[None], self.advantages(rewards)])  # [E + 1, P, G]
+        shadows = self.advantages(rewards, stats.lengths.view(rewards.shape))  # [E, P, G]
+        adv = torch.cat([stats.advantages.float().cpu()[None], shadows])  # [E + 1, P, G]
         pass_rate = rewards.double().nanmean(-1)  # [P], NaN for an all-unscorable group
         local = torch.cat(
             [

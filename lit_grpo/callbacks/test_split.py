@@ -6,6 +6,7 @@ import csv
 import math
 from collections import Counter
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from lightning import Callback, LightningModule, Trainer
@@ -63,6 +64,13 @@ class TestSplitReport(Callback):
     """
 
     __test__ = False  # not a pytest class
+
+    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
+    metrics: ClassVar[tuple[str, ...]] = (
+        "test/accuracy", "test/reward_mean", "test/accuracy_se", "test/reward_mean_se", "test/pass@<k>",
+        "test/pass@<k>_se", "test/num_prompts", "test/answer_entropy", "test/answer_top_share", "test/chance",
+        "test/skill", "test/skill_se", "test/before/<name>",
+    )
 
     def __init__(
         self,
@@ -134,10 +142,10 @@ class TestSplitReport(Callback):
         return out
 
     def _score_part(self, pl_module, batch: PromptBatch, greedy: SamplingParams, out: dict[str, list]) -> None:
-        rewards = pl_module.score(batch, pl_module.engine.generate(batch.prompts, 1, greedy))[0]  # [P, 1]
+        rewards = pl_module.score(batch, pl_module.engine.rollout(batch, 1, greedy))[0]  # [P, 1]
         out["greedy"] += (rewards[:, 0].nan_to_num(0.0) >= 1.0).long().tolist()
         if self.samples:
-            rollouts = pl_module.engine.generate(batch.prompts, self.samples, pl_module.sampling)
+            rollouts = pl_module.engine.rollout(batch, self.samples, pl_module.sampling)
             correct = pl_module.score(batch, rollouts)[0].nan_to_num(0.0) >= 1.0  # [P, S]
             out["correct"] += correct.sum(-1).tolist()
             texts = [t.strip() for t in rollouts.texts]

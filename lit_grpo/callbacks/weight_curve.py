@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from lightning import Callback, LightningModule, Trainer
@@ -28,6 +29,9 @@ class WeightCurve(Callback):
         compare: Further estimators to draw beside the run's.
         num_points: Pass rates drawn in (0, 1).
     """
+
+    #: Scalars it logs: none (a figure and a table only).
+    metrics: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, compare: list[AdvantageEstimator] | None = None, num_points: int = 199) -> None:
         if num_points < 2:

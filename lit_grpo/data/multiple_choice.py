@@ -9,7 +9,7 @@ from typing import Any
 from lit_grpo.data.records import bad_field
 from lit_grpo.data.sources import HubSource
 from lit_grpo.data.tasks import with_format_bonus
-from lit_grpo.data.templates import PromptStyle, format_options
+from lit_grpo.data.templates import format_options
 
 _LETTERED = re.compile(r"^\s*\(?([A-Za-z])\s*[).:]\s*(.*)$", re.DOTALL)
 
@@ -50,42 +50,31 @@ class MultipleChoice(HubSource):
     Args:
         path: Dataset id or local path (see :class:`HubSource`).
         name: Dataset configuration.
-        train_split: Split used for training.
         val_split: Split used for validation.
         test_split: Split used for testing.
         prompt_field: Field with the question.
         options_field: Field with the list of options.
         answer_field: Field with the correct letter or 0-based index.
-        val_size: Training rows held out for validation (needs ``val_split: null``).
-        data_files: Files per split for ``path: json`` / ``parquet``.
-        extra_fields: Further fields passed along as ``PromptBatch.columns``.
-        seed: Seed of the ``val_size`` hold-out.
-        style: Prompt style: ``plain``, ``chat`` or ``think``.
-        tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
         instruction: How to give the answer (``plain`` and ``chat`` styles).
+        **kwargs: :class:`HubSource`'s other options (``train_split``, ``val_size``, ``data_files``,
+            ``extra_fields``, ``seed``, ``style``, ``tokenizer``).
     """
 
     def __init__(
         self,
         path: str = "deepmind/aqua_rat",
         name: str | None = "raw",
-        train_split: str = "train",
         val_split: str | None = "validation",
         test_split: str | None = "test",
         prompt_field: str = "question",
         options_field: str = "options",
         answer_field: str = "correct",
-        val_size: int | None = None,
-        data_files: dict[str, str] | None = None,
-        extra_fields: list[str] | None = None,
-        seed: int = 0,
-        style: PromptStyle = "plain",
-        tokenizer: str | None = None,
         instruction: str = "Answer with the letter of the correct option.",
+        **kwargs: Any,
     ) -> None:
         super().__init__(
-            path, name, train_split, val_split, test_split, prompt_field, answer_field, f"{{{prompt_field}}}",
-            val_size, data_files, extra_fields, seed, style, tokenizer, instruction,
+            path=path, name=name, val_split=val_split, test_split=test_split, prompt_field=prompt_field,
+            answer_field=answer_field, instruction=instruction, template=f"{{{prompt_field}}}", **kwargs,
         )  # fmt: skip
         self.options_field = options_field
 

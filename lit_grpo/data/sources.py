@@ -180,7 +180,10 @@ class FileSource(RowSource):
         tokenizer: str | None = None,
         instruction: str = "",
     ) -> None:
-        super().__init__(prompt_field, answer_field, template, extra_fields, style, tokenizer, instruction)
+        super().__init__(
+            prompt_field=prompt_field, answer_field=answer_field, template=template, extra_fields=extra_fields,
+            style=style, tokenizer=tokenizer, instruction=instruction,
+        )  # fmt: skip
         self.train = train
         self.val = val
         self.test = test
@@ -260,7 +263,10 @@ class HubSource(RowSource):
                 f"{type(self).__name__}: val_size={val_size} holds out training rows and needs val_size >= 1 and "
                 f"val_split=None (got val_split={val_split!r}); set val_split: null or drop val_size"
             )
-        super().__init__(prompt_field, answer_field, template, extra_fields, style, tokenizer, instruction)
+        super().__init__(
+            prompt_field=prompt_field, answer_field=answer_field, template=template, extra_fields=extra_fields,
+            style=style, tokenizer=tokenizer, instruction=instruction,
+        )  # fmt: skip
         self.path = path
         self.name = name
         self.train_split = train_split

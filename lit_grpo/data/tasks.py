@@ -18,7 +18,6 @@ from typing import Any
 
 from lit_grpo.data.records import answer_text, bad_field
 from lit_grpo.data.sources import HubSource
-from lit_grpo.data.templates import PromptStyle
 
 _GSM8K_MARK = "####"
 _NUMBER_WITH_COMMAS = re.compile(r"-?\d{1,3}(,\d{3})+(\.\d+)?")
@@ -66,40 +65,29 @@ class GSM8K(HubSource):
     Default reward: :class:`~lit_grpo.rewards.MathVerify` (answers after ``####``, in ``\\boxed{}`` or
     in an ``<answer>`` tag); with ``style: think``, plus 0.1 × :class:`~lit_grpo.rewards.Format`.
 
+    Validation uses the test split (limit it with the DataModule's ``max_val_prompts``).
+
     Args:
         path: Dataset id or local path (see :class:`HubSource`).
         name: Dataset configuration.
-        train_split: Split used for training.
-        val_split: Split used for validation (the test split; limit it with ``max_val_prompts``).
         test_split: Split used for testing.
-        val_size: Hold out this many training rows as validation instead (needs ``val_split: null``).
-        data_files: Files per split for ``path: json`` / ``parquet``.
-        extra_fields: Further fields passed along as ``PromptBatch.columns``.
-        seed: Seed of the ``val_size`` hold-out.
-        style: Prompt style: ``plain``, ``chat`` or ``think``.
-        tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
         instruction: How to give the answer (``plain`` and ``chat`` styles).
+        **kwargs: :class:`HubSource`'s other options (splits, ``val_size``, ``data_files``, ``extra_fields``,
+            ``seed``, ``style``, ``tokenizer``); the question is the ``question`` field, the answer ``answer``.
     """
 
     def __init__(
         self,
         path: str = "openai/gsm8k",
         name: str | None = "main",
-        train_split: str = "train",
-        val_split: str | None = "test",
         test_split: str | None = "test",
-        val_size: int | None = None,
-        data_files: dict[str, str] | None = None,
-        extra_fields: list[str] | None = None,
-        seed: int = 0,
-        style: PromptStyle = "plain",
-        tokenizer: str | None = None,
         instruction: str = "Solve the problem step by step, then write the final answer as a number "
         "after '####'.",
+        **kwargs: Any,
     ) -> None:
         super().__init__(
-            path, name, train_split, val_split, test_split, "question", "answer", "{question}", val_size,
-            data_files, extra_fields, seed, style, tokenizer, instruction,
+            path=path, name=name, test_split=test_split, instruction=instruction, prompt_field="question",
+            answer_field="answer", template="{question}", **kwargs,
         )  # fmt: skip
 
     def reference(self, row: dict[str, Any], where: str) -> str:
@@ -127,39 +115,29 @@ class MATH500(HubSource):
 
     Args:
         path: Dataset id or local path (see :class:`HubSource`).
-        name: Dataset configuration.
         train_split: Split used for training.
         val_split: Split used for validation; None to hold out ``val_size`` training rows.
-        test_split: Split used for testing.
         answer_field: ``answer`` (bare answers) or ``solution`` (the boxed answer is extracted).
         val_size: Training rows held out for validation (needs ``val_split: null``).
-        data_files: Files per split for ``path: json`` / ``parquet``.
-        extra_fields: Further fields passed along as ``PromptBatch.columns`` (e.g. ``[level, subject]``).
-        seed: Seed of the ``val_size`` hold-out.
-        style: Prompt style: ``plain``, ``chat`` or ``think``.
-        tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
         instruction: How to give the answer (``plain`` and ``chat`` styles).
+        **kwargs: :class:`HubSource`'s other options (``name``, ``test_split``, ``data_files``,
+            ``extra_fields`` such as ``[level, subject]``, ``seed``, ``style``, ``tokenizer``); the question is
+            the ``problem`` field.
     """
 
     def __init__(
         self,
         path: str = "HuggingFaceH4/MATH-500",
-        name: str | None = None,
         train_split: str = "test",
         val_split: str | None = None,
-        test_split: str | None = None,
         answer_field: str = "answer",
         val_size: int | None = 50,
-        data_files: dict[str, str] | None = None,
-        extra_fields: list[str] | None = None,
-        seed: int = 0,
-        style: PromptStyle = "plain",
-        tokenizer: str | None = None,
         instruction: str = "Put the final answer within \\boxed{}.",
+        **kwargs: Any,
     ) -> None:
         super().__init__(
-            path, name, train_split, val_split, test_split, "problem", answer_field, "{problem}", val_size,
-            data_files, extra_fields, seed, style, tokenizer, instruction,
+            path=path, train_split=train_split, val_split=val_split, answer_field=answer_field, val_size=val_size,
+            instruction=instruction, prompt_field="problem", template="{problem}", **kwargs,
         )  # fmt: skip
 
     def reference(self, row: dict[str, Any], where: str) -> str:
@@ -186,43 +164,27 @@ class ReferenceText(HubSource):
 
     Args:
         path: Dataset id or local path (see :class:`HubSource`).
-        name: Dataset configuration.
-        train_split: Split used for training.
         val_split: Split used for validation; None to hold out ``val_size`` training rows.
-        test_split: Split used for testing.
         prompt_field: Field the template must use (checked to be a non-empty string).
         answer_field: Field with the reference text.
         template: ``str.format`` template over the row's fields that makes the request.
-        val_size: Training rows held out for validation (needs ``val_split: null``).
-        data_files: Files per split for ``path: json`` / ``parquet``.
-        extra_fields: Further fields passed along as ``PromptBatch.columns``.
-        seed: Seed of the ``val_size`` hold-out.
-        style: Prompt style: ``plain``, ``chat`` or ``think``.
-        tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
-        instruction: Appended to the request in the ``plain`` and ``chat`` styles.
+        **kwargs: :class:`HubSource`'s other options (``name``, splits, ``val_size``, ``data_files``,
+            ``extra_fields``, ``seed``, ``style``, ``tokenizer``, ``instruction``: appended to the request in
+            the ``plain`` and ``chat`` styles).
     """
 
     def __init__(
         self,
         path: str,
-        name: str | None = None,
-        train_split: str = "train",
         val_split: str | None = None,
-        test_split: str | None = None,
         prompt_field: str = "prompt",
         answer_field: str = "reference",
         template: str = "{prompt}",
-        val_size: int | None = None,
-        data_files: dict[str, str] | None = None,
-        extra_fields: list[str] | None = None,
-        seed: int = 0,
-        style: PromptStyle = "plain",
-        tokenizer: str | None = None,
-        instruction: str = "",
+        **kwargs: Any,
     ) -> None:
         super().__init__(
-            path, name, train_split, val_split, test_split, prompt_field, answer_field, template, val_size,
-            data_files, extra_fields, seed, style, tokenizer, instruction,
+            path=path, val_split=val_split, prompt_field=prompt_field, answer_field=answer_field, template=template,
+            **kwargs,
         )  # fmt: skip
 
     def default_reward(self):

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from lit_grpo.diagnostics.budget import BIN_LABELS, bin_index
 from lit_grpo.diagnostics.weight_curve import plus_minus_advantages
+from lit_grpo.estimators.base import AdvantageEstimator
 
 Estimator = Callable[[Tensor], Tensor]
 Objective = Literal["reward", "pass@k", "log_pass@k", "maxrl"]
@@ -131,13 +132,18 @@ def subsample_weights(estimator: Estimator, rewards: Tensor, index: Tensor) -> T
     """``W [S, M]`` float64 with ``W @ rows`` the estimates ``(1/G) sum_i A_i g_i`` of the ``S`` subsamples.
 
     The estimator sees the ``S`` subsamples as ``S`` groups of one batch, so an estimator whose
-    ``couples_groups`` is true (a batch statistic) is refused.
+    ``couples_groups`` is true (a batch statistic) is refused, as is one that ``needs_lengths``.
     """
-    if getattr(estimator, "couples_groups", False):
+    if isinstance(estimator, AdvantageEstimator) and estimator.couples_groups:
         raise ValueError(
             f"{estimator!r} scales every group by a statistic of the whole batch, so its estimate from one "
             "prompt's subsample is not defined; measure its per-group part instead (DrGRPO for GPG and "
             "ReinforcePlusPlus, GRPO scale=none for GRPO scale=batch)"
+        )
+    if isinstance(estimator, AdvantageEstimator) and estimator.needs_lengths:
+        raise ValueError(
+            f"{estimator!r} needs the completions' lengths, which a fidelity pool does not keep; measure "
+            "estimators that do not (DrGRPO is OPO with equal lengths)"
         )
     S, G = index.shape
     adv = estimator(rewards[index].float()).double()  # [S, G]

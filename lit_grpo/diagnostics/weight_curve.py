@@ -39,7 +39,7 @@ def binary_groups(G: int) -> Tensor:
 
 
 def _advantages(estimator: Estimator, G: int) -> Tensor:
-    if getattr(estimator, "couples_groups", False):
+    if isinstance(estimator, AdvantageEstimator) and estimator.couples_groups:
         raise ValueError(
             f"{estimator!r} scales every group by a statistic of the whole batch, so omega(p) of one group "
             "is not defined; its curve is that of its per-group part (DrGRPO's for GPG and ReinforcePlusPlus, "

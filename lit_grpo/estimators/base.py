@@ -16,6 +16,12 @@ class AdvantageEstimator(ABC):
 
     #: Smallest group size for which the estimator is defined.
     min_group_size: int = 1
+    #: Whether an advantage depends on the other groups of the batch (a batch statistic, summed over the
+    #: data-parallel ranks): one group then has no advantages of its own, and every rank must call the
+    #: estimator at the same step. The diagnostics that estimate one group at a time refuse such an estimator.
+    couples_groups: bool = False
+    #: Whether the estimator needs the completions' lengths (``lengths [P, G]``): a call without them is an error.
+    needs_lengths: bool = False
 
     @abstractmethod
     def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:

@@ -372,7 +372,7 @@ def pass_at_k_advantages(rewards: Tensor, k: int = 4, variant: PassAtKVariant = 
 
 
 # ---------------------------------------------------------------------------------------------
-# length-weighted baseline: needs the completion lengths, which the estimator interface does not carry
+# length-weighted baseline: needs the completion lengths (an estimator that uses them declares needs_lengths)
 
 
 def check_lengths(lengths: Tensor, rewards: Tensor) -> Tensor:

@@ -47,7 +47,7 @@ class GRPO(AdvantageEstimator):
         return 2 if (self.std == "sample" and self.scale == "group") else 1
 
     @property
-    def couples_groups(self) -> bool:
+    def couples_groups(self) -> bool:  # type: ignore[override]
         """Whether an advantage depends on other groups of the batch (``scale="batch"``)."""
         return self.scale == "batch"
 

@@ -18,6 +18,9 @@ class OPO(AdvantageEstimator):
     the training step passes (``lengths [P, G]``); calling it without them is an error.
     """
 
+    #: The baseline weighs each completion by its length.
+    needs_lengths: bool = True
+
     def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
         if lengths is None:
             raise ValueError(

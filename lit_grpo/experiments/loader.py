@@ -15,7 +15,8 @@ from typing import Any, Literal, get_args
 import yaml
 
 from lit_grpo import resources
-from lit_grpo.experiments.registry import TEST_SPLIT_REPORT, check_metric, import_class, resolve_estimator
+from lit_grpo.components import resolve
+from lit_grpo.experiments.registry import TEST_SPLIT_REPORT, check_metric, import_class
 from lit_grpo.experiments.spec import (
     DEFAULT_SEED_ARGS,
     Arm,
@@ -110,6 +111,13 @@ def _choice(value: Any, literal: Any, where: str) -> Any:
     return value
 
 
+def _check_estimator(name: str, where: str) -> None:
+    """A ValueError unless ``name`` names an estimator as LightningCLI resolves it (short name or class path)."""
+    from lit_grpo.estimators import AdvantageEstimator  # imports (registers) every estimator
+
+    resolve(AdvantageEstimator, name, where)
+
+
 def _overlay_estimators(paths: tuple[str, ...], where: str) -> None:
     """Check the estimator class paths named by LightningCLI overlay files."""
     for p in paths:
@@ -120,7 +128,7 @@ def _overlay_estimators(paths: tuple[str, ...], where: str) -> None:
         )
         name = est.get("class_path") if isinstance(est, dict) else est
         if name:
-            resolve_estimator(str(name), f"{where} ({p})")
+            _check_estimator(str(name), f"{where} ({p})")
 
 
 def callback_paths(configs: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
@@ -150,7 +158,7 @@ def _arm(label: str, data: Any, where: str, named_in: Path) -> Arm:
     _overlay_estimators(configs, where)
     estimator = data.get("estimator")
     if estimator is not None:
-        resolve_estimator(str(estimator), f"{where}.estimator")
+        _check_estimator(str(estimator), f"{where}.estimator")
     init_args = data.get("init_args") or {}
     if init_args and estimator is None:
         raise _fail(f"{where}.init_args", "needs `estimator` (the class they are passed to)")

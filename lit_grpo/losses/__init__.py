@@ -3,18 +3,25 @@
 A loss is a component of ``GRPOModule`` chosen like the estimator: ``--model.loss=PPOClip`` and its options
 ``--model.loss.eps_high=0.28``. Every loss takes an importance ``correction`` for engine/trainer mismatch
 (:mod:`lit_grpo.losses.correction`): ``--model.loss.correction=MaskedIS``.
+
+Every module of this package is imported here, and each concrete :class:`PolicyLoss` and
+:class:`ImportanceCorrection` subclass it defines is exported under its class name and listed in
+:data:`REGISTRY`: adding a loss is adding its module.
 """
 
+from lit_grpo.components import import_package
 from lit_grpo.losses.base import LossInputs, LossOutput, PolicyLoss
-from lit_grpo.losses.cispo import CISPO
-from lit_grpo.losses.correction import ImportanceCorrection, MaskedIS, TruncatedIS
+from lit_grpo.losses.correction import ImportanceCorrection
 from lit_grpo.losses.functional import AGGREGATIONS, Aggregation, token_weights
-from lit_grpo.losses.gmpo import GMPO
-from lit_grpo.losses.gspo import GSPO
-from lit_grpo.losses.ppo_clip import PPOClip
-from lit_grpo.losses.sapo import SAPO
 
+#: Every loss and importance correction this package defines, by class name.
+REGISTRY: dict[str, type] = {
+    **import_package(__name__, PolicyLoss),
+    **import_package(__name__, ImportanceCorrection),
+}
+
+globals().update(REGISTRY)
 __all__ = [
-    "PolicyLoss", "LossInputs", "LossOutput", "PPOClip", "GSPO", "CISPO", "SAPO", "GMPO", "ImportanceCorrection",
-    "TruncatedIS", "MaskedIS", "Aggregation", "AGGREGATIONS", "token_weights",
-]
+    "PolicyLoss", "LossInputs", "LossOutput", "ImportanceCorrection", "Aggregation", "AGGREGATIONS", "token_weights",
+    *REGISTRY,
+]  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lit_grpo.checks import require
 from lit_grpo.losses.base import LossInputs, LossOutput, PolicyLoss
 from lit_grpo.losses.correction import ImportanceCorrection, apply_correction
 from lit_grpo.losses.functional import cispo_loss
@@ -25,8 +26,8 @@ class CISPO(PolicyLoss):
 
     def __init__(self, eps_low: float | None = None, eps_high: float = 4.0,
                  correction: ImportanceCorrection | None = None) -> None:
-        _check(eps_low is None or 0 <= eps_low <= 1, f"eps_low={eps_low} must be in [0, 1] or null (no lower bound)")
-        _check(eps_high > 0, f"eps_high={eps_high} must be > 0 (the weight's upper bound is 1 + eps_high)")
+        require(eps_low is None or 0 <= eps_low <= 1, f"eps_low={eps_low} must be in [0, 1] or null (no lower bound)")
+        require(eps_high > 0, f"eps_high={eps_high} must be > 0 (the weight's upper bound is 1 + eps_high)")
         self.eps_low, self.eps_high, self.correction = eps_low, eps_high, correction
 
     @property
@@ -39,8 +40,3 @@ class CISPO(PolicyLoss):
         loss, clipped = cispo_loss(batch.logp, batch.old_logp, batch.advantages, self.eps_low, self.eps_high)
         loss, stats = apply_correction(self.correction, loss, batch)
         return LossOutput(loss, means={"clip_frac": clipped.float(), **stats})
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from lit_grpo.checks import require
 from lit_grpo.losses.base import LossInputs
 from lit_grpo.losses.functional import ISLevel, masked_is_weights, truncated_is_weights
 
@@ -54,8 +55,8 @@ class TruncatedIS(ImportanceCorrection):
     """
 
     def __init__(self, level: ISLevel = "token", cap: float = 2.0) -> None:
-        _check(level in _LEVELS, f"correction level={level!r} is not known; choose token, sequence or geometric")
-        _check(cap > 0, f"tis_cap={cap} must be > 0 (2 is the usual choice)")
+        require(level in _LEVELS, f"correction level={level!r} is not known; choose token, sequence or geometric")
+        require(cap > 0, f"tis_cap={cap} must be > 0 (2 is the usual choice)")
         self.level, self.cap = level, cap
 
     def __call__(self, train_logp: Tensor, engine_logp: Tensor, mask: Tensor) -> Correction:
@@ -80,8 +81,8 @@ class MaskedIS(ImportanceCorrection):
     """
 
     def __init__(self, level: ISLevel = "token", low: float = 0.5, high: float = 2.0) -> None:
-        _check(level in _LEVELS, f"correction level={level!r} is not known; choose token, sequence or geometric")
-        _check(0 <= low < 1 < high, f"low={low}, high={high}: need 0 <= low < 1 < high (e.g. low: 0.5, high: 2)")
+        require(level in _LEVELS, f"correction level={level!r} is not known; choose token, sequence or geometric")
+        require(0 <= low < 1 < high, f"low={low}, high={high}: need 0 <= low < 1 < high (e.g. low: 0.5, high: 2)")
         self.level, self.low, self.high = level, low, high
 
     def __call__(self, train_logp: Tensor, engine_logp: Tensor, mask: Tensor) -> Correction:
@@ -100,8 +101,3 @@ def apply_correction(
         return policy_loss, {}
     out = correction(batch.old_logp, batch.engine_logp, batch.mask)
     return policy_loss * out.weights, out.means
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)

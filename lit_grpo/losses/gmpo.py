@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lit_grpo.checks import require
 from lit_grpo.losses.base import LossInputs, LossOutput, PolicyLoss
 from lit_grpo.losses.correction import ImportanceCorrection, apply_correction
 from lit_grpo.losses.functional import gmpo_loss
@@ -26,7 +27,7 @@ class GMPO(PolicyLoss):
 
     def __init__(self, eps_low: float = 0.4, eps_high: float = 0.4,
                  correction: ImportanceCorrection | None = None) -> None:
-        _check(eps_low > 0 and eps_high > 0, f"eps_low={eps_low}, eps_high={eps_high}: both must be > 0 (log-space "
+        require(eps_low > 0 and eps_high > 0, f"eps_low={eps_low}, eps_high={eps_high}: both must be > 0 (log-space "
                                              "clip range; the paper: 0.4)")
         self.eps_low, self.eps_high, self.correction = eps_low, eps_high, correction
 
@@ -41,8 +42,3 @@ class GMPO(PolicyLoss):
                                          self.eps_high)
         loss, stats = apply_correction(self.correction, loss, batch)
         return LossOutput(loss, means={"clip_frac": clipped.float(), "seq_ratio": ratio, **stats})
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)

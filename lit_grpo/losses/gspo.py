@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lit_grpo.checks import require
 from lit_grpo.losses.base import LossInputs, LossOutput, PolicyLoss
 from lit_grpo.losses.correction import ImportanceCorrection, apply_correction
 from lit_grpo.losses.functional import gspo_loss
@@ -26,7 +27,7 @@ class GSPO(PolicyLoss):
 
     def __init__(self, eps_low: float = 3e-4, eps_high: float = 4e-4,
                  correction: ImportanceCorrection | None = None) -> None:
-        _check(0 < eps_low < 1 and eps_high > 0,
+        require(0 < eps_low < 1 and eps_high > 0,
                f"eps_low={eps_low}, eps_high={eps_high}: need 0 < eps_low < 1 and eps_high > 0 (the paper: 3e-4, 4e-4)")
         self.eps_low, self.eps_high, self.correction = eps_low, eps_high, correction
 
@@ -41,8 +42,3 @@ class GSPO(PolicyLoss):
                                          self.eps_high)  # [n, T], [n], [n]
         loss, stats = apply_correction(self.correction, loss, batch)
         return LossOutput(loss, means={"clip_frac": clipped.float(), "seq_ratio": ratio, **stats})
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from lit_grpo.checks import require
 from lit_grpo.logprobs import KLEstimator
 from lit_grpo.losses.base import LossInputs, LossOutput, PolicyLoss
 from lit_grpo.losses.correction import ImportanceCorrection, TruncatedIS, apply_correction
@@ -46,17 +47,17 @@ class PPOClip(PolicyLoss):
         tis_cap: float = 2.0,
         correction: ImportanceCorrection | None = None,
     ) -> None:
-        _check(0 <= eps_low < 1 and eps_high >= 0,
+        require(0 <= eps_low < 1 and eps_high >= 0,
                f"eps_low={eps_low}, eps_high={eps_high}: need 0 <= eps_low < 1 and eps_high >= 0")
-        _check(dual_clip is None or dual_clip > 1, f"dual_clip={dual_clip} must be > 1 (typically 3) or null")
-        _check(beta >= 0, f"beta={beta} must be >= 0")
-        _check(kl_estimator in get_args(KLEstimator),
+        require(dual_clip is None or dual_clip > 1, f"dual_clip={dual_clip} must be > 1 (typically 3) or null")
+        require(beta >= 0, f"beta={beta} must be >= 0")
+        require(kl_estimator in get_args(KLEstimator),
                f"kl_estimator={kl_estimator!r} is not known; choose one of {', '.join(get_args(KLEstimator))}")
-        _check(tis in ("off", "token", "sequence"), f"tis={tis!r} is not known; choose off, token or sequence")
-        _check(tis_cap > 0, f"tis_cap={tis_cap} must be > 0 (2 is the usual choice)")
+        require(tis in ("off", "token", "sequence"), f"tis={tis!r} is not known; choose off, token or sequence")
+        require(tis_cap > 0, f"tis_cap={tis_cap} must be > 0 (2 is the usual choice)")
         self.eps_low, self.eps_high, self.dual_clip = eps_low, eps_high, dual_clip
         self.beta, self.kl_estimator = beta, kl_estimator
-        _check(tis == "off" or correction is None,
+        require(tis == "off" or correction is None,
                f"tis={tis!r} and correction={correction!r} both correct the engine mismatch; set only one")
         self.tis, self.tis_cap = tis, tis_cap
         self.correction = TruncatedIS(tis, tis_cap) if tis != "off" else correction
@@ -80,8 +81,3 @@ class PPOClip(PolicyLoss):
             penalty, out.terms["kl"] = kl_penalty(batch.logp, batch.ref_logp, self.beta, self.kl_estimator)
             out.loss = out.loss + penalty
         return out
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lit_grpo.checks import require
 from lit_grpo.losses.base import LossInputs, LossOutput, PolicyLoss
 from lit_grpo.losses.correction import ImportanceCorrection, apply_correction
 from lit_grpo.losses.functional import sapo_loss
@@ -25,7 +26,7 @@ class SAPO(PolicyLoss):
 
     def __init__(self, tau_pos: float = 1.0, tau_neg: float = 1.05,
                  correction: ImportanceCorrection | None = None) -> None:
-        _check(tau_pos > 0 and tau_neg > 0, f"tau_pos={tau_pos}, tau_neg={tau_neg}: both must be > 0 (the paper: 1.0, "
+        require(tau_pos > 0 and tau_neg > 0, f"tau_pos={tau_pos}, tau_neg={tau_neg}: both must be > 0 (the paper: 1.0, "
                                             "1.05)")
         self.tau_pos, self.tau_neg, self.correction = tau_pos, tau_neg, correction
 
@@ -39,8 +40,3 @@ class SAPO(PolicyLoss):
         loss, gate = sapo_loss(batch.logp, batch.old_logp, batch.advantages, self.tau_pos, self.tau_neg)
         loss, stats = apply_correction(self.correction, loss, batch)
         return LossOutput(loss, means={"gate": gate, **stats})
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)

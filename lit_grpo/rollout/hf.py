@@ -35,20 +35,17 @@ class HFGenerateEngine(RolloutEngine):
             when generation runs out of memory.
         use_cache: Use the KV cache while generating.
         merge_lora: Generate from a LoRA policy with its adapters folded into copies of the adapted weights
-            (:func:`~lit_grpo.lora.merged_for_inference`): 2.9x the tokens/s of running the adapter branches at
-            every decoded token on SmolLM2-135M on the CPU (docs/real_model.md), for one extra copy of the
-            adapted weights during generation; the trained weights are not changed. Sampling log-probs then
-            differ from the unfolded forward's by float rounding only (about 1e-6). Sharded policies (FSDP)
-            generate unfolded.
+            (:func:`~lit_grpo.lora.merged_for_inference`) instead of running the adapter branches at every
+            decoded token (faster; docs/real_model.md measures it), for one extra copy of the adapted weights
+            during generation; the trained weights are not changed. Sampling log-probs then differ from the
+            unfolded forward's by float rounding only (about 1e-6). Sharded policies (FSDP) generate unfolded.
         shared_prefill: Prefill each distinct prompt of a ``generate`` call once, over all but its last token,
             and start its ``n`` samples from copies of that key/value cache
             (:func:`~lit_grpo.rollout.prefill.prompt_cache`), instead of prefilling every row's prompt. Log-probs
             equal the plain path's up to float rounding (about 1e-5), so the same seed draws the same samples
-            (every row in the benchmark; a draw at a rounding boundary could differ); 1.4x the speed on
-            the real quickstart's generation (SmolLM2-135M, 8 x 8 chat prompts of 46 tokens, 32 new tokens, CPU;
-            docs/performance.md). Needs ``use_cache``; models whose cache cannot be shared this way
-            (sliding-window attention, a generation config naming another cache) generate the plain way, saying
-            why once.
+            (a draw at a rounding boundary could differ); docs/performance.md measures the speed. Needs
+            ``use_cache``; models whose cache cannot be shared this way (sliding-window attention, a generation
+            config naming another cache) generate the plain way, saying why once.
     """
 
     def __init__(self, batch_size: int | None = None, use_cache: bool = True, merge_lora: bool = True,

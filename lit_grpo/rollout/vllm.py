@@ -11,6 +11,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from lit_grpo.checks import require
 from lit_grpo.parallel import gathered
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import (
@@ -76,17 +77,17 @@ class VLLMEngine(RolloutEngine):
     ) -> None:
         if importlib.util.find_spec("vllm") is None:
             raise ImportError(f"VLLMEngine needs vLLM, which is not installed: {INSTALL_HINT}")
-        _check(
+        require(
             0 < gpu_memory_utilization <= 1,
             f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]",
         )
-        _check(kv_cache_gib is None or kv_cache_gib > 0, f"kv_cache_gib={kv_cache_gib} must be > 0 or null")
-        _check(tensor_parallel_size >= 1, f"tensor_parallel_size={tensor_parallel_size} must be >= 1")
-        _check(
+        require(kv_cache_gib is None or kv_cache_gib > 0, f"kv_cache_gib={kv_cache_gib} must be > 0 or null")
+        require(tensor_parallel_size >= 1, f"tensor_parallel_size={tensor_parallel_size} must be >= 1")
+        require(
             max_model_len is None or max_model_len >= 2, f"max_model_len={max_model_len} must be >= 2 or null"
         )
-        _check(sleep_level in (0, 1, 2), f"sleep_level={sleep_level} must be 0 (off), 1 or 2")
-        _check(max_num_seqs is None or max_num_seqs >= 1, f"max_num_seqs={max_num_seqs} must be >= 1 or null")
+        require(sleep_level in (0, 1, 2), f"sleep_level={sleep_level} must be 0 (off), 1 or 2")
+        require(max_num_seqs is None or max_num_seqs >= 1, f"max_num_seqs={max_num_seqs} must be >= 1 or null")
         self.dtype, self.gpu_memory_utilization, self.kv_cache_gib = (
             dtype,
             gpu_memory_utilization,
@@ -121,7 +122,7 @@ class VLLMEngine(RolloutEngine):
         import vllm
 
         distributed = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
-        _check(
+        require(
             self.tensor_parallel_size == 1 or distributed,
             f"tensor_parallel_size={self.tensor_parallel_size} needs the trainer to run under torch.distributed "
             "(e.g. Lightning DDP/FSDP with as many devices); use 1 otherwise",
@@ -129,7 +130,7 @@ class VLLMEngine(RolloutEngine):
         if self.sleep_level:
             from vllm.platforms import current_platform
 
-            _check(
+            require(
                 current_platform.is_sleep_mode_available(),
                 f"sleep_level={self.sleep_level} needs a GPU with vLLM sleep mode; use 0 on this device",
             )
@@ -162,7 +163,7 @@ class VLLMEngine(RolloutEngine):
     def _distributed_kwargs(self, rank: int) -> dict:
         """One engine per group of ``tensor_parallel_size`` ranks, inside the trainer's process group."""
         world = torch.distributed.get_world_size()
-        _check(
+        require(
             world % self.tensor_parallel_size == 0,
             f"tensor_parallel_size={self.tensor_parallel_size} must divide the world size {world}",
         )
@@ -350,8 +351,3 @@ def _model_dir(policy: nn.Module) -> str:
             "load the policy with from_pretrained or save it first"
         )
     return path
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lit_grpo.callbacks import GradientBudget
+from lit_grpo.callbacks import GradientBudget, GradientProbe
 from lit_grpo.diagnostics.gradients import group_gradient_norms, select_linear_targets, take_rows
 from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.models.loading import load_policy, load_tokenizer
@@ -47,9 +47,9 @@ def test_group_norms_equal_one_backward_per_group(policy_and_rollouts):
 
 def test_options_are_checked():
     with pytest.raises(ValueError, match="set exact: true"):
-        GradientBudget(params=["mlp"])
-    with pytest.raises(ValueError, match="not a regular expression"):
-        GradientBudget(exact=True, params=["("])
+        GradientBudget(probe=GradientProbe(params=["mlp"]))
+    with pytest.raises(ValueError, match="whole rows; leave probe.projection_dim null"):
+        GradientBudget(exact=True, probe=GradientProbe(projection_dim=8))
 
 
 def _params(module):
@@ -59,7 +59,8 @@ def _params(module):
 def test_exact_budget_is_logged_and_leaves_training_unchanged(fit_run):
     plain = fit_run([GradientBudget(estimate="ema", figure_every_n_steps=0)], max_steps=3, name="plain")
     exact = fit_run(
-        [GradientBudget(estimate="resample", num_samples=4, exact=True, params=[r"layers\.2\."], figure_every_n_steps=1)],
+        [GradientBudget(estimate="resample", num_samples=4, exact=True, probe=GradientProbe(params=[r"layers\.2\."]),
+                        figure_every_n_steps=1)],
         max_steps=3,
         name="exact",
     )

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from lit_grpo import GRPO, MaxRL, ReinforcePlusPlus, Sign
-from lit_grpo.callbacks import GradientFidelity
+from lit_grpo.callbacks import GradientFidelity, GradientProbe
 from lit_grpo.commands import main as cli_main
 from lit_grpo.commands.fidelity import fidelity as fidelity_main
+from lit_grpo.experiments.registry import MetricPattern
 from tests.callbacks.events import read_events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,13 +96,16 @@ def test_the_callback_logs_fidelity_during_training(fit_run):
         every_n_steps=2,
         num_prompts=1,
         subsamples=100,
-        params=[r"layers\.2\.mlp\.down_proj"],
+        probe=GradientProbe(params=[r"layers\.2\.mlp\.down_proj"], micro_batch_size=128),
     )
     run = fit_run([cb], max_steps=3)
     events = read_events(run.log_dir)
     assert [e.step for e in events.Scalars("fidelity/pass_rate_mean")] == [0, 2]
     assert [e.step for e in events.Images("fidelity/omega")] == [0, 2]
     logged = {(t, e.step): e.value for t in events.Tags()["scalars"] for e in events.Scalars(t)}
+    declared = [MetricPattern(m, "GradientFidelity") for m in GradientFidelity.metrics]
+    written = {t for t, _ in logged if t.startswith("fidelity/")}
+    assert {t for t in written if not any(p.matches(t) for p in declared)} == set()  # all declared
     for step in (0, 2):
         assert len(_read(Path(run.log_dir) / "fidelity" / f"step_{step}" / "prompts.csv")) == 3
         bins = _read(Path(run.log_dir) / "fidelity" / f"step_{step}" / "bins.csv")
@@ -124,7 +128,8 @@ def test_the_callback_does_not_change_training(fit_run):
     measured = fit_run(
         [
             GradientFidelity(
-                every_n_steps=2, num_prompts=1, subsamples=20, params=[r"layers\.2\.mlp\.down_proj"]
+                every_n_steps=2, num_prompts=1, subsamples=20,
+                probe=GradientProbe(params=[r"layers\.2\.mlp\.down_proj"], micro_batch_size=128),
             )
         ],
         max_steps=2,

@@ -12,10 +12,12 @@ from lit_grpo.callbacks import (
     CompletionSamples,
     DegeneracyMonitor,
     GradientBudget,
+    GradientProbe,
     GradientRank,
     PassAtK,
     WeightCurve,
 )
+from lit_grpo.experiments.registry import MetricPattern, declared_metrics
 from tests.callbacks.events import read_events
 
 
@@ -25,7 +27,7 @@ def test_all_callbacks_write_their_documented_tags(fit_run):
             DegeneracyMonitor(),
             PassAtK(n=4, max_prompts=4),
             GradientRank(
-                every_n_steps=2, params=[r"layers\.2\.mlp"], weight_params=[r"layers\.1\.mlp\.up_proj"]
+                every_n_steps=2, probe=GradientProbe(params=[r"layers\.2\.mlp"]), weight_params=[r"layers\.1\.mlp\.up_proj"]
             ),
             GradientBudget(estimate="resample", num_samples=4, figure_every_n_steps=1),
             AdvantageStats(histogram_every_n_steps=1, figure_every_n_steps=1),
@@ -75,6 +77,22 @@ def test_all_callbacks_write_their_documented_tags(fit_run):
     }
     assert expected <= scalars, expected - scalars
     assert any(t.startswith("adv/mass_k") for t in scalars)
+    # what the module and the callbacks declare is what they wrote: no scalar undeclared (Lightning's own
+    # aside), and every declared name written but those of options this run leaves off
+    writers = [type(run.module), *(type(cb) for cb in run.trainer.callbacks)]
+    declared = [MetricPattern(m, cls.__name__) for cls in writers for m in declared_metrics(cls)]
+    undeclared = {t for t in scalars - {"epoch", "hp_metric"} if not any(p.matches(t) for p in declared)}
+    assert not undeclared, undeclared
+    off = {  # resampling, per-layer ranks, the exact budget, a curriculum, several optimizer steps per batch,
+        # a prompt drawn twice (the moving-average prediction), ...
+        "rollout/degenerate_ema_pred", "rollout/degenerate_ema_excess",
+        "rollout/degenerate_resample_pred", "rollout/degenerate_resample_excess", "rollout/resample_success_rate",
+        "rollout/degenerate_resample_pooled_pred", "rollout/resample_prompts", "grad/layer_erank/<layer name>",
+        "budget/exact_share_<bin>", "rollout/retired_prompts", "rollout/skipped_prompts", "optim/<name>",
+        "test/accuracy", "reward/timeouts", "perf/elided_frac", "data/skipped_rows",
+    }  # fmt: skip
+    unwritten = {p.pattern for p in declared if p.pattern not in off and not any(p.matches(t) for t in scalars)}
+    assert not unwritten, unwritten
     # pass@k at the start (step 0) and at the validation after step 2, monotone in k
     val_steps = [e.step for e in ev.Scalars("val/accuracy")]
     assert [e.step for e in ev.Scalars("val/pass@1")] == [0, *val_steps] and len(val_steps) == 1

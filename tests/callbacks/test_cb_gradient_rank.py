@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lit_grpo import GRPO, AdvantageEstimator
-from lit_grpo.callbacks import GradientRank
+from lit_grpo.callbacks import GradientBudget, GradientFidelity, GradientProbe, GradientRank, ShadowEstimators
 from lit_grpo.diagnostics.gradients import (
     centroid_span_residual,
     per_completion_gradients,
@@ -145,22 +145,47 @@ def test_projection_is_fixed_by_the_seed_and_keeps_norms():
 def test_options_and_selection_errors_name_the_callback():
     with pytest.raises(ValueError, match="GradientRank: every_n_steps=0"):
         GradientRank(every_n_steps=0)
-    with pytest.raises(ValueError, match="either lora=True or params"):
-        GradientRank(lora=True, params=["x"])
-    with pytest.raises(ValueError, match="projection_dim=0"):
-        GradientRank(projection_dim=0)
     with pytest.raises(ValueError, match="not a regular expression"):
-        GradientRank(params=["("])
+        GradientRank(weight_params=["("])
+
+
+def test_probe_options_are_checked_where_they_are_declared():
+    with pytest.raises(ValueError, match=r"probe: give either lora: true or params: \['x'\], not both"):
+        GradientProbe(lora=True, params=["x"])
+    with pytest.raises(ValueError, match="probe.projection_dim=0 must be >= 1"):
+        GradientProbe(projection_dim=0)
+    with pytest.raises(ValueError, match="probe.micro_batch_size=0 must be >= 1"):
+        GradientProbe(micro_batch_size=0)
+    with pytest.raises(ValueError, match=r"probe.params: '\(' is not a regular expression"):
+        GradientProbe(params=["("])
+
+
+@pytest.mark.parametrize("cls", [GradientRank, GradientBudget, ShadowEstimators, GradientFidelity])
+def test_the_gradient_callbacks_take_the_probe_from_yaml(cls):
+    from jsonargparse import ArgumentParser
+    from lightning import Callback
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--callback", type=Callback)
+    init = {"probe": {"params": ["mlp"], "micro_batch_size": 4}, "exact": True} if cls is GradientBudget else \
+        {"probe": {"params": ["mlp"], "projection_dim": 32, "seed": 3}}
+    if cls is ShadowEstimators:
+        init["estimators"] = [{"class_path": "lit_grpo.Sign"}]
+    config = parser.parse_object({"callback": {"class_path": f"{cls.__module__}.{cls.__name__}", "init_args": init}})
+    probe = parser.instantiate(config).callback.probe
+    assert isinstance(probe, GradientProbe) and probe.params == ["mlp"]
+    assert (probe.micro_batch_size, probe.projection_dim) == ((4, None) if cls is GradientBudget else
+                                                              (128 if cls is GradientFidelity else None, 32))
 
 
 def test_patterns_that_choose_nothing_are_refused(policy_and_rollouts):
     policy, _ = policy_and_rollouts
     with pytest.raises(
-        ValueError, match="GradientRank: params=\\['nothing'\\] chooses no trainable nn.Linear"
+        ValueError, match="GradientRank: probe.params=\\['nothing'\\] chooses no trainable nn.Linear"
     ):
-        GradientRank(params=["nothing"]).on_train_start(None, SimpleNamespace(policy=policy))
-    with pytest.raises(ValueError, match="GradientRank: lora=True chooses no"):
-        GradientRank(lora=True).on_train_start(None, SimpleNamespace(policy=policy))
+        GradientRank(probe=GradientProbe(params=["nothing"])).on_train_start(None, SimpleNamespace(policy=policy))
+    with pytest.raises(ValueError, match="GradientRank: probe.lora=True chooses no"):
+        GradientRank(probe=GradientProbe(lora=True)).on_train_start(None, SimpleNamespace(policy=policy))
 
 
 def _params(module):
@@ -171,9 +196,7 @@ def test_training_is_unchanged_and_ranks_are_logged(fit_run):
     plain = fit_run([], name="plain")
     rank = GradientRank(
         every_n_steps=1,
-        params=[r"layers\.2\."],
-        projection_dim=16,
-        micro_batch_size=5,
+        probe=GradientProbe(params=[r"layers\.2\."], projection_dim=16, micro_batch_size=5),
         weight_params=[r"layers\.0\.mlp\.down_proj"],
     )
     measured = fit_run([rank], name="measured")
@@ -240,7 +263,9 @@ def test_duplicate_completions_are_counted_and_removed_in_the_dedup_rank(policy_
                          rollouts=group)  # fmt: skip
     trainer = scripted_trainer()
     module = SimpleNamespace(policy=policy, sampling=SamplingParams(), device=torch.device("cpu"), trainer=trainer)
-    cb = GradientRank(every_n_steps=1, params=[r"layers\.2\.mlp\.up_proj", r"layers\.1\.mlp\.up_proj"], per_layer=True)
+    cb = GradientRank(
+        every_n_steps=1, probe=GradientProbe(params=[r"layers\.2\.mlp\.up_proj", r"layers\.1\.mlp\.up_proj"]), per_layer=True
+    )
     cb.on_train_start(trainer, module)
     cb.on_train_batch_start(trainer, module, batch, 0)
     cb.on_train_batch_end(trainer, module, {"rollout": stats}, batch, 0)
@@ -255,4 +280,4 @@ def test_duplicate_completions_are_counted_and_removed_in_the_dedup_rank(policy_
         want = rows_spectrum_summary(block)["erank"]
         assert logged[f"grad/layer_erank/{target.name}"] == pytest.approx(want, rel=1e-5)
     with pytest.raises(ValueError, match="per_layer"):
-        GradientRank(per_layer=True, projection_dim=8)
+        GradientRank(per_layer=True, probe=GradientProbe(projection_dim=8))

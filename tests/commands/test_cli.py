@@ -10,13 +10,11 @@ import yaml
 import lit_grpo
 from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.commands import COMMANDS, main
+from lit_grpo.estimators import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml"))
-ESTIMATORS = [
-    "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance", "ReinforcePlusPlus", "GPG", "PassAtK",
-    "OPO",
-]
+ESTIMATORS = list(REGISTRY)  # every estimator the package registers
 
 
 def _needs(config: str) -> str | None:

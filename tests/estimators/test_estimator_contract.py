@@ -1,22 +1,19 @@
-"""The contract every estimator exported by lit_grpo.estimators keeps."""
+"""The contract every estimator lit_grpo.estimators registers keeps (the classes are found, not listed)."""
 
+import importlib
 import inspect
 import math
+import pkgutil
 
 import pytest
 import torch
 from jsonargparse import ArgumentParser
 
 import lit_grpo.estimators as estimators
-from lit_grpo.estimators import AdvantageEstimator
+from lit_grpo.components import subclasses
+from lit_grpo.estimators import REGISTRY, AdvantageEstimator
 
-CLASSES = [
-    obj
-    for name in estimators.__all__
-    if inspect.isclass(obj := getattr(estimators, name))
-    and issubclass(obj, AdvantageEstimator)
-    and not inspect.isabstract(obj)
-]
+CLASSES = list(REGISTRY.values())
 
 
 def _rewards() -> torch.Tensor:
@@ -33,12 +30,18 @@ def _rewards() -> torch.Tensor:
 LENGTHS = torch.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8], [9, 7, 9, 3, 2, 3], [8, 4, 6, 2, 6, 4]])
 
 
-def test_every_estimator_is_discovered():
-    names = {cls.__name__ for cls in CLASSES}
-    assert names == {
-        "GRPO", "DrGRPO", "RLOO", "Sign", "SoftmaxGRPO", "MaxRL", "SignBalance", "ReinforcePlusPlus", "GPG",
-        "PassAtK", "OPO",
-    }  # fmt: skip
+def test_every_module_of_the_package_is_registered_and_resolvable():
+    helpers = {"base", "functional"}  # the interface and the maths
+    for info in pkgutil.iter_modules(estimators.__path__):
+        if info.name in helpers:
+            continue
+        module = importlib.import_module(f"lit_grpo.estimators.{info.name}")
+        defined = [c for c in CLASSES if c.__module__ == module.__name__]
+        assert defined, f"lit_grpo/estimators/{info.name}.py defines no registered estimator"
+    assert len(CLASSES) >= 2 and sorted(estimators.__all__) == sorted(["AdvantageEstimator", *REGISTRY])
+    # LightningCLI's short names resolve to the same classes
+    found = subclasses(AdvantageEstimator)
+    assert all(found[name] is cls for name, cls in REGISTRY.items())
 
 
 def test_top_level_exports_match():
@@ -68,7 +71,7 @@ def test_output_contract(cls):
 def test_groups_are_independent_and_p_equal_one_works(cls):
     estimator, rewards = cls(), _rewards()
     rows = torch.cat([estimator(row[None], lengths=lens[None]) for row, lens in zip(rewards, LENGTHS, strict=True)])
-    if not getattr(estimator, "couples_groups", False):
+    if not estimator.couples_groups:
         assert torch.equal(estimator(rewards, lengths=LENGTHS), rows)
         return
     # a batch-coupled estimator scales each group by a positive number taken from the batch
@@ -80,9 +83,29 @@ def test_groups_are_independent_and_p_equal_one_works(cls):
         torch.testing.assert_close(ratio, ratio[:1].expand_as(ratio))
 
 
-def test_coupled_estimators_declare_it():
-    coupled = {type(e).__name__ for e in (c() for c in CLASSES) if getattr(e, "couples_groups", False)}
-    assert coupled == {"ReinforcePlusPlus", "GPG"}
+#: Two mixed groups and a constant one: a group's advantages change with the batch if anything couples them.
+COUPLING = torch.tensor([[1.0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 1]])
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_couples_groups_is_declared_exactly_when_a_group_depends_on_the_batch(cls):
+    estimator, lengths = cls(), torch.tensor([[2, 5, 3, 4]]).expand(3, 4)
+    together = estimator(COUPLING, lengths=lengths)
+    alone = torch.cat([estimator(row[None], lengths=lengths[:1]) for row in COUPLING])
+    assert isinstance(estimator.couples_groups, bool)
+    assert estimator.couples_groups == (not torch.allclose(together, alone, rtol=0, atol=1e-6))
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_needs_lengths_is_declared_exactly_when_the_lengths_matter(cls):
+    estimator, rewards = cls(), _rewards()
+    assert isinstance(cls.needs_lengths, bool)
+    if cls.needs_lengths:
+        with pytest.raises(ValueError, match="lengths"):
+            estimator(rewards)
+        assert not torch.equal(estimator(rewards, lengths=LENGTHS), estimator(rewards, lengths=LENGTHS.flip(-1)))
+    else:
+        assert torch.equal(estimator(rewards), estimator(rewards, lengths=LENGTHS))
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)

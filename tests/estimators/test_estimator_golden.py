@@ -1,4 +1,4 @@
-"""Golden values of METHODS.md section 5 (G = 4, rounded to 4 places)."""
+"""Golden values of METHODS.md section 5 (G = 4, rounded to 4 places): one table row or more per estimator."""
 
 import pytest
 import torch
@@ -6,6 +6,8 @@ import torch
 from lit_grpo.estimators import (
     GPG,
     GRPO,
+    OPO,
+    REGISTRY,
     RLOO,
     DrGRPO,
     MaxRL,
@@ -17,6 +19,7 @@ from lit_grpo.estimators import (
 )
 
 ROWS = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])  # [5, 4]
+LENGTHS = torch.tensor([[1, 2, 3, 4]]).expand(5, 4)  # completion lengths in tokens, passed to every estimator
 
 # (advantage of a correct completion, advantage of a wrong one) for each of ROWS
 GOLDEN = {
@@ -47,6 +50,8 @@ GOLDEN = {
         PassAtK(k=2, variant="normalized"),
         [(1.0, -0.3333), (0.4472, -0.4472), (0, 0), (0, 0), (0, 0)],
     ),
+    # b = sum_j l_j r_j / sum_j l_j with lengths 1, 2, 3, 4 (sum 10): 1/10, 3/10, 6/10; A = r - b.
+    "OPO": (OPO(), [(0.9, -0.1), (0.7, -0.3), (0.4, -0.6), (0, 0), (0, 0)]),
 }
 
 # Batch-coupled estimators: the batch is the five groups of ROWS together (20 completions).
@@ -74,20 +79,25 @@ def _expected(pairs: list[tuple[float, float]]) -> torch.Tensor:
 @pytest.mark.parametrize("name", GOLDEN)
 def test_golden_table(name):
     estimator, pairs = GOLDEN[name]
-    torch.testing.assert_close(estimator(ROWS), _expected(pairs), rtol=0, atol=1e-4)
+    torch.testing.assert_close(estimator(ROWS, lengths=LENGTHS), _expected(pairs), rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", GOLDEN)
 def test_golden_rows_one_at_a_time(name):
     estimator, pairs = GOLDEN[name]
-    rows = torch.cat([estimator(row[None]) for row in ROWS])
+    rows = torch.cat([estimator(row[None], lengths=LENGTHS[:1]) for row in ROWS])
     torch.testing.assert_close(rows, _expected(pairs), rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", GOLDEN_BATCH)
 def test_golden_table_of_batch_coupled_estimators(name):
     estimator, pairs = GOLDEN_BATCH[name]
-    torch.testing.assert_close(estimator(ROWS), _expected(pairs), rtol=0, atol=1e-4)
+    torch.testing.assert_close(estimator(ROWS, lengths=LENGTHS), _expected(pairs), rtol=0, atol=1e-4)
+
+
+def test_every_registered_estimator_has_golden_values():
+    tabled = {type(estimator) for estimator, _ in [*GOLDEN.values(), *GOLDEN_BATCH.values()]}
+    assert set(REGISTRY.values()) <= tabled, set(REGISTRY.values()) - tabled
 
 
 def test_grpo_batch_scale_divides_by_the_std_of_the_whole_batch():

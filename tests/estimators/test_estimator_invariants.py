@@ -9,6 +9,7 @@ import torch
 from lit_grpo.estimators import (
     GPG,
     GRPO,
+    REGISTRY,
     RLOO,
     DrGRPO,
     MaxRL,
@@ -34,7 +35,7 @@ SHIFT_INVARIANT = [
     GPG(normalize="std"),
 ]
 CENTRED = [*SHIFT_INVARIANT, MaxRL(), PassAtK(k=2, variant="normalized"), PassAtK(variant="normalized")]
-ALL = [
+VARIANTS = [
     *CENTRED,
     Sign(),
     SignBalance(),
@@ -43,6 +44,13 @@ ALL = [
     PassAtK(k=2),
     PassAtK(k=1),
 ]
+#: The variants above and every other registered estimator at its defaults.
+ALL = [*VARIANTS, *(cls() for cls in REGISTRY.values() if not any(type(e) is cls for e in VARIANTS))]
+
+
+def _call(estimator, rewards: torch.Tensor) -> torch.Tensor:
+    """The advantages of ``rewards`` with equal completion lengths (for the estimators that need lengths)."""
+    return estimator(rewards, lengths=torch.ones(rewards.shape))
 
 
 def _rewards(kind: str, p: int = 64, g: int = 8, nan_frac: float = 0.0, seed: int = 0) -> torch.Tensor:
@@ -130,9 +138,9 @@ def test_nan_rewards_are_left_out_and_get_zero(estimator, kind):
     for seed in range(5):
         row = _rewards(kind, p=1, g=7, nan_frac=0.3, seed=seed)[0]  # [G]
         scorable = ~row.isnan()
-        adv = estimator(row[None])[0]
+        adv = _call(estimator, row[None])[0]
         assert torch.equal(adv[~scorable], torch.zeros(int((~scorable).sum())))
-        torch.testing.assert_close(adv[scorable], estimator(row[scorable][None])[0])
+        torch.testing.assert_close(adv[scorable], _call(estimator, row[scorable][None])[0])
 
 
 @pytest.mark.parametrize("bad", [math.inf, -math.inf])
@@ -140,7 +148,7 @@ def test_nan_rewards_are_left_out_and_get_zero(estimator, kind):
 def test_infinite_rewards_raise(estimator, bad):
     rewards = torch.tensor([[1.0, bad, 0.0], [bad, 0.0, math.nan]])
     with pytest.raises(ValueError, match=r"2 infinite value\(s\).*NaN"):
-        estimator(rewards)
+        _call(estimator, rewards)
 
 
 def _binary_groups(g: int) -> torch.Tensor:

@@ -143,7 +143,7 @@ def test_compare_end_to_end(experiment, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"arms": {"A": {"estimator": "GRPO"}, "B": {"estimator": "Signn"}}}, "unknown estimator 'Signn'"),
+        ({"arms": {"A": {"estimator": "GRPO"}, "B": {"estimator": "Signn"}}}, "unknown AdvantageEstimator 'Signn'"),
         ({"metrics": ["val/acuracy"]}, "metric 'val/acuracy' is not documented"),
         ({"args": ["--model.group_sizes=4"]}, "its config does not build"),
     ],

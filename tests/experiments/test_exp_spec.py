@@ -1,10 +1,17 @@
 """Experiment configs: what they may name, quick-mode overrides, and errors that name the fix."""
 
+import glob
+from pathlib import Path
+from typing import ClassVar
+
 import pytest
+from lightning import Callback
 
 import lit_grpo.callbacks
+from lit_grpo.components import resolve
+from lit_grpo.estimators import AdvantageEstimator
 from lit_grpo.experiments.loader import callback_paths, load_experiment
-from lit_grpo.experiments.registry import check_metric, documented_names, metric_sources, resolve_estimator
+from lit_grpo.experiments.registry import check_metric, declared_metrics, metric_sources
 from lit_grpo.experiments.spec import DEFAULT_SEED_ARGS
 from tests.experiments.helpers import ROOT, write_experiment
 
@@ -16,16 +23,42 @@ def _repo_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-def test_documented_names_expand_ranges_and_keep_placeholders():
-    doc = "Writes ``grad/erank``, ``grad/sigma_1`` .. ``grad/sigma_3``, ``val/pass@<n>`` and ``a/b/<param name>``."
-    assert documented_names(doc) == [
-        "grad/erank",
-        "grad/sigma_1",
-        "grad/sigma_3",
-        "val/pass@<n>",
-        "a/b/<param name>",
-        "grad/sigma_2",
-    ]
+class _LoudDegeneracy(lit_grpo.callbacks.DegeneracyMonitor):
+    metrics: ClassVar[tuple[str, ...]] = ("rollout/loudness",)
+
+
+def test_declared_metrics_are_inherited_along_the_mro():
+    from lit_grpo.module import GRPOModule
+    from lit_grpo.sft import SFTModule
+
+    assert declared_metrics(SFTModule)[:1] == ["train/loss"] and "val/accuracy" in declared_metrics(SFTModule)
+    assert {"rollout/reward_mean", "val/accuracy"} <= set(declared_metrics(GRPOModule))
+    loud = declared_metrics(_LoudDegeneracy)
+    assert loud[0] == "rollout/loudness" and "rollout/degenerate_frac" in loud
+    path = f"{__name__}._LoudDegeneracy"
+    assert metric_sources("rollout/loudness", [path]) == [path]  # credited to the class that declares it
+    assert metric_sources("rollout/all_wrong_frac", [path]) == ["lit_grpo.callbacks.degeneracy.DegeneracyMonitor"]
+
+
+def test_every_callback_declares_its_metrics_as_data():
+    for name in lit_grpo.callbacks.__all__:
+        cls = getattr(lit_grpo.callbacks, name)
+        if issubclass(cls, Callback):
+            declared = vars(cls).get("metrics")
+            assert isinstance(declared, tuple) and all(isinstance(m, str) and "/" in m for m in declared), name
+
+
+EXPERIMENTS = sorted(glob.glob(str(ROOT / "experiments" / "*.yaml")))
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: Path(p).stem)
+def test_every_metric_a_committed_experiment_names_is_declared(path):
+    exp = load_experiment(path)
+    names = {m.name for m in exp.all_metrics()} | {m for c in exp.curves for m in c.metrics}
+    names |= {m.se for m in exp.metrics if m.se} | {m.minus for m in exp.metrics if m.minus}
+    assert names
+    for name in names:
+        assert metric_sources(name, exp.callbacks), f"{path}: {name} is declared by no module or callback it names"
 
 
 @pytest.mark.parametrize(
@@ -55,12 +88,12 @@ def test_undocumented_metric_is_refused_with_close_names():
 def test_estimators_resolve_by_short_name_and_class_path():
     from lit_grpo.estimators import Sign, SoftmaxGRPO
 
-    assert resolve_estimator("Sign", "x") is Sign
-    assert resolve_estimator("lit_grpo.estimators.softmax.SoftmaxGRPO", "x") is SoftmaxGRPO
-    with pytest.raises(ValueError, match="unknown estimator 'Sgn'; choose one of .*Sign"):
-        resolve_estimator("Sgn", "x")
-    with pytest.raises(ValueError, match="not an AdvantageEstimator subclass"):
-        resolve_estimator("lit_grpo.GRPOModule", "x")
+    assert resolve(AdvantageEstimator, "Sign", "x") is Sign
+    assert resolve(AdvantageEstimator, "lit_grpo.estimators.softmax.SoftmaxGRPO", "x") is SoftmaxGRPO
+    with pytest.raises(ValueError, match="x: unknown AdvantageEstimator 'Sgn'; choose one of .*Sign"):
+        resolve(AdvantageEstimator, "Sgn", "x")
+    with pytest.raises(ValueError, match="'lit_grpo.GRPOModule' is not a concrete AdvantageEstimator subclass"):
+        resolve(AdvantageEstimator, "lit_grpo.GRPOModule", "x")
 
 
 def test_a_valid_config_loads(tmp_path):
@@ -90,7 +123,7 @@ def test_quick_mode_overrides_seeds_sweep_and_appends_args(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"arms": {"X": {"estimator": "Bogus"}}}, r"arms\.X\.estimator: unknown estimator 'Bogus'"),
+        ({"arms": {"X": {"estimator": "Bogus"}}}, r"arms\.X\.estimator: unknown AdvantageEstimator 'Bogus'"),
         (
             {"arms": {"X": {"config": ["configs/quickstart.yaml", "nope.yaml"]}}},
             r"config file 'nope.yaml' does not exist",
@@ -137,7 +170,7 @@ def test_an_overlay_naming_an_unknown_estimator_fails(tmp_path):
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text("model:\n  init_args:\n    estimator: {class_path: lit_grpo.Signn}\n")
     with pytest.raises(
-        ValueError, match=r"arms\.X \(.*overlay.yaml\): estimator class path 'lit_grpo.Signn'"
+        ValueError, match=r"arms\.X \(.*overlay.yaml\): 'lit_grpo.Signn' cannot be imported"
     ):
         load_experiment(write_experiment(tmp_path / "e.yaml", arms={"X": {"config": [str(overlay)]}}))
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lit_grpo.losses import CISPO, GMPO, GSPO, SAPO, MaskedIS, PPOClip, TruncatedIS
+from lit_grpo.losses import REGISTRY, MaskedIS, PolicyLoss, PPOClip, TruncatedIS
 from lit_grpo.losses.correction import apply_correction
 from tests.losses.cases import DIFF, MASK, OLD, inputs
 
@@ -45,7 +45,23 @@ def test_masked_levels_by_hand():
     assert geo.means["is_masked_frac"].tolist() == [0, 1, 0]
 
 
-@pytest.mark.parametrize("loss_cls", [PPOClip, GSPO, CISPO, SAPO, GMPO])
+LOSSES = [cls for cls in REGISTRY.values() if issubclass(cls, PolicyLoss)]  # every registered loss
+
+
+def test_every_loss_module_is_registered():
+    import pkgutil
+
+    import lit_grpo.losses as losses
+
+    helpers = {"base", "functional", "correction"}  # the interface, the maths, the corrections
+    modules = {f"lit_grpo.losses.{m.name}" for m in pkgutil.iter_modules(losses.__path__)} - {
+        f"lit_grpo.losses.{h}" for h in helpers
+    }
+    assert modules and modules == {cls.__module__ for cls in LOSSES}
+    assert {"MaskedIS", "TruncatedIS"} <= set(REGISTRY)  # the corrections are registered too
+
+
+@pytest.mark.parametrize("loss_cls", LOSSES, ids=lambda c: c.__name__)
 def test_every_loss_applies_the_correction_to_its_policy_term(loss_cls):
     correction = MaskedIS("geometric", low=0.5, high=2.0)
     plain, corrected = loss_cls(), loss_cls(correction=correction)
