@@ -84,12 +84,13 @@ def test_all_callbacks_write_their_documented_tags(fit_run):
     undeclared = {t for t in scalars - {"epoch", "hp_metric"} if not any(p.matches(t) for p in declared)}
     assert not undeclared, undeclared
     off = {  # resampling, per-layer ranks, the exact budget, a curriculum, several optimizer steps per batch,
-        # a prompt drawn twice (the moving-average prediction), ...
+        # a prompt drawn twice (the moving-average prediction), episodes (tests/envs/test_episode_training.py), ...
         "rollout/degenerate_ema_pred", "rollout/degenerate_ema_excess",
         "rollout/degenerate_resample_pred", "rollout/degenerate_resample_excess", "rollout/resample_success_rate",
         "rollout/degenerate_resample_pooled_pred", "rollout/resample_prompts", "grad/layer_erank/<layer name>",
         "budget/exact_share_<bin>", "rollout/retired_prompts", "rollout/skipped_prompts", "optim/<name>",
-        "test/accuracy", "reward/timeouts", "perf/elided_frac", "data/skipped_rows",
+        "test/accuracy", "reward/timeouts", "perf/elided_frac", "data/skipped_rows", "env/turns_mean",
+        "env/tool_calls_mean", "env/truncated_frac", "env/seconds", "env/tool_errors", "env/tool_timeouts",
     }  # fmt: skip
     unwritten = {p.pattern for p in declared if p.pattern not in off and not any(p.matches(t) for t in scalars)}
     assert not unwritten, unwritten

@@ -52,9 +52,9 @@ class _Engine:
     def __init__(self, c):
         self.c = c
 
-    def generate(self, prompts, n, sampling):
+    def rollout(self, batch, n, sampling):
         return SimpleNamespace(
-            texts=["1" if j < self.c else "0" for _ in prompts for j in range(n)], group_size=n
+            texts=["1" if j < self.c else "0" for _ in batch.prompts for j in range(n)], group_size=n, episodes=None
         )
 
 

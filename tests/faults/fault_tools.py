@@ -31,7 +31,7 @@ MODEL = str(ROOT / "assets" / "tiny-arith-sft")
 
 def config(tmp: Path, steps: int = 2, **overrides: Any) -> dict:
     """A 2-prompt, 2-completion GRPO run of the committed tiny policy, checkpointing every step into
-    ``tmp/ckpt``; ``overrides`` are dotted keys (``"model.init_args.lr": 0.1``) or top-level sections."""
+    ``tmp/ckpt``; ``overrides`` are dotted keys (``"model.init_args.optim.lr": 0.1``) or top-level sections."""
     cfg: dict[str, Any] = {
         "seed_everything": 0,
         "trainer": {
@@ -42,7 +42,7 @@ def config(tmp: Path, steps: int = 2, **overrides: Any) -> dict:
         },
         "model": {"class_path": "lit_grpo.GRPOModule", "init_args": {
             "model": MODEL, "reward": {"class_path": "lit_grpo.ExactMatch"}, "group_size": 2,
-            "max_new_tokens": 4, "lr": 1e-3}},
+            "sampling": {"max_new_tokens": 4}, "optim": {"lr": 1e-3}}},
         "data": {"source": {"class_path": "lit_grpo.SyntheticArithmetic", "init_args": {
             "num_train": 16, "num_val": 2, "num_test": 2, "max_operand": 20, "seed": 0}},
             "prompts_per_step": 2},

@@ -11,10 +11,10 @@ import pytest
 from tests.faults.fault_tools import MODEL, Saved, arithmetic_rows, config, fit, write_jsonl
 
 CONFIG_CASES = {  # option: (value, what the message must contain)
-    "model.init_args.lr": (-1.0, "lr=-1.0 must be > 0"),
+    "model.init_args.optim.lr": (-1.0, "lr=-1.0 must be > 0"),
     "model.init_args.group_size": (1, "group_size=1 is too small"),
-    "model.init_args.reward_timeout_s": (0, "reward_timeout_s=0.0 must be a number of seconds > 0"),
-    "model.init_args.max_nonfinite_steps": (0, "max_nonfinite_steps=0 must be >= 1"),
+    "model.init_args.guards.reward_timeout_s": (0, "reward_timeout_s=0.0 must be a number of seconds > 0"),
+    "model.init_args.guards.max_nonfinite_steps": (0, "max_nonfinite_steps=0 must be >= 1"),
     "data.prompts_per_step": (0, "prompts_per_step=0 must be >= 1"),
 }
 

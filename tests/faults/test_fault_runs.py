@@ -26,7 +26,7 @@ REWARD_RUNS = {  # name: (reward, extra options, steps, counter of the last step
     "raises on one call": (_reward("Raising", calls=[2]), {}, 2, ("reward/errors", 4)),
     "returns NaN": (_reward("Constant", value="nan"), {}, 1, ("reward/unscorable", 4)),
     "returns inf": (_reward("Constant", value="inf"), {}, 1, ("reward/errors", 4)),
-    "hangs on one call": (_reward("Hanging", seconds=600, calls=[2]), {"model.init_args.reward_timeout_s": 1.0},
+    "hangs on one call": (_reward("Hanging", seconds=600, calls=[2]), {"model.init_args.guards.reward_timeout_s": 1.0},
                           2, ("reward/timeouts", 4)),
 }  # fmt: skip
 
@@ -65,7 +65,7 @@ def test_a_reward_returning_the_wrong_number_of_scores_names_the_reward_and_the_
 def test_a_diverging_run_stops_after_max_nonfinite_steps_in_a_row(run_dir):
     saved = Saved(run_dir / "ckpt")
     options = {**_reward("Exploding"), "model.init_args.estimator": {"class_path": "lit_grpo.DrGRPO"},
-               "model.init_args.max_nonfinite_steps": 2}
+               "model.init_args.guards.max_nonfinite_steps": 2}
     outcome = fit(config(run_dir, steps=6, **options), run_dir)
     assert outcome.status == 1
     assert "the run diverged: 2 optimizer steps in a row, up to step 2, had a non-finite loss" in outcome.message
@@ -114,7 +114,7 @@ def test_resuming_with_another_prompts_per_step_continues_at_the_next_unseen_pro
 def test_settings_that_change_neither_state_nor_position_resume_exactly(run_dir, reference, monkeypatch):
     monkeypatch.chdir(Path(MODEL).parents[1])  # the model as a relative path with a trailing slash
     cfg = config(run_dir, steps=4, **{"model.init_args.model": "assets/tiny-arith-sft/",
-                                      "model.init_args.reward_timeout_s": 60.0, "trainer.log_every_n_steps": 7})
+                                      "model.init_args.guards.reward_timeout_s": 60.0, "trainer.log_every_n_steps": 7})
     outcome = fit(cfg, run_dir, f"--ckpt_path={run_dir / 'ckpt/last.ckpt'}")
     assert outcome.status == 0, outcome.message
     assert same_params(params(outcome.cli.model), reference["params"])

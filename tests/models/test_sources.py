@@ -195,7 +195,8 @@ def test_shipped_models_resolve_to_their_folder_in_the_package(cache, tmp_path, 
     monkeypatch.chdir(tmp_path)  # from any directory
     from lit_grpo import resources
 
-    assert set(sources.BUNDLED) == {p.name for p in (resources.root() / "assets").iterdir() if p.is_dir()}
+    models = {p.name for p in (resources.root() / "assets").iterdir() if (p / "config.json").is_file()}
+    assert set(sources.BUNDLED) == models  # every shipped model folder (assets also hold data: search_corpus)
     for name in sources.BUNDLED:
         assert sources.resolve_model(name) == str(resources.asset(name))
     assert load_policy("tiny-arith-sft").num_parameters() == 604_800
