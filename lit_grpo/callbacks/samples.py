@@ -23,9 +23,20 @@ def _num(x: float) -> str:
     return "NaN" if math.isnan(x) else f"{x:.3g}"
 
 
+def completion_text(stats: RolloutStats, i: int) -> str:
+    """Completion ``i`` as shown: its text, or for a multi-turn episode every message from its first assistant
+    turn on, each as ``[role] content`` (assistant turns, tool results, the environment's other answers)."""
+    episodes = stats.rollouts.episodes if stats.rollouts is not None else None
+    if episodes is None:
+        return stats.texts[i]
+    messages = episodes[i].messages
+    first = next((k for k, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    return "\n".join(f"[{m['role']}] {m['content']}" for m in messages[first:])
+
+
 def format_samples(stats: RolloutStats, num_prompts: int, num_completions: int, max_chars: int) -> str:
-    """Markdown: per prompt its id, text and reference, then a table of completions with reward,
-    advantage, length and whether it was truncated."""
+    """Markdown: per prompt its id, text and reference, then a table of completions (whole episodes, with roles)
+    with reward, advantage, length and whether it was truncated."""
     G = stats.group_size
     parts = []
     for p in range(min(num_prompts, len(stats.batch))):
@@ -33,7 +44,7 @@ def format_samples(stats: RolloutStats, num_prompts: int, num_completions: int, 
         for j in range(min(num_completions, G)):
             i = p * G + j
             rows.append(
-                f"| {j} | {_cell(stats.texts[i], max_chars)} | {_num(stats.rewards[p, j].item())} | "
+                f"| {j} | {_cell(completion_text(stats, i), max_chars)} | {_num(stats.rewards[p, j].item())} | "
                 f"{_num(stats.advantages[p, j].item())} | {int(stats.lengths[i])} | "
                 f"{'yes' if bool(stats.truncated[i]) else 'no'} |"
             )
@@ -49,8 +60,8 @@ class CompletionSamples(Callback):
 
     Every ``every_n_steps`` (starting at step 0) the text ``samples/completions``: the first
     ``num_prompts`` prompts of the step (id, prompt, reference) each with a table of up to
-    ``num_completions`` completions, their reward, advantage, token count and truncation. Writes no
-    scalars.
+    ``num_completions`` completions, their reward, advantage, token count and truncation. A multi-turn episode
+    shows every message after the prompt with its role (``[assistant] ... ⏎ [tool] ...``). Writes no scalars.
 
     Args:
         every_n_steps: Cadence in training steps.

@@ -117,3 +117,20 @@ def test_every_estimator_and_loss_trains_on_episodes(chat_model, tmp_path, name,
     assert len(steps.outputs) == 2 and all(s.rollouts.episodes is not None for s in steps.outputs)
     assert all(torch.isfinite(s.advantages).all() for s in steps.outputs)
     assert all(p.isfinite().all() for p in module.policy.parameters())
+
+
+def test_completion_samples_show_whole_episodes_with_roles(chat_model, tmp_path):
+    from lit_grpo.callbacks.samples import format_samples
+
+    L.seed_everything(0)
+    steps = Steps()
+    engine = EpisodeEngine(MoreQuestions(["12+34="]), max_turns=2)
+    module = tiny_module(chat_model, engine=engine, reward=HasDigitOne(), max_new_tokens=6)
+    tiny_trainer(tmp_path, max_steps=1, callbacks=[steps]).fit(module, datamodule=tiny_data())
+    stats = steps.outputs[0]
+    text = format_samples(stats, num_prompts=1, num_completions=4, max_chars=500)
+    shown, group = text.replace("⏎", "\n"), stats.rollouts.episodes[:4]  # the first prompt's episodes
+    for episode in group:
+        assert f"[assistant] {episode.messages[1]['content']}" in shown
+    # the environment's question between two turns shows exactly when an episode got a second turn
+    assert ("[user] 12+34=" in shown) == any(episode.turns == 2 for episode in group)
