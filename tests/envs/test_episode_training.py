@@ -23,15 +23,19 @@ from tests.envs.test_episodes_hf import RAW_TEMPLATE, MoreQuestions
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
 
-@pytest.fixture(scope="module")
-def chat_model(sft_model_path, tmp_path_factory) -> str:
-    """The tiny arithmetic policy with a chat template that renders its own format (question, answer, EOS)."""
-    path = tmp_path_factory.mktemp("chat-policy")
-    shutil.copytree(sft_model_path, path, dirs_exist_ok=True)
-    tokenizer = load_tokenizer(sft_model_path)
+def chat_policy(model: str, path) -> str:
+    """A copy of the tiny arithmetic policy at ``path`` with a chat template that renders its own format
+    (question, answer, EOS)."""
+    shutil.copytree(model, path, dirs_exist_ok=True)
+    tokenizer = load_tokenizer(model)
     tokenizer.chat_template = RAW_TEMPLATE
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def chat_model(sft_model_path, tmp_path_factory) -> str:
+    return chat_policy(sft_model_path, tmp_path_factory.mktemp("chat-policy"))
 
 
 class HasDigitOne(RewardFunction):

@@ -102,3 +102,29 @@ def test_a_server_that_is_not_there_is_a_clear_error():
     with pytest.raises(RuntimeError, match=r"OpenEnv server http://127.0.0.1:\d+: connect failed"):
         env.reset({"prompt": "Q", "reference": "", "id": "0", "columns": {}})
 
+
+
+def test_grpo_trains_two_steps_against_an_openenv_server(server_url, sft_model_path, tmp_path):
+    import lightning as L
+
+    from lit_grpo.envs import EpisodeEngine
+    from tests.envs.test_episode_training import Steps, chat_policy
+    from tests.helpers import tiny_data, tiny_module, tiny_trainer
+
+    L.seed_everything(0)
+    steps = Steps()
+    env = OpenEnvEnvironment(base_url=server_url, observation_field="hint", opening="both")
+    module = tiny_module(chat_policy(sft_model_path, tmp_path / "policy"), engine=EpisodeEngine(env, max_turns=3),
+                         max_new_tokens=4)
+    trainer = tiny_trainer(tmp_path, max_steps=2, callbacks=[steps])
+    trainer.fit(module, datamodule=tiny_data())
+    assert len(steps.outputs) == 2
+    owned = 0
+    for stats in steps.outputs:  # where the server gave a reward, it is the one trained on
+        for reward, ep in zip(stats.rewards.flatten().tolist(), stats.rollouts.episodes, strict=True):
+            assert ep.turns >= 1 and "client" not in ep.state  # every session closed
+            if ep.reward is not None:
+                owned += 1
+                assert reward == ep.reward
+    assert owned > 0
+    assert float(trainer.callback_metrics["env/turns_mean"]) >= 1.0
