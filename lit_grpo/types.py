@@ -94,7 +94,8 @@ class Rollouts:
 
     @property
     def lengths(self) -> Tensor:  # [N]
-        return self.completion_mask.sum(-1)
+        """Tokens the policy generated per row (an episode's observation and template tokens not counted)."""
+        return self.sampled_mask.sum(-1)
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]

@@ -98,6 +98,7 @@ def test_the_loss_reads_only_the_tokens_the_policy_sampled(chat_model, tmp_path)
     rollouts = steps.outputs[0].rollouts
     sampled, exists = rollouts.policy_mask, rollouts.completion_mask
     assert (exists & ~sampled).any(), "some episodes must hold observation tokens"
+    assert torch.equal(steps.outputs[0].lengths, sampled.sum(-1).cpu())  # lengths count the policy's tokens only
     in_loss = sum(int(mask.sum()) for mask, _ in loss.seen)
     assert in_loss == int(sampled.sum())  # every sampled token once, no observation or bridge token
     for mask, weights in loss.seen:  # a token outside the mask has weight 0: no gradient reaches it
