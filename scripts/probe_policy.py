@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
             seen += len(batch)
             for start in range(0, len(batch), max(1, 4096 // args.samples)):
                 part = batch.select(list(range(start, min(start + max(1, 4096 // args.samples), len(batch)))))
-                rollouts = module.engine.generate(part.prompts, args.samples, module.sampling)
+                rollouts = module.engine.rollout(part, args.samples, module.sampling)  # episodes too
                 parts.append(module.score(part, rollouts)[0].nan_to_num(0.0) >= 1.0)
                 choices += part.columns.get("num_choices", [None] * len(part))
     correct = torch.cat([p for p in parts if p.numel()])  # [P, n]
