@@ -150,7 +150,7 @@ class GRPOModule(PolicyModule):
         dtype: DType = "float32",
         lora: LoraSettings | None = None,
     ) -> None:
-        super().__init__(model, reward, engine, dtype=dtype, sampling=sampling, optim=optim, lora=lora,
+        super().__init__(model, reward, engine=engine, dtype=dtype, sampling=sampling, optim=optim, lora=lora,
                          gradient_checkpointing=batching.gradient_checkpointing,
                          reward_timeout_s=guards.reward_timeout_s)
         self.estimator = estimator if estimator is not None else GRPO()

@@ -54,7 +54,7 @@ class SFTModule(PolicyModule):
         lora: LoraSettings | None = None,
         gradient_checkpointing: bool = False,
     ) -> None:
-        super().__init__(model, reward, engine, dtype=dtype, from_scratch=from_scratch, seed=seed,
+        super().__init__(model, reward, engine=engine, dtype=dtype, from_scratch=from_scratch, seed=seed,
                          sampling=sampling, optim=optim, lora=lora, gradient_checkpointing=gradient_checkpointing)
         self.target_template = target_template
 

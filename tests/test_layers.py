@@ -97,3 +97,15 @@ def _importers(folder: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
 ])
 def test_nothing_below_imports_what_sits_above(folder, forbidden):
     assert _importers(folder, forbidden) == {}
+
+
+def test_no_super_init_passes_more_than_two_arguments_positionally():
+    # a subclass passes its parent's options by keyword, so reordering the parent's signature cannot shift them
+    positional = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__"
+                    and isinstance(node.func.value, ast.Call) and getattr(node.func.value.func, "id", None) == "super"
+                    and len(node.args) > 2):
+                positional.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not positional, positional

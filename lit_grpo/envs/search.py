@@ -97,8 +97,8 @@ class SearchEnvironment(ToolEnvironment):
         self.corpus, self.k, self.max_doc_chars = corpus, k, max_doc_chars
         self._index: Any = None
         self._documents: list[dict[str, str]] = []
-        super().__init__(tools, system_prompt, call_format, call_tags, timeout_s, max_calls_per_turn,
-                         max_result_chars)
+        super().__init__(tools=tools, system_prompt=system_prompt, call_format=call_format, call_tags=call_tags,
+                         timeout_s=timeout_s, max_calls_per_turn=max_calls_per_turn, max_result_chars=max_result_chars)
 
     def reset(self, record):
         self._load()  # a bad collection is an error here, not a tool error in every episode
