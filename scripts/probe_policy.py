@@ -8,7 +8,8 @@ Everything after ``--`` is ``lit-grpo fit`` arguments: the run is built as Light
 trained). Every prompt of the split gets ``--samples`` completions at the module's sampling settings
 (seed ``--seed``); printed: the sampled accuracy, the shares of all-wrong and all-correct groups when
 the samples are cut into groups of ``--group-size``, the share of prompts never solved, pass@k for
-k = 1, 4, 16, ... up to the samples, and on bounded-answer tasks (a ``num_choices`` column) the sampled
+k = 1, 4, 16, ... up to the samples, for multi-turn episodes (an ``EpisodeEngine`` config) the turns, tool calls
+and tool errors per episode, and on bounded-answer tasks (a ``num_choices`` column) the sampled
 accuracy for each number of answers k beside its chance 1/k. The experiments quote it for their starting
 policies.
 """
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     data.setup("fit" if args.split == "val" else "test")
     loader = data.val_dataloader() if args.split == "val" else data.test_dataloader()
     torch.manual_seed(args.seed)
-    parts, seen, choices = [], 0, []
+    parts, seen, choices, episodes = [], 0, [], []
     with torch.no_grad():
         for batch in loader:
             if args.max_prompts is not None:
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
                 part = batch.select(list(range(start, min(start + max(1, 4096 // args.samples), len(batch)))))
                 rollouts = module.engine.rollout(part, args.samples, module.sampling)  # episodes too
                 parts.append(module.score(part, rollouts)[0].nan_to_num(0.0) >= 1.0)
+                episodes += rollouts.episodes or []
                 choices += part.columns.get("num_choices", [None] * len(part))
     correct = torch.cat([p for p in parts if p.numel()])  # [P, n]
     P, n, G = correct.shape[0], args.samples, args.group_size
@@ -71,6 +73,12 @@ def main(argv: list[str] | None = None) -> None:
     while k <= n:
         print(f"pass@{k} {pass_at_k_per_prompt(c, n, k).mean():.3f}")
         k = k * 4 if k * 4 <= n or k == n else n
+    if episodes:  # multi-turn episodes (an EpisodeEngine): how the policy used its turns and tools
+        k = len(episodes)
+        print(f"episodes: turns {sum(e.turns for e in episodes) / k:.2f} per episode, tool calls "
+              f"{sum(e.tool_calls for e in episodes) / k:.2f} per episode, episodes with a call "
+              f"{sum(e.tool_calls > 0 for e in episodes) / k:.3f}, tool errors {sum(e.tool_errors for e in episodes)}, "
+              f"timeouts {sum(e.tool_timeouts for e in episodes)}, truncated {sum(e.truncated for e in episodes) / k:.3f}")
     if choices and None not in choices:  # a bounded-answer task: k answers per prompt, a guess right 1/k
         ks = torch.tensor(choices)
         for k in sorted(set(choices)):

@@ -63,3 +63,18 @@ def test_a_bounded_answer_task_gets_its_accuracy_by_number_of_answers(tmp_path, 
     overall = float(out[1].split()[-1])  # the per-k accuracies average back to the overall one
     weighted = sum(float(line.split("accuracy ")[1].split()[0]) * int(line.split(", ")[-1].split()[0]) for line in by_k)
     assert abs(weighted / 12 - overall) < 2e-3
+
+
+def test_the_probe_reports_turns_and_tool_calls_of_episodes(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    model = build_tiny_model(tmp_path / "policy")
+    tok = char_tokenizer()
+    tok.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] "
+    tok.save_pretrained(model)
+    # (the tiny policy's 256-token context has no room for a tool description: one-turn episodes)
+    engine = ('--model.engine={"class_path": "lit_grpo.envs.EpisodeEngine", "init_args": {"max_turns": 2, '
+              '"environment": {"class_path": "lit_grpo.envs.SingleTurn"}}}')
+    probe(["--samples", "2", "--group-size", "2", "--max-prompts", "3", "--", *fit_args(model, engine)])
+    out = capsys.readouterr().out.splitlines()
+    line = next(x for x in out if x.startswith("episodes: "))
+    assert line.startswith("episodes: turns 1.00 per episode, tool calls 0.00 per episode, episodes with a call 0.000")
