@@ -399,17 +399,10 @@ def holm_adjust(pvalues: Sequence[float] | Tensor) -> list[float]:
     where ``p~ <= alpha`` keeps the chance of any false rejection at most ``alpha``. NaN entries (tests
     that could not be made) stay NaN and do not count in ``m``. Same order as the input.
     """
-    p, keep = _pvalues(pvalues)
-    out = torch.full_like(p, math.nan)
-    q = p[keep]
-    m = q.numel()
-    if m:
-        order = q.argsort()
-        scaled = (q[order] * (m - torch.arange(m, dtype=torch.float64))).clamp(max=1.0)
-        adjusted = torch.empty_like(q)
-        adjusted[order] = scaled.cummax(0).values
-        out[keep] = adjusted
-    return out.tolist()
+    def step_down(q: Tensor, m: int) -> Tensor:  # q sorted ascending
+        return (q * (m - torch.arange(m, dtype=torch.float64))).clamp(max=1.0).cummax(0).values
+
+    return _adjusted(pvalues, step_down)
 
 
 def benjamini_hochberg_adjust(pvalues: Sequence[float] | Tensor) -> list[float]:
@@ -419,15 +412,22 @@ def benjamini_hochberg_adjust(pvalues: Sequence[float] | Tensor) -> list[float]:
     ``q <= alpha`` keeps the expected share of false rejections among the rejections at most ``alpha``
     (for independent or positively dependent tests). NaN entries stay NaN and do not count in ``m``.
     """
+    def step_up(q: Tensor, m: int) -> Tensor:  # q sorted ascending
+        return (q * m / torch.arange(1, m + 1, dtype=torch.float64)).flip(0).cummin(0).values.flip(0).clamp(max=1.0)
+
+    return _adjusted(pvalues, step_up)
+
+
+def _adjusted(pvalues: Sequence[float] | Tensor, adjust) -> list[float]:
+    """``adjust(sorted finite p-values [m], m)`` applied to the finite entries of ``pvalues`` in their own
+    order; NaN entries stay NaN and do not count in ``m``."""
     p, keep = _pvalues(pvalues)
     out = torch.full_like(p, math.nan)
     q = p[keep]
-    m = q.numel()
-    if m:
+    if q.numel():
         order = q.argsort()
-        scaled = q[order] * m / torch.arange(1, m + 1, dtype=torch.float64)
         adjusted = torch.empty_like(q)
-        adjusted[order] = scaled.flip(0).cummin(0).values.flip(0).clamp(max=1.0)
+        adjusted[order] = adjust(q[order], q.numel())
         out[keep] = adjusted
     return out.tolist()
 
