@@ -145,8 +145,8 @@ class SyntheticArithmetic(StyledSource):
         return records
 
     def problem(self, code: int, a: int, op: str, b: int) -> tuple[str, str, dict[str, Any]]:
-        """The question, the reference and the columns of problem ``code``."""
-        return self.question.format(a=a, op=op, b=b), str(_OPERATORS[op](a, b)), {}
+        """The question, the reference and the columns of problem ``code`` (its operands and operator)."""
+        return self.question.format(a=a, op=op, b=b), str(_OPERATORS[op](a, b)), {"a": a, "op": op, "b": b}
 
     def default_reward(self):
         """``ExactMatch()``; with ``style: think``, ``MathVerify()`` (which reads the ``<answer>`` tag)
