@@ -1,6 +1,7 @@
 """scripts/probe_policy.py: a starting policy's accuracy, all-wrong groups and pass@k before any RL."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,13 @@ def test_the_probe_prints_accuracy_groups_and_pass_at_k(tmp_path, monkeypatch, c
     tok.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] "
     tok.save_pretrained(model)
     # a chat-style source names no tokenizer: the probe renders its prompts with the policy's template, as training does
-    probe(["--samples", "4", "--group-size", "2", "--max-prompts", "5", "--",
+    probe(["--samples", "4", "--group-size", "2", "--max-prompts", "5", "--json", "probe.json", "--",
            *fit_args(model, f"--data.source.init_args.style={style}")])  # fmt: skip
     out = capsys.readouterr().out.splitlines()
+    saved = json.loads((tmp_path / "probe.json").read_text())  # the printed numbers, and how they were made
+    assert (saved["split"], saved["prompts"], saved["samples"], saved["group_size"]) == ("val", 5, 4, 2)
+    assert f"{saved['sampled_accuracy']:.3f}" == out[1].split()[-1] and list(saved["pass_at_k"]) == ["1", "4"]
+    assert saved["fit_args"][-1] == f"--data.source.init_args.style={style}"
     assert out[0] == "val split: 5 prompts x 4 samples"
     assert out[1].startswith("sampled accuracy ") and 0.0 <= float(out[1].split()[-1]) <= 1.0
     assert out[2].startswith("G = 2 groups: all wrong ")
