@@ -5,29 +5,28 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from lightning import Callback, LightningModule, Trainer
+from lightning import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_grpo.callbacks._common import (
+    RolloutStatsCallback,
+    add_figure,
     every,
     gather,
-    log_scalars,
-    log_this_step,
-    logging_step,
-    require_logger,
-    require_module,
+    log_step,
+    require_run,
     reward_is_binary,
-    rollout_stats,
     tensorboard,
 )
 from lit_grpo.diagnostics.budget import advantage_mass, positive_negative_shares
 from lit_grpo.diagnostics.plots import bar_figure
 from lit_grpo.diagnostics.weight_curve import advantage_mass_by_k
+from lit_grpo.types import RolloutStats
 
 NAME = "AdvantageStats"
 
 
-class AdvantageStats(Callback):
+class AdvantageStats(RolloutStatsCallback):
     """Where the advantage mass sits (METHODS.md section 3, "Advantage mass").
 
     A group's mass is ``m = sum_i |A_i| / 2``. With binary rewards it is reported per ``K``, the
@@ -83,13 +82,11 @@ class AdvantageStats(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "estimator", "group_size")
-        require_logger(
-            NAME,
-            trainer,
+        require_run(
+            NAME, trainer, pl_module, "estimator", "group_size",
             writer=self.histogram_every_n_steps > 0 or self.figure_every_n_steps > 0,
             figure_option="histogram_every_n_steps: 0 and figure_every_n_steps: 0",
-        )
+        )  # fmt: skip
         if reward_is_binary(getattr(pl_module, "reward", None)) is False:
             self._warn()
 
@@ -101,12 +98,7 @@ class AdvantageStats(Callback):
             )
             self._warned = True
 
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
-    ) -> None:
-        stats = rollout_stats(outputs)
-        if stats is None or stats.rewards.shape[0] == 0:
-            return
+    def on_rollout_stats(self, trainer: Trainer, pl_module: LightningModule, stats: RolloutStats) -> None:
         G = stats.group_size
         lengths = stats.lengths.reshape(stats.advantages.shape).double()  # [P, G]
         local = torch.cat([stats.rewards.double(), stats.advantages.double(), lengths], dim=1)
@@ -124,9 +116,7 @@ class AdvantageStats(Callback):
             "adv/abs_mean": adv.abs().mean().item(),
         }
         metrics.update(self.mass_by_k(rewards, mass))
-        step = logging_step(trainer)
-        if log_this_step(trainer, step):
-            log_scalars(trainer, metrics, step)
+        step = log_step(trainer, metrics)
         writer = tensorboard(trainer)
         if writer is not None and every(step, self.histogram_every_n_steps):
             writer.add_histogram("adv/advantages", adv.flatten().float(), global_step=step)
@@ -162,15 +152,10 @@ class AdvantageStats(Callback):
             ).tolist()
         except ValueError:
             pass  # the estimator is not defined at this group size alone
-        fig = bar_figure(
-            [str(j) for j in range(G + 1)],
-            series,
-            xlabel="K correct of G",
-            ylabel="advantage mass sum|A|/2",
-            title=f"advantage mass by K, G = {G}",
-        )
-        if fig is not None:
-            writer.add_figure("adv/mass_by_k", fig, global_step=step)
+        labels = [str(j) for j in range(G + 1)]
+        title = f"advantage mass by K, G = {G}"
+        fig = bar_figure(labels, series, xlabel="K correct of G", ylabel="advantage mass sum|A|/2", title=title)
+        add_figure(writer, "adv/mass_by_k", fig, step)
 
     def state_dict(self) -> dict:
         state = {"steps": self.steps, "nonzero_steps": self.nonzero_steps}

@@ -5,21 +5,19 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import torch
-from lightning import Callback, LightningModule, Trainer
+from lightning import LightningModule, Trainer
 
 from lit_grpo.callbacks._common import (
     GradientProbe,
+    RolloutStatsCallback,
+    add_figure,
     check_binary_rewards,
     every,
     fork_rng,
+    fresh_rewards,
     gather,
-    log_scalars,
-    log_this_step,
-    logging_step,
-    require_binary_reward,
-    require_logger,
-    require_module,
-    rollout_stats,
+    log_step,
+    require_run,
     tensorboard,
 )
 from lit_grpo.checks import require
@@ -32,7 +30,7 @@ from lit_grpo.types import RolloutStats
 NAME = "GradientBudget"
 
 
-class GradientBudget(Callback):
+class GradientBudget(RolloutStatsCallback):
     """Share of each step's gradient budget per difficulty bin (METHODS.md section 3).
 
     Two budgets of a prompt, under different names:
@@ -117,11 +115,10 @@ class GradientBudget(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "engine", "score", "sampling", *(["policy"] if self.exact else []))
-        require_binary_reward(NAME, pl_module)
-        require_logger(
-            NAME, trainer, writer=self.figure_every_n_steps > 0, figure_option="figure_every_n_steps: 0"
-        )
+        require_run(
+            NAME, trainer, pl_module, "engine", "score", "sampling", *(["policy"] if self.exact else []),
+            writer=self.figure_every_n_steps > 0, figure_option="figure_every_n_steps: 0", binary=True,
+        )  # fmt: skip
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.exact:
@@ -146,22 +143,13 @@ class GradientBudget(Callback):
     def pass_rates(self, pl_module: LightningModule, stats: RolloutStats) -> torch.Tensor:
         """``[P]`` independent pass-rate estimates (NaN where there is none); updates the moving average."""
         if self.estimate == "resample":
-            with torch.no_grad(), fork_rng(pl_module):
-                rollouts = pl_module.engine.rollout(stats.batch, self.num_samples, pl_module.sampling)
-            rewards = pl_module.score(stats.batch, rollouts)[0]  # [P, S]
-            check_binary_rewards(NAME, rewards, 1e-6)
-            return rewards.double().nanmean(-1)
+            return fresh_rewards(NAME, pl_module, stats.batch, self.num_samples, 1e-6).double().nanmean(-1)
         rewards = stats.rewards.double()
         prior = self.tracker.get(stats.batch.ids)  # [P]
         self.tracker.update(stats.batch.ids, rewards.nanmean(-1))
         return prior
 
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
-    ) -> None:
-        stats = rollout_stats(outputs)
-        if stats is None or stats.rewards.shape[0] == 0:
-            return
+    def on_rollout_stats(self, trainer: Trainer, pl_module: LightningModule, stats: RolloutStats) -> None:
         check_binary_rewards(NAME, stats.rewards, 1e-6)
         exact = self.exact_budget(pl_module, stats) if self.exact else torch.zeros(stats.rewards.shape[0])
         local = torch.stack(
@@ -189,9 +177,7 @@ class GradientBudget(Callback):
                     for b, v in zip(BIN_LABELS, prompts.tolist(), strict=True)
                 }
             )
-        step = logging_step(trainer)
-        if log_this_step(trainer, step):
-            log_scalars(trainer, metrics, step)
+        step = log_step(trainer, metrics)
         if every(step, self.figure_every_n_steps):
             self.draw(trainer, step)
 
@@ -206,14 +192,9 @@ class GradientBudget(Callback):
         if self.exact:
             series["budget (exact gradient norm)"] = shares[2]
         fig = bar_figure(
-            BIN_LABELS,
-            series,
-            xlabel="pass-rate bin",
-            ylabel="share",
-            title=f"budget by difficulty, steps 0-{step}",
+            BIN_LABELS, series, xlabel="pass-rate bin", ylabel="share", title=f"budget by difficulty, steps 0-{step}"
         )
-        if fig is not None:
-            writer.add_figure("budget/shares", fig, global_step=step)
+        add_figure(writer, "budget/shares", fig, step)
 
     def state_dict(self) -> dict:
         return {"tracker": self.tracker.state_dict(), "totals": self.totals.tolist()}

@@ -5,20 +5,16 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from lightning import Callback, LightningModule, Trainer
+from lightning import LightningModule, Trainer
 
 from lit_grpo.callbacks._common import (
+    RolloutStatsCallback,
     check_binary_rewards,
-    every,
-    fork_rng,
+    due_step,
+    fresh_rewards,
     gather,
-    log_scalars,
-    log_this_step,
-    logging_step,
-    require_binary_reward,
-    require_logger,
-    require_module,
-    rollout_stats,
+    log_step,
+    require_run,
 )
 from lit_grpo.diagnostics.degeneracy import (
     EMASuccessTracker,
@@ -28,12 +24,12 @@ from lit_grpo.diagnostics.degeneracy import (
     starved_fraction,
     unbiased_iid_degeneracy,
 )
-from lit_grpo.types import PromptBatch
+from lit_grpo.types import PromptBatch, RolloutStats
 
 NAME = "DegeneracyMonitor"
 
 
-class DegeneracyMonitor(Callback):
+class DegeneracyMonitor(RolloutStatsCallback):
     """Degenerate groups per training step and their i.i.d. predictions (METHODS.md section 3).
 
     A group is degenerate when its scorable rewards are all equal within ``atol`` (never a test of
@@ -110,9 +106,7 @@ class DegeneracyMonitor(Callback):
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
-            require_module(NAME, pl_module, "estimator", "group_size")
-            require_binary_reward(NAME, pl_module)
-            require_logger(NAME, trainer)
+            require_run(NAME, trainer, pl_module, "estimator", "group_size", binary=True)
             if self.resample_every_n_steps and self.resample_samples < pl_module.group_size:
                 raise ValueError(
                     f"DegeneracyMonitor: resample_samples={self.resample_samples} is below the group size "
@@ -121,12 +115,9 @@ class DegeneracyMonitor(Callback):
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
         self._resampled = None
-        if not every(logging_step(trainer), self.resample_every_n_steps) or not isinstance(batch, PromptBatch):
+        if due_step(trainer, self.resample_every_n_steps) is None or not isinstance(batch, PromptBatch):
             return
-        with torch.no_grad(), fork_rng(pl_module):
-            rollouts = pl_module.engine.rollout(batch, self.resample_samples, pl_module.sampling)
-        rewards = pl_module.score(batch, rollouts)[0].double().cpu()  # [P, n]
-        check_binary_rewards(NAME, rewards, self.atol)
+        rewards = fresh_rewards(NAME, pl_module, batch, self.resample_samples, self.atol).double().cpu()  # [P, n]
         self._resampled = (list(batch.ids), rewards)
 
     def resample_metrics(self, ids: list[str], rewards: torch.Tensor, G: int) -> dict[str, float]:
@@ -159,20 +150,13 @@ class DegeneracyMonitor(Callback):
             "rollout/resample_prompts": float(len(preds)),
         }
 
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
-    ) -> None:
-        stats = rollout_stats(outputs)
-        if stats is None or stats.rewards.shape[0] == 0:
-            return
+    def on_rollout_stats(self, trainer: Trainer, pl_module: LightningModule, stats: RolloutStats) -> None:
         check_binary_rewards(NAME, stats.rewards, self.atol)
         metrics = self.step_metrics(pl_module, stats.batch.ids, stats.rewards, stats.advantages)
         if self._resampled is not None and pl_module.trainer.world_size == 1:
             metrics.update(self.resample_metrics(list(stats.batch.ids), stats.rewards, stats.group_size))
         self._resampled = None
-        step = logging_step(trainer)
-        if log_this_step(trainer, step):
-            log_scalars(trainer, metrics, step)
+        log_step(trainer, metrics)
 
     def step_metrics(
         self, pl_module: LightningModule, ids: list[str], rewards: torch.Tensor, advantages: torch.Tensor

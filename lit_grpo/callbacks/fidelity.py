@@ -9,12 +9,11 @@ from lightning import Callback, LightningModule, Trainer
 
 from lit_grpo.callbacks._common import (
     GradientProbe,
-    every,
+    add_figure,
+    due_step,
     fork_rng,
     log_scalars,
-    logging_step,
-    require_logger,
-    require_module,
+    require_run,
     tensorboard,
 )
 from lit_grpo.checks import require
@@ -106,8 +105,9 @@ class GradientFidelity(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "policy", "engine", "score", "sampling", "group_size", "estimator")
-        require_logger(NAME, trainer, writer=True)
+        require_run(
+            NAME, trainer, pl_module, "policy", "engine", "score", "sampling", "group_size", "estimator", writer=True
+        )
         from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
         if isinstance(trainer.strategy, FSDPStrategy | ModelParallelStrategy):
@@ -146,8 +146,8 @@ class GradientFidelity(Callback):
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
     ) -> None:
-        step = logging_step(trainer)
-        if not every(step, self.every_n_steps) or not trainer.is_global_zero:
+        step = due_step(trainer, self.every_n_steps)
+        if step is None or not trainer.is_global_zero:
             return
         estimators = self.estimators or [pl_module.estimator]
         named = dict(zip(unique_labels(estimators), estimators, strict=True))
@@ -179,7 +179,5 @@ class GradientFidelity(Callback):
             out.mkdir(parents=True, exist_ok=True)
             (out / "bins.csv").write_text(csv_text(bins), newline="")
             (out / "prompts.csv").write_text(csv_text(per_prompt), newline="")
-        writer = tensorboard(trainer)
         fig = figure(per_prompt, bins, named, G, f"step {step}: G = {G}, M = {M}, {len(results)} prompts")
-        if writer is not None and fig is not None:
-            writer.add_figure("fidelity/omega", fig, global_step=step)
+        add_figure(tensorboard(trainer), "fidelity/omega", fig, step)

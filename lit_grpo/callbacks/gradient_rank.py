@@ -14,8 +14,7 @@ from lit_grpo.callbacks._common import (
     fork_rng,
     log_scalars,
     logging_step,
-    require_logger,
-    require_module,
+    require_run,
     rollout_stats,
 )
 from lit_grpo.checks import require
@@ -107,8 +106,7 @@ class GradientRank(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "policy", "sampling")
-        require_logger(NAME, trainer)
+        require_run(NAME, trainer, pl_module, "policy", "sampling")
         from lightning.pytorch.strategies import FSDPStrategy
 
         if isinstance(trainer.strategy, FSDPStrategy):  # its parameters and gradients are flat local shards

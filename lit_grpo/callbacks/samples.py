@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import every, logging_step, require_logger, rollout_stats, tensorboard
+from lit_grpo.callbacks._common import due_step, require_logger, rollout_stats, tensorboard
 from lit_grpo.types import RolloutStats
 
 NAME = "CompletionSamples"
@@ -96,8 +96,8 @@ class CompletionSamples(Callback):
     ) -> None:
         stats = rollout_stats(outputs)
         writer = tensorboard(trainer)
-        step = logging_step(trainer)
-        if stats is None or writer is None or not every(step, self.every_n_steps):
+        step = due_step(trainer, self.every_n_steps)
+        if stats is None or writer is None or step is None:
             return
         text = format_samples(stats, self.num_prompts, self.num_completions, self.max_chars)
         writer.add_text("samples/completions", text, global_step=step)

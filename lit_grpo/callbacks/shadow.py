@@ -9,13 +9,13 @@ from lightning import Callback, LightningModule, Trainer
 
 from lit_grpo.callbacks._common import (
     GradientProbe,
+    add_figure,
     every,
     fork_rng,
     log_scalars,
     log_this_step,
     logging_step,
-    require_logger,
-    require_module,
+    require_run,
     rollout_stats,
     tensorboard,
 )
@@ -139,9 +139,10 @@ class ShadowEstimators(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "policy", "sampling", "group_size")
         draws = self.figure and self.gradient_every_n_steps > 0
-        require_logger(NAME, trainer, writer=draws, figure_option="figure: false")
+        require_run(
+            NAME, trainer, pl_module, "policy", "sampling", "group_size", writer=draws, figure_option="figure: false"
+        )
         for estimator, label in zip(self.estimators, self.labels, strict=True):
             if estimator.min_group_size > pl_module.group_size:
                 raise ValueError(
@@ -275,8 +276,7 @@ class ShadowEstimators(Callback):
         if writer is None:
             return
         fig = shadow_figure(labels, cos.tolist(), starved, title=f"shadow estimators, step {step}")
-        if fig is not None:
-            writer.add_figure("shadow/estimators", fig, global_step=step)
+        add_figure(writer, "shadow/estimators", fig, step)
 
     def state_dict(self) -> dict:
         return {"zero_train": self.zero_train}

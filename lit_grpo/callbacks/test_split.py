@@ -12,7 +12,7 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
-from lit_grpo.callbacks._common import fork_rng, require_logger, require_module
+from lit_grpo.callbacks._common import fork_rng, require_run
 from lit_grpo.diagnostics.passk import pass_at_k_ks, pass_at_k_per_prompt
 from lit_grpo.types import PromptBatch, SamplingParams
 
@@ -96,8 +96,7 @@ class TestSplitReport(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "engine", "score", "sampling")
-        require_logger(NAME, trainer)
+        require_run(NAME, trainer, pl_module, "engine", "score", "sampling")
         dm = trainer.datamodule
         source = getattr(dm, "source", None)
         if dm is None or not hasattr(dm, "test_dataloader") or (source is not None and not source.has_split("test")):
