@@ -12,6 +12,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from lit_grpo.checks import require
 from lit_grpo.data.records import BadRowError, OnBadRow, Record, collate_prompts
 from lit_grpo.data.sources import PromptSource, Split
 from lit_grpo.data.stream import EpochLoader, PromptStream
@@ -87,14 +88,12 @@ class PromptDataModule(L.LightningDataModule):
             ("prompts_per_step", prompts_per_step), ("val_batch_size", val_batch_size),
             ("shuffle_buffer", shuffle_buffer),
         ]:  # fmt: skip
-            if value < 1:
-                raise ValueError(f"PromptDataModule: {name}={value} must be >= 1")
+            require(value >= 1, f"PromptDataModule: {name}={value} must be >= 1")
         if max_val_prompts is not None and max_val_prompts < 1:
             raise ValueError(
                 f"PromptDataModule: max_val_prompts={max_val_prompts} must be >= 1 or None (all)"
             )
-        if num_workers < 0:
-            raise ValueError(f"PromptDataModule: num_workers={num_workers} must be >= 0")
+        require(num_workers >= 0, f"PromptDataModule: num_workers={num_workers} must be >= 0")
         self.source = source
         self.prompts_per_step = prompts_per_step
         self.val_batch_size = val_batch_size
@@ -180,8 +179,7 @@ class PromptDataModule(L.LightningDataModule):
     def refill(self, n: int) -> PromptBatch:
         """``n`` further training prompts of this rank from a seeded stream (independent of the
         training order) that cycles over the rank's share of the training set."""
-        if n < 0:
-            raise ValueError(f"PromptDataModule.refill: n={n} must be >= 0")
+        require(n >= 0, f"PromptDataModule.refill: n={n} must be >= 0")
         if not self.streaming:
             self._split("train")
         if self._refill_stream is None:

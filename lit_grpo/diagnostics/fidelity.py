@@ -32,6 +32,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
 from lit_grpo.diagnostics.budget import BIN_LABELS, bin_index
 from lit_grpo.diagnostics.weight_curve import plus_minus_advantages
 from lit_grpo.estimators.base import AdvantageEstimator
@@ -121,10 +122,8 @@ def reference_coefficients(rewards: Tensor, objective: Objective, k: int = 1, T:
 
 def subsample_indices(M: int, G: int, S: int, generator: torch.Generator | None = None) -> Tensor:
     """``[S, G]`` long: ``S`` subsets of ``G`` distinct pool indices, each uniformly random."""
-    if not 1 <= G <= M:
-        raise ValueError(f"group size G={G} must lie in [1, M={M}] (the pool size)")
-    if S < 2:
-        raise ValueError(f"subsamples S={S} must be >= 2 (the variance needs two)")
+    require(1 <= G <= M, f"group size G={G} must lie in [1, M={M}] (the pool size)")
+    require(S >= 2, f"subsamples S={S} must be >= 2 (the variance needs two)")
     return torch.rand(S, M, generator=generator).argsort(-1)[:, :G]
 
 
@@ -147,8 +146,7 @@ def subsample_weights(estimator: Estimator, rewards: Tensor, index: Tensor) -> T
         )
     S, G = index.shape
     adv = estimator(rewards[index].float()).double()  # [S, G]
-    if adv.shape != (S, G):
-        raise ValueError(f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(S, G)}")
+    require(adv.shape == (S, G), f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(S, G)}")
     w = torch.zeros(S, rewards.numel(), dtype=torch.float64)  # [S, M]
     return w.scatter_add_(1, index, adv / G)
 
@@ -224,8 +222,7 @@ def prompt_fidelity(
     """
     r = check_pool(rewards)
     M = r.numel()
-    if rows.shape[0] != M:
-        raise ValueError(f"rows has {rows.shape[0]} rows for {M} rewards; give one row per completion")
+    require(rows.shape[0] == M, f"rows has {rows.shape[0]} rows for {M} rewards; give one row per completion")
     x = rows.double()
     x = x - x.mean(0, keepdim=True)  # [M, D], the control variate of the module docstring
     coords = coordinates(x)  # [M, d]

@@ -13,12 +13,12 @@ import math
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
+
 
 def _check(n: int, k: int) -> None:
-    if n < 1:
-        raise ValueError(f"pass@k needs n >= 1 samples per prompt, got n={n}")
-    if not 1 <= k <= n:
-        raise ValueError(f"k must lie in [1, n={n}], got k={k}; sample at least k completions per prompt")
+    require(n >= 1, f"pass@k needs n >= 1 samples per prompt, got n={n}")
+    require(1 <= k <= n, f"k must lie in [1, n={n}], got k={k}; sample at least k completions per prompt")
 
 
 def pass_at_k_per_prompt(num_correct: Tensor, n: int, k: int) -> Tensor:

@@ -11,6 +11,8 @@ import math
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
+
 #: Number of leading normalised singular values reported by :func:`spectrum_summary`.
 TOP_SIGMAS = 5
 
@@ -42,8 +44,7 @@ def stable_rank(sigma: Tensor) -> float:
 
 def energy_rank(sigma: Tensor, q: float) -> int:
     """Smallest ``k`` whose ``k`` largest singular values hold a share ``q`` of ``sum sigma^2``."""
-    if not 0 < q <= 1:
-        raise ValueError(f"energy share q must lie in (0, 1], got {q}")
+    require(0 < q <= 1, f"energy share q must lie in (0, 1], got {q}")
     sigma = _check_sigma(sigma)
     cum = sigma.square().sort(descending=True).values.cumsum(0)  # [R]
     k = int(torch.searchsorted(cum, q * cum[-1]).item()) + 1
@@ -60,8 +61,7 @@ def spectrum_summary(matrix: Tensor) -> dict[str, float] | None:
     singular values normalised as ``sigma_j / sum sigma`` (the ``p_j`` of the effective rank, so
     they sum to at most 1), padded with 0 when the matrix has fewer than five.
     """
-    if matrix.dim() != 2:
-        raise ValueError(f"matrix must have shape [n, d], got {tuple(matrix.shape)}")
+    require(matrix.dim() == 2, f"matrix must have shape [n, d], got {tuple(matrix.shape)}")
     m = matrix.detach().to(torch.float64)
     if m.numel() == 0 or not bool(torch.isfinite(m).all()) or not bool((m != 0).any()):
         return None
