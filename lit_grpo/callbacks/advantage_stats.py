@@ -31,18 +31,12 @@ class AdvantageStats(RolloutStatsCallback):
 
     A group's mass is ``m = sum_i |A_i| / 2``. With binary rewards it is reported per ``K``, the
     number of correct completions of the group (groups with an unscorable completion are left out);
-    other rewards skip the per-``K`` metrics with one warning.
-
-    Writes every step ``adv/mass_mean`` (mean group mass), ``adv/mass_k<K>`` for each ``K = 0..G``
-    present in the step, ``adv/pos_share`` and ``adv/neg_share`` (shares of ``sum |A_i|`` (times
-    ``T_i`` with ``weight_by_length``) carried by positive and negative advantages; written only at
-    steps with a non-zero advantage, so that a mean over the logged steps is a mean over the steps
-    that have a share, never pulled towards 0 by fully degenerate steps), ``adv/nonzero_steps``
-    (running count of the steps with a non-zero advantage, the n of that mean), ``adv/steps``
-    (running count of all steps) and ``adv/abs_mean``; every ``histogram_every_n_steps`` the
-    TensorBoard histogram
-    ``adv/advantages``; every ``figure_every_n_steps`` the figure ``adv/mass_by_k``: the mean mass
-    per ``K`` observed since the start against the estimator's exact value.
+    other rewards skip the per-``K`` metrics with one warning. ``adv/pos_share`` and ``adv/neg_share``
+    are written only at steps with a non-zero advantage, so that a mean over the logged steps is never
+    pulled towards 0 by fully degenerate steps. Writes the scalars in ``metrics`` every step
+    (docs/diagnostics.md explains each), the histogram ``adv/advantages`` every
+    ``histogram_every_n_steps`` and every ``figure_every_n_steps`` the figure ``adv/mass_by_k``: the mean
+    mass per ``K`` observed since the start against the estimator's exact value.
 
     Args:
         weight_by_length: Weigh each completion's mass by its length in the sign shares.
@@ -50,7 +44,6 @@ class AdvantageStats(RolloutStatsCallback):
         figure_every_n_steps: Figure cadence (0: never).
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "adv/mass_mean", "adv/mass_k<K>", "adv/pos_share", "adv/neg_share", "adv/nonzero_steps", "adv/steps",
         "adv/abs_mean",

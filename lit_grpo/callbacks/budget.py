@@ -33,35 +33,18 @@ NAME = "GradientBudget"
 class GradientBudget(RolloutStatsCallback):
     """Share of each step's gradient budget per difficulty bin (METHODS.md section 3).
 
-    Two budgets of a prompt, under different names:
+    Two budgets of a prompt, under different names: the proxy ``sum_i |A_i| * T_i`` (free; with binary
+    rewards its split between bins follows from the estimator's formulas alone, not from the run) and,
+    with ``exact``, the norm of the prompt's gradient contribution ``|| sum_i A_i grad sum_t log pi(y_i,t) ||``
+    over the chosen parameters (per-completion gradients as in ``GradientRank``, after the step's
+    update; ``.grad``, the parameters and the RNG are left as they were). Prompts are binned by a
+    pass-rate estimate independent of this step's rewards: the moving average of earlier visits
+    (``estimate="ema"``, free; first visits are left out, counted in ``budget/unbinned_frac``) or
+    ``num_samples`` fresh completions per prompt after the step (``estimate="resample"``).
 
-    - the proxy ``sum_i |A_i| * T_i`` (advantage magnitude times completion tokens), free. With binary
-      rewards its expected share per bin follows from the estimator's advantages alone (at G = 8
-      GRPO's ``sum |A_i|`` is symmetric in the number correct, SoftmaxGRPO's falls with it), so the
-      direction of a shift between estimators is fixed by construction: it describes the formulas,
-      not the training run;
-    - with ``exact``, the norm of the prompt's gradient contribution
-      ``|| sum_i A_i grad sum_t log pi(y_i,t) ||`` over the chosen ``params`` (per-completion gradients
-      as in ``GradientRank``: one extra forward and backward per step after the update, so at the
-      updated parameters; ``.grad``, the parameters and the RNG are left as they were). Its shares
-      equal the update's for the aggregations with one normaliser per batch (``token-mean``,
-      ``seq-sum-constant``); per-completion normalisers (``seq-mean-token-mean``) weigh prompts
-      differently.
-
-    Prompts are binned by a pass-rate estimate independent of this step's rewards into ``[0, .2)``,
-    ``[.2, .5)``, ``[.5, .7)``, ``[.7, .9)`` and ``[.9, 1]``:
-
-    - ``estimate="ema"``: the moving average of the prompt's earlier visits (free; prompts seen
-      for the first time are left out and counted in ``budget/unbinned_frac``);
-    - ``estimate="resample"``: ``num_samples`` fresh completions per prompt after the step (costs
-      that much generation; every prompt is binned).
-
-    Needs binary rewards. Writes every step ``budget/share_<bin>`` (share of the binned proxy budget)
-    and ``budget/prompt_share_<bin>`` (share of the binned prompts) for the bins ``0.0-0.2``,
-    ``0.2-0.5``, ``0.5-0.7``, ``0.7-0.9``, ``0.9-1.0``, and ``budget/unbinned_frac``; with ``exact``
-    also ``budget/exact_share_<bin>`` (share of the binned exact budget); every
-    ``figure_every_n_steps`` the TensorBoard bar figure ``budget/shares`` of the shares accumulated
-    since the start of training.
+    Needs binary rewards. Writes the scalars in ``metrics`` every step (shares per bin
+    ``0.0-0.2`` .. ``0.9-1.0``; docs/diagnostics.md explains each) and every ``figure_every_n_steps``
+    the bar figure ``budget/shares`` of the shares accumulated since the start of training.
 
     Args:
         estimate: Where the independent pass rate comes from.
@@ -73,7 +56,6 @@ class GradientBudget(RolloutStatsCallback):
             rows, so no ``projection_dim``).
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "budget/share_<bin>", "budget/prompt_share_<bin>", "budget/unbinned_frac", "budget/exact_share_<bin>",
     )
@@ -89,8 +71,7 @@ class GradientBudget(RolloutStatsCallback):
     ) -> None:
         if estimate not in ("ema", "resample"):
             raise ValueError(f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'")
-        if num_samples < 1:
-            raise ValueError(f"GradientBudget: num_samples={num_samples} must be >= 1")
+        require(num_samples >= 1, f"GradientBudget: num_samples={num_samples} must be >= 1")
         if figure_every_n_steps < 0:
             raise ValueError(
                 f"GradientBudget: figure_every_n_steps={figure_every_n_steps} must be >= 0 (0: never)"

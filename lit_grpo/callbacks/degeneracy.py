@@ -33,40 +33,15 @@ class DegeneracyMonitor(RolloutStatsCallback):
     """Degenerate groups per training step and their i.i.d. predictions (METHODS.md section 3).
 
     A group is degenerate when its scorable rewards are all equal within ``atol`` (never a test of
-    ``std == 0``); every centred estimator gives it zero advantage. For binary rewards and group size
-    ``G`` the pooled prediction is ``f(p) = p^G + (1 - p)^G`` at the step's pooled success rate;
-    prompts of different difficulty make the observed rate exceed it (``f`` is convex). The
-    per-prompt prediction uses an independent estimate of each prompt's pass rate: an exponential
-    moving average of its earlier visits (this step's rewards are folded in only afterwards).
-    Needs binary rewards. With ``filter_degenerate`` the kept groups are never degenerate.
-
-    Writes every step:
-
-    - ``rollout/degenerate_frac``, ``rollout/all_correct_frac``, ``rollout/all_wrong_frac``
-    - ``rollout/pooled_success_rate``, ``rollout/degenerate_iid_pred`` (pooled prediction) and
-      ``rollout/degenerate_excess`` (observed minus predicted)
-    - ``rollout/degenerate_ema_pred``: mean ``f(p_x)`` over the step's prompts seen before, ``p_x``
-      their moving-average pass rate; ``rollout/degenerate_ema_excess``: observed rate on those
-      prompts minus that prediction; ``rollout/ema_coverage``: share of prompts seen before (the two
-      before are left out while it is 0)
-    - ``rollout/starved_frac``: share of scorable completions whose advantage is exactly 0
-
-    The moving-average prediction plugs a noisy pass rate (a few samples per visit, from older
-    policies) into the convex ``f``, which biases it upwards. With ``resample_every_n_steps`` the
-    callback also draws, before the step's own sampling and from the same policy, ``resample_samples``
-    (``n >= G``) fresh completions of each of the step's prompts and predicts each prompt's chance of
-    a degenerate group without bias from its ``c`` correct of ``n``: ``(C(c, G) + C(n - c, G)) / C(n, G)``
-    (METHODS.md section 3). Under i.i.d. sampling the step's observed rate equals the mean of that
-    in expectation. Writes at those steps:
-
-    - ``rollout/degenerate_resample_pred``: the mean unbiased per-prompt prediction;
-    - ``rollout/degenerate_resample_excess``: the observed rate on the same prompts minus it;
-    - ``rollout/resample_success_rate`` (p-bar of the fresh samples, the policy's pooled pass rate on
-      these prompts) and ``rollout/degenerate_resample_pooled_pred``, ``f`` of it (the Jensen gap is
-      the difference between the two predictions);
-    - ``rollout/resample_prompts``: prompts with at least ``G`` scorable samples.
-
-    (On one process; with several, the resampled metrics are not written.)
+    ``std == 0``); every centred estimator gives it zero advantage. Each step's observed rate is set
+    against the pooled i.i.d. prediction ``f(p) = p^G + (1 - p)^G`` at the step's pooled success rate
+    and against a per-prompt one from an exponential moving average of each prompt's earlier visits
+    (biased upwards: ``f`` is convex and the rates are noisy). With ``resample_every_n_steps`` the
+    callback also draws, before the step's own sampling, ``resample_samples`` (``n >= G``) fresh
+    completions of each prompt and predicts its degeneracy without bias from its ``c`` correct of ``n``:
+    ``(C(c, G) + C(n - c, G)) / C(n, G)`` (on one process only). Needs binary rewards; with
+    ``filter_degenerate`` the kept groups are never degenerate. The scalars are listed in ``metrics``
+    and explained in docs/diagnostics.md.
 
     Args:
         atol: Two rewards closer than this are equal; also the tolerance of "0 or 1".
@@ -75,7 +50,6 @@ class DegeneracyMonitor(RolloutStatsCallback):
         resample_samples: Fresh completions per prompt (at least the group size; 16 or more).
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "rollout/degenerate_frac", "rollout/all_correct_frac", "rollout/all_wrong_frac",
         "rollout/pooled_success_rate", "rollout/degenerate_iid_pred", "rollout/degenerate_excess",
