@@ -69,8 +69,7 @@ class GradientBudget(RolloutStatsCallback):
         exact: bool = False,
         probe: GradientProbe = GradientProbe(),  # noqa: B008 (a dataclass: LightningCLI nests its options)
     ) -> None:
-        if estimate not in ("ema", "resample"):
-            raise ValueError(f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'")
+        require(estimate in ("ema", "resample"), f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'")
         require(num_samples >= 1, f"GradientBudget: num_samples={num_samples} must be >= 1")
         if figure_every_n_steps < 0:
             raise ValueError(

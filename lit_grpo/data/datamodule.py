@@ -43,14 +43,10 @@ class PromptDataModule(L.LightningDataModule):
     fixed by ``seed`` and the epoch number; the prompts are dealt to the ranks so that no prompt (and so
     no group) is on two ranks. With ``streaming`` the training split is read from the source one record
     at a time every epoch, through a shuffle buffer, so it need not fit in memory; otherwise it is
-    loaded once and fully shuffled. The position in the epoch (prompts consumed) and in the
-    :meth:`refill` stream are saved in checkpoints, and a resumed run continues with exactly the
-    prompts the uninterrupted run would have seen (the position is counted in data epochs of its own,
-    whatever number Lightning gives the epoch). Because it is counted in prompts, a run resumed with
-    another ``prompts_per_step`` (or, held in memory, another number of processes) continues at the next
-    unseen prompt. Settings that change which prompt a position means (``seed``, ``streaming`` and, streamed,
-    its ``shuffle_buffer`` and the number of processes, the number of training prompts) are saved with it,
-    and resuming with different ones is refused with an error naming them.
+    loaded once and fully shuffled. The position in the epoch and in the :meth:`refill` stream is saved
+    in checkpoints, counted in prompts, so a resumed run continues with exactly the prompts the
+    uninterrupted run would have seen; resuming with settings that change which prompt a position
+    means is refused with an error naming them (docs/data.md, "Resume").
 
     Validation and test prompts are held in memory, in file order (the first ``max_val_prompts``).
 

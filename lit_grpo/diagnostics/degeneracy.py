@@ -173,8 +173,7 @@ class EMASuccessTracker:
     def update(self, ids: Sequence[str], rates: Tensor | Sequence[float]) -> None:
         """Fold in one visit: ``ids [P]`` with observed pass rates ``rates [P]`` (NaN rates are skipped)."""
         values = rates.tolist() if isinstance(rates, Tensor) else list(rates)
-        if len(values) != len(ids):
-            raise ValueError(f"ids and rates must have the same length, got {len(ids)} and {len(values)}")
+        require(len(values) == len(ids), f"ids and rates must have the same length, got {len(ids)} and {len(values)}")
         for key, rate in zip(ids, values, strict=True):
             if math.isnan(rate):
                 continue

@@ -52,8 +52,7 @@ def _advantages(estimator: Estimator, G: int) -> Tensor:
     adv = estimator(groups, lengths=torch.ones(G + 1, G)) if isinstance(estimator, AdvantageEstimator) \
         else estimator(groups)
     adv = adv.detach().double()  # [G + 1, G]
-    if adv.shape != (G + 1, G):
-        raise ValueError(f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(G + 1, G)}")
+    require(adv.shape == (G + 1, G), f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(G + 1, G)}")
     return adv
 
 
@@ -79,8 +78,7 @@ def weight_curve(estimator: Estimator, G: int, ps: Sequence[float] | Tensor) -> 
         ``[M]`` float64.
     """
     p = torch.as_tensor(ps, dtype=torch.float64).flatten()  # [M]
-    if not bool(((p > 0) & (p < 1)).all()):
-        raise ValueError(f"pass rates ps must lie strictly inside (0, 1), got {p.tolist()}")
+    require(bool(((p > 0) & (p < 1)).all()), f"pass rates ps must lie strictly inside (0, 1), got {p.tolist()}")
     a_plus, a_minus = plus_minus_advantages(estimator, G)  # [G + 1] each
     k = torch.arange(G + 1, dtype=torch.float64)  # [G + 1]
     comb = torch.tensor([math.comb(G, int(j)) for j in k], dtype=torch.float64)  # [G + 1]
