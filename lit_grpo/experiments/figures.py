@@ -64,8 +64,11 @@ def _panels(exp: Experiment, records: list[RunRecord]):
     return fig, list(zip(axes, settings, arms, strict=False))
 
 
-def _save(fig, panels: list, title: str, path: Path) -> Path:
-    """Title, grid and legend on every panel, ``title`` above them all; the figure saved to ``path``."""
+def _save(fig, panels: list, title: str, path: Path) -> Path | None:
+    """Title, grid and legend on every panel, ``title`` above them all; the figure saved to ``path`` (None
+    without a figure)."""
+    if fig is None:
+        return None
     for ax, setting, _ in panels:
         ax.set_title(setting, fontsize=9)
         ax.grid(alpha=0.3)
@@ -91,9 +94,7 @@ def curve_figure(exp: Experiment, curve: Curve, records: list[RunRecord], path: 
     """One panel per setting; a line (mean) and band (95% t interval) per arm and metric, against the step
     or, with ``curve.x``, the completions or completion tokens generated so far (dashed: the setting's
     matched budget, the largest x every run reached)."""
-    fig, panels = _panels(exp, records)
-    if fig is None:
-        return None
+    fig, panels = _panels(exp, records)  # no panels without matplotlib
     for ax, setting, arms in panels:
         for arm, runs in arms:
             for name in curve.metrics:
@@ -121,9 +122,7 @@ def curve_figure(exp: Experiment, curve: Curve, records: list[RunRecord], path: 
 
 def profile_figure(exp: Experiment, profile: Profile, records: list[RunRecord], path: Path) -> Path | None:
     """One panel per setting; per arm and reduce the metrics' means over ``x`` with 95% t bands."""
-    fig, panels = _panels(exp, records)
-    if fig is None:
-        return None
+    fig, panels = _panels(exp, records)  # no panels without matplotlib
     for ax, _, arms in panels:
         for arm, runs in arms:
             for how in profile.reduces:

@@ -54,8 +54,7 @@ def _beta_cf(a: float, b: float, x: float) -> float:
 
 def betainc(a: float, b: float, x: float) -> float:
     """Regularized incomplete beta function ``I_x(a, b)`` for ``a, b > 0`` and ``x`` in [0, 1]."""
-    if a <= 0 or b <= 0 or not 0 <= x <= 1:
-        raise ValueError(f"betainc needs a, b > 0 and 0 <= x <= 1, got a={a}, b={b}, x={x}")
+    require(a > 0 and b > 0 and 0 <= x <= 1, f"betainc needs a, b > 0 and 0 <= x <= 1, got a={a}, b={b}, x={x}")
     if x == 0 or x == 1:
         return x
     log_front = a * math.log(x) + b * math.log1p(-x) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
@@ -165,22 +164,7 @@ def permutation_test(
     with ``seed`` give ``(1 + hits) / (1 + n_resamples)``.
     """
     x, y = _values(a, "permutation_test(a)", 1), _values(b, "permutation_test(b)", 1)
-    require(n_resamples >= 1, f"n_resamples must be >= 1, got {n_resamples}")
-    pooled = torch.cat([x, y])  # [N]
-    na, N = x.numel(), pooled.numel()
-    exact = math.comb(N, na) <= MAX_EXACT_SPLITS
-    if exact:
-        combos = torch.tensor(list(itertools.combinations(range(N), na)))  # [M, na]
-    else:
-        gen = torch.Generator().manual_seed(seed)
-        combos = torch.rand(n_resamples, N, generator=gen).argsort(-1)[:, :na]  # [M, na]
-    in_a = torch.zeros(combos.shape[0], N, dtype=torch.float64).scatter_(1, combos, 1.0)  # [M, N]
-    sum_a = in_a @ pooled  # [M]
-    diffs = sum_a / na - (pooled.sum() - sum_a) / (N - na)  # [M]
-    observed = abs(x.mean().item() - y.mean().item())
-    tol = 1e-9 * (pooled.abs().max().item() + 1.0)
-    hits = int((diffs.abs() >= observed - tol).sum())
-    return hits / combos.shape[0] if exact else (1 + hits) / (1 + n_resamples)
+    return stratified_permutation_test([(x, y)], n_resamples, seed)  # one stratum
 
 
 def stratified_permutation_test(
@@ -261,7 +245,7 @@ def paired_t_test(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor) -> t
     return one_sample_t_test(_differences(a, b, "paired_t_test", 2))
 
 
-def _sign_patterns(n: int, n_resamples: int, seed: int) -> tuple[Tensor, bool]:
+def sign_patterns(n: int, n_resamples: int, seed: int) -> tuple[Tensor, bool]:
     """``[M, n]`` of +-1: all ``2^n`` patterns when ``n <= MAX_EXACT_FLIPS``, else ``n_resamples`` random ones."""
     if n <= MAX_EXACT_FLIPS:
         bits = (torch.arange(2**n)[:, None] >> torch.arange(n)) & 1  # [2^n, n]
@@ -282,7 +266,7 @@ def sign_flip_test(
     possible p is ``2 / 2^n`` (0.0020 for 10 pairs).
     """
     d = _deviations(values, mu, 1, "sign_flip_test")  # [n]
-    signs, exact = _sign_patterns(d.numel(), n_resamples, seed)  # [M, n]
+    signs, exact = sign_patterns(d.numel(), n_resamples, seed)  # [M, n]
     means = (signs * d).mean(-1)  # [M]
     observed = abs(d.mean().item())
     tol = 1e-9 * (d.abs().max().item() + 1.0)
@@ -331,7 +315,7 @@ def wilcoxon_signed_rank_test(
     centre = ranks.sum().item() / 2
     tol = 1e-9 * (ranks.sum().item() + 1.0)
     if n <= MAX_EXACT_FLIPS:
-        signs, _ = _sign_patterns(n, 1, 0)  # [2^n, n]
+        signs, _ = sign_patterns(n, 1, 0)  # [2^n, n]
         dist = ((signs > 0).double() * ranks).sum(-1)  # [2^n]: W+ of every pattern
         p = ((dist - centre).abs() >= abs(w - centre) - tol).double().mean().item()
         return w, p

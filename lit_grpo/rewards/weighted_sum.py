@@ -11,7 +11,7 @@ from torch import Tensor
 
 from lit_grpo.checks import require
 from lit_grpo.rewards.base import RewardFunction
-from lit_grpo.rewards.scoring import STANDARD_COUNTERS, call_reward
+from lit_grpo.rewards.scoring import STANDARD_COUNTERS, call_reward, check_lengths
 from lit_grpo.types import RewardOutput
 
 
@@ -88,11 +88,7 @@ class WeightedSum(RewardFunction):
 
     def __call__(self, completions: list[str], references: list[str], **columns: Any) -> RewardOutput:
         """``completions [N]``, ``references [N]`` -> the weighted sum ``[N]`` with every term."""
-        n = len(completions)
-        if len(references) != n:
-            raise ValueError(
-                f"got {n} completions but {len(references)} references; pass one reference per completion"
-            )
+        check_lengths(completions, references, columns)
         outs = [call_reward(r, completions, references, **columns) for r in self.rewards]  # checked
         scores = torch.stack([o.scores.float() for o in outs])  # [K, N]
         total = weighted_sum(scores, torch.tensor(self.weights, dtype=torch.float32))  # [N]
