@@ -18,6 +18,7 @@ from lit_grpo.callbacks._common import (
     reward_is_binary,
     tensorboard,
 )
+from lit_grpo.checks import require_at_least
 from lit_grpo.diagnostics.budget import advantage_mass, positive_negative_shares
 from lit_grpo.diagnostics.plots import bar_figure
 from lit_grpo.diagnostics.weight_curve import advantage_mass_by_k
@@ -55,12 +56,10 @@ class AdvantageStats(RolloutStatsCallback):
         histogram_every_n_steps: int = 10,
         figure_every_n_steps: int = 100,
     ) -> None:
-        for name, value in [
-            ("histogram_every_n_steps", histogram_every_n_steps),
-            ("figure_every_n_steps", figure_every_n_steps),
-        ]:
-            if value < 0:
-                raise ValueError(f"AdvantageStats: {name}={value} must be >= 0 (0: never)")
+        require_at_least(
+            NAME, 0, " (0: never)", histogram_every_n_steps=histogram_every_n_steps,
+            figure_every_n_steps=figure_every_n_steps,
+        )  # fmt: skip
         self.weight_by_length = weight_by_length
         self.histogram_every_n_steps, self.figure_every_n_steps = (
             histogram_every_n_steps,

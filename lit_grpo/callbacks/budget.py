@@ -20,7 +20,7 @@ from lit_grpo.callbacks._common import (
     require_run,
     tensorboard,
 )
-from lit_grpo.checks import require
+from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS, advantage_budget, bin_index, budget_shares
 from lit_grpo.diagnostics.degeneracy import EMASuccessTracker
 from lit_grpo.diagnostics.gradients import LinearTarget, group_gradient_norms
@@ -71,10 +71,7 @@ class GradientBudget(RolloutStatsCallback):
     ) -> None:
         require(estimate in ("ema", "resample"), f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'")
         require(num_samples >= 1, f"GradientBudget: num_samples={num_samples} must be >= 1")
-        if figure_every_n_steps < 0:
-            raise ValueError(
-                f"GradientBudget: figure_every_n_steps={figure_every_n_steps} must be >= 0 (0: never)"
-            )
+        require_at_least(NAME, 0, " (0: never)", figure_every_n_steps=figure_every_n_steps)
         require(
             exact or probe == GradientProbe(),
             f"GradientBudget: probe={probe} sets how the exact budget is measured; set exact: true or drop probe",

@@ -16,7 +16,7 @@ from lit_grpo.callbacks._common import (
     log_step,
     require_run,
 )
-from lit_grpo.checks import require
+from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.degeneracy import (
     EMASuccessTracker,
     degeneracy_summary,
@@ -67,10 +67,7 @@ class DegeneracyMonitor(RolloutStatsCallback):
         resample_samples: int = 16,
     ) -> None:
         require(atol >= 0, f"DegeneracyMonitor: atol={atol} must be >= 0, e.g. 1e-6")
-        if resample_every_n_steps < 0:
-            raise ValueError(
-                f"DegeneracyMonitor: resample_every_n_steps={resample_every_n_steps} must be >= 0 (0: never)"
-            )
+        require_at_least(NAME, 0, " (0: never)", resample_every_n_steps=resample_every_n_steps)
         require(resample_samples >= 2, f"DegeneracyMonitor: resample_samples={resample_samples} must be >= 2 (e.g. 16)")
         self.atol = atol
         self.tracker = EMASuccessTracker(ema_decay)  # validates ema_decay

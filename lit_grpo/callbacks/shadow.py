@@ -19,6 +19,7 @@ from lit_grpo.callbacks._common import (
     rollout_stats,
     tensorboard,
 )
+from lit_grpo.checks import require_at_least
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS
 from lit_grpo.diagnostics.gradients import (
     LinearTarget,
@@ -102,10 +103,7 @@ class ShadowEstimators(Callback):
                 f"{NAME}: names {labels} must be distinct, non-empty, without '/', and not {TRAIN!r}; "
                 "set names to such a list"
             )
-        if gradient_every_n_steps < 0:
-            raise ValueError(
-                f"{NAME}: gradient_every_n_steps={gradient_every_n_steps} must be >= 0 (0: never)"
-            )
+        require_at_least(NAME, 0, " (0: never)", gradient_every_n_steps=gradient_every_n_steps)
         self.estimators, self.labels = estimators, labels
         self.gradient_every_n_steps = gradient_every_n_steps
         self.probe, self.figure = probe, figure

@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from lit_grpo.checks import require
+from lit_grpo.checks import require, require_at_least
 from lit_grpo.data.records import BadRowError, OnBadRow, Record, collate_prompts
 from lit_grpo.data.sources import PromptSource, Split
 from lit_grpo.data.stream import EpochLoader, PromptStream
@@ -80,11 +80,10 @@ class PromptDataModule(L.LightningDataModule):
         skip_bad_rows: bool = False,
     ) -> None:
         super().__init__()
-        for name, value in [
-            ("prompts_per_step", prompts_per_step), ("val_batch_size", val_batch_size),
-            ("shuffle_buffer", shuffle_buffer),
-        ]:  # fmt: skip
-            require(value >= 1, f"PromptDataModule: {name}={value} must be >= 1")
+        require_at_least(
+            "PromptDataModule", 1, prompts_per_step=prompts_per_step, val_batch_size=val_batch_size,
+            shuffle_buffer=shuffle_buffer,
+        )  # fmt: skip
         if max_val_prompts is not None and max_val_prompts < 1:
             raise ValueError(
                 f"PromptDataModule: max_val_prompts={max_val_prompts} must be >= 1 or None (all)"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from lit_grpo.checks import require
+from lit_grpo.checks import require, require_at_least
 from lit_grpo.data.records import Record
 from lit_grpo.data.sources import Split, StyledSource
 from lit_grpo.data.templates import PromptStyle, check_style
@@ -73,8 +73,7 @@ class WordProblems(StyledSource):
         if not chosen or set(chosen) - set(KINDS):
             raise ValueError(f"WordProblems: kinds={kinds!r} must be a comma-separated subset of {KINDS}")
         require(max_number >= 3, f"WordProblems: max_number={max_number} must be >= 3")
-        for name, value in [("num_train", num_train), ("num_val", num_val), ("num_test", num_test)]:
-            require(value >= 0, f"WordProblems: {name}={value} must be >= 0")
+        require_at_least("WordProblems", 0, num_train=num_train, num_val=num_val, num_test=num_test)
         templates = [t for k in chosen for t in TEMPLATES[k]]
         space = len(templates) * (max_number - 1) ** 2
         if num_train + num_val + num_test > space:
