@@ -88,7 +88,7 @@ class GRPOModule(PolicyModule):
         group_size: Completions per prompt (G).
         sampling: Rollout sampling and held-out samples (:class:`~lit_grpo.settings.Sampling`).
         optim: AdamW, warm-up and clipping (:class:`~lit_grpo.settings.Optim`).
-        algorithm: The algorithm's choices between the rewards and the optimizer (:class:`~lit_grpo.settings.Algorithm`).
+        algorithm: The choices between the rewards and the optimizer (:class:`~lit_grpo.settings.Algorithm`).
         batching: How the update is computed, the same update up to float order (:class:`~lit_grpo.settings.Batching`).
         guards: What a failing step does (:class:`~lit_grpo.settings.Guards`).
         dtype: Parameter dtype of the policy.
