@@ -67,7 +67,7 @@ class GRPOModule(PolicyModule):
     one-process update of the global batch; metrics are global too. Randomness is reseeded from
     ``(seed, step, rank)`` before every step, so a resumed run is exact.
 
-    Logs every training step (one rollout batch) the scalars in ``metrics`` (README, "Metric names"):
+    Logs every training step (one rollout batch) the scalars in ``metrics`` (README, "TensorBoard"):
     ``train/loss`` and ``train/grad_norm`` of its last optimizer step, ``train/entropy`` of its first pass,
     the loss's statistics pooled over its optimizer steps; counts and throughput summed over ranks, times
     averaged. With elision, ``train/entropy``, the engine/trainer mismatch and the loss's statistics cover
