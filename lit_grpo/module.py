@@ -67,27 +67,12 @@ class GRPOModule(PolicyModule):
     one-process update of the global batch; metrics are global too. Randomness is reseeded from
     ``(seed, step, rank)`` before every step, so a resumed run is exact.
 
-    Logged every training step (one rollout batch): ``train/loss`` and ``train/grad_norm`` (of its last
-    optimizer step), ``train/entropy`` (its first pass), ``train/lr``, ``train/nonfinite_steps``, the loss's
-    statistics as ``train/<name>`` (PPOClip: ``train/clip_frac``, and ``train/kl`` when ``beta > 0``) pooled
-    over its optimizer steps, and, when the loss reads old log-probs, ``train/ratio_mean``,
-    ``train/ratio_min``, ``train/ratio_max`` and ``train/policy_kl`` (k3 estimate of KL(pi_old || pi)): how far
-    the policy moved from the rollout policy; ``rollout/reward_mean``, ``rollout/reward_std``,
-    ``rollout/len_mean``, ``rollout/truncated_frac``, ``rollout/unscorable_frac``, ``rollout/prompts_drawn``;
-    ``rollout/completions_generated`` and ``rollout/tokens_generated`` (completions and completion tokens
-    generated since the run started, over all ranks, the groups ``filter_degenerate`` dropped included: the
-    compute axis of ``lit-grpo compare`` curves);
-    ``reward/<term>`` and ``reward/<counter>``; ``data/skipped_rows`` (bad rows the
-    DataModule skipped so far under ``skip_bad_rows``, every split; this process's count); ``perf/<phase>_s``,
-    ``perf/step_s`` and ``perf/tokens_per_s`` (counts and throughput summed over ranks, times averaged);
-    ``perf/elided_frac`` (share of the completions that ``elide_zero_advantage`` left out of every forward and
-    backward); ``rollout/logp_diff_mean``, ``rollout/logp_diff_max`` and ``rollout/logp_kl_k3``: how far the
-    engine's sampling log-probs are from the trainer's on the sampled tokens, before the update (METHODS
-    section 2). ``train/entropy``, these mismatch metrics and the loss's statistics (``train/clip_frac``, the
-    ratios, ...) cover the completions trained on: with elision, not the zero-advantage ones. With a curriculum,
-    ``rollout/retired_prompts`` and ``rollout/skipped_prompts``. When a rollout batch takes several optimizer
-    steps, each step's loss, gradient norm and loss statistics also go to the loggers as ``optim/<name>`` at
-    that optimizer step.
+    Logs every training step (one rollout batch) the scalars in ``metrics`` (README, "TensorBoard"):
+    ``train/loss`` and ``train/grad_norm`` of its last optimizer step, ``train/entropy`` of its first pass,
+    the loss's statistics pooled over its optimizer steps; counts and throughput summed over ranks, times
+    averaged. With elision, ``train/entropy``, the engine/trainer mismatch and the loss's statistics cover
+    the completions trained on. When a rollout batch takes several optimizer steps, each step's loss,
+    gradient norm and loss statistics also go to the loggers as ``optim/<name>`` at that optimizer step.
 
     Args:
         model: Hugging Face hub id or local directory of the initial policy.
@@ -101,26 +86,15 @@ class GRPOModule(PolicyModule):
         curriculum: Retire prompts whose running pass rate is about 1 (or 0): skipped when drawn, the batch
             topped up from the refill stream; null = every prompt stays.
         group_size: Completions per prompt (G).
-        sampling: Rollout sampling and held-out samples (:class:`~lit_grpo.settings.Sampling`:
-            ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``, ``val_samples``).
-        optim: AdamW, warm-up and clipping (:class:`~lit_grpo.settings.Optim`: ``lr``, ``weight_decay``,
-            ``betas``, ``warmup_steps``, ``max_grad_norm``).
-        algorithm: The algorithm's choices between the rewards and the optimizer
-            (:class:`~lit_grpo.settings.Algorithm`: ``aggregation``,
-            ``drop_truncated``, ``entropy_coef``, ``steps_per_generation``, ``num_iterations``,
-            ``filter_degenerate``, ``max_refill_batches``).
-        batching: How the update is computed, the same update up to float order
-            (:class:`~lit_grpo.settings.Batching`: ``micro_batch_size``, ``elide_zero_advantage``,
-            ``shared_prefix``, ``gradient_checkpointing``).
-        guards: What a failing step does (:class:`~lit_grpo.settings.Guards`: ``on_nonfinite``,
-            ``max_nonfinite_steps``, ``reward_timeout_s``).
+        sampling: Rollout sampling and held-out samples (:class:`~lit_grpo.settings.Sampling`).
+        optim: AdamW, warm-up and clipping (:class:`~lit_grpo.settings.Optim`).
+        algorithm: The choices between the rewards and the optimizer (:class:`~lit_grpo.settings.Algorithm`).
+        batching: How the update is computed, the same update up to float order (:class:`~lit_grpo.settings.Batching`).
+        guards: What a failing step does (:class:`~lit_grpo.settings.Guards`).
         dtype: Parameter dtype of the policy.
         lora: Train LoRA adapters (peft: rank, alpha, dropout, target modules) instead of all weights.
     """
 
-    #: Scalars it logs besides PolicyModule's (``<...>`` stands for any text); ``lit-grpo compare`` checks the
-    #: names an experiment reads against them.
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "train/loss", "train/grad_norm", "train/entropy", "train/lr", "train/nonfinite_steps", "train/<name>",
         "rollout/reward_mean", "rollout/reward_std", "rollout/len_mean", "rollout/truncated_frac",

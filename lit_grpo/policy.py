@@ -46,8 +46,6 @@ class PolicyModule(LightningModule):
             See :class:`~lit_grpo.rewards.scoring.RewardGuard`.
     """
 
-    #: Scalars it logs (what its subclasses log besides is in theirs); ``lit-grpo compare`` checks the names an
-    #: experiment reads against them.
     metrics: ClassVar[tuple[str, ...]] = ("val/accuracy", "test/accuracy", "val/reward_mean", "reward/timeouts")
 
     def __init__(

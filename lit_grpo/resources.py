@@ -2,22 +2,10 @@
 
 One copy of each file exists. In a clone they are the repository's top-level ``configs/``, ``experiments/`` and
 ``assets/``; the wheel carries the same folders as package data under ``lit_grpo/_data/`` (pyproject.toml maps
-them there). :func:`root` is the folder that holds the three, whichever way lit-grpo is installed.
-
-Names. A built-in config is named by its path under ``configs/`` without ``.yaml``: ``quickstart``,
-``estimators/sign``, ``real/quickstart``; an experiment grid by its path under ``experiments/``: ``passk``. The
-repository path (``configs/quickstart.yaml``, ``experiments/prepare/sft_tiny_strong.yaml``) names the same file, so
-the commands written at the head of each config work installed too. A file that exists always wins over a name:
-``lit-grpo fit --config quickstart`` runs ``./quickstart`` if there is such a file, else the built-in config.
-
-Paths inside configs. A built-in experiment's configs (``base``, ``arms.*.config``, a prepare step's ``--config``)
-are the built-in ones, whatever lies in the working directory. A user's experiment names its configs
-relative to the working directory, else relative to its own folder, else by a built-in name (so a copied
-built-in experiment runs unchanged). Models that ship with lit-grpo are named (``model: tiny-arith-sft``, see
-:mod:`lit_grpo.models.sources`); every other path in a config (data files, model directories) and everything a run
-writes (``runs/``, ``dirpath``) is relative to the working directory.
-
-``lit-grpo configs list|show|copy`` (:mod:`lit_grpo.commands.configs`) shows and copies these files.
+them there). :func:`root` is the folder that holds the three, whichever way lit-grpo is installed. How they are
+named, and how the paths inside configs and experiments resolve (a file that exists always wins over a name), is
+in the README ("Built-in configs"); ``lit-grpo configs list|show|copy`` (:mod:`lit_grpo.commands.configs`) shows
+and copies these files.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from lightning import LightningModule, Trainer
+from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
@@ -90,6 +90,22 @@ def require_module(name: str, pl_module: LightningModule, *attributes: str) -> N
             f"{name} needs a lit_grpo GRPOModule (missing {', '.join(missing)} on {type(pl_module).__name__}); "
             f"use model: lit_grpo.GRPOModule or remove {name} from the callbacks"
         )
+
+
+def require_run(
+    name: str,
+    trainer: Trainer,
+    pl_module: LightningModule,
+    *attributes: str,
+    writer: bool = False,
+    figure_option: str | None = None,
+    binary: bool = False,
+) -> None:
+    """At setup: ``require_module``, with ``binary`` also ``require_binary_reward``, then ``require_logger``."""
+    require_module(name, pl_module, *attributes)
+    if binary:
+        require_binary_reward(name, pl_module)
+    require_logger(name, trainer, writer, figure_option)
 
 
 def require_logger(
@@ -191,6 +207,26 @@ def log_scalars(trainer: Trainer, metrics: dict[str, float], step: int) -> None:
             logger.log_metrics(finite, step=step)
 
 
+def log_step(trainer: Trainer, metrics: dict[str, float]) -> int:
+    """Log ``metrics`` at this batch's logging step when ``log_every_n_steps`` says so; returns the step."""
+    step = logging_step(trainer)
+    if log_this_step(trainer, step):
+        log_scalars(trainer, metrics, step)
+    return step
+
+
+def due_step(trainer: Trainer, n: int) -> int | None:
+    """This batch's logging step when it is one of ``0, n, 2n, ...`` (a measurement is due), else None."""
+    step = logging_step(trainer)
+    return step if every(step, n) else None
+
+
+def add_figure(writer: Any | None, tag: str, fig: Any | None, step: int) -> None:
+    """Write ``fig`` (None without matplotlib) to the TensorBoard ``writer`` (None off rank 0) as ``tag``."""
+    if writer is not None and fig is not None:
+        writer.add_figure(tag, fig, global_step=step)
+
+
 def log_this_step(trainer: Trainer, step: int) -> bool:
     """Lightning's ``log_every_n_steps`` rule, for callbacks that log every step."""
     return (step + 1) % max(trainer.log_every_n_steps, 1) == 0
@@ -200,3 +236,28 @@ def fork_rng(pl_module: LightningModule):
     """A context that restores the global RNG states on exit, so a callback never changes training."""
     device = pl_module.device
     return torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else [])
+
+
+def fresh_rewards(name: str, pl_module: LightningModule, batch: Any, n: int, atol: float) -> Tensor:
+    """``[P, n]`` binary rewards (checked within ``atol``) of ``n`` new completions per prompt of ``batch``
+    from the current policy, without gradients and with the RNG left as it was."""
+    with torch.no_grad(), fork_rng(pl_module):
+        rollouts = pl_module.engine.rollout(batch, n, pl_module.sampling)
+    rewards = pl_module.score(batch, rollouts)[0]
+    check_binary_rewards(name, rewards, atol)
+    return rewards
+
+
+class RolloutStatsCallback(Callback):
+    """A callback that measures the ``RolloutStats`` of every training step with prompts in
+    ``on_rollout_stats``."""
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        stats = rollout_stats(outputs)
+        if stats is not None and stats.rewards.shape[0]:
+            self.on_rollout_stats(trainer, pl_module, stats)
+
+    def on_rollout_stats(self, trainer: Trainer, pl_module: LightningModule, stats: RolloutStats) -> None:
+        raise NotImplementedError

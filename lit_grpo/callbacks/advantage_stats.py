@@ -5,45 +5,39 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from lightning import Callback, LightningModule, Trainer
+from lightning import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_grpo.callbacks._common import (
+    RolloutStatsCallback,
+    add_figure,
     every,
     gather,
-    log_scalars,
-    log_this_step,
-    logging_step,
-    require_logger,
-    require_module,
+    log_step,
+    require_run,
     reward_is_binary,
-    rollout_stats,
     tensorboard,
 )
+from lit_grpo.checks import require_at_least
 from lit_grpo.diagnostics.budget import advantage_mass, positive_negative_shares
 from lit_grpo.diagnostics.plots import bar_figure
 from lit_grpo.diagnostics.weight_curve import advantage_mass_by_k
+from lit_grpo.types import RolloutStats
 
 NAME = "AdvantageStats"
 
 
-class AdvantageStats(Callback):
+class AdvantageStats(RolloutStatsCallback):
     """Where the advantage mass sits (METHODS.md section 3, "Advantage mass").
 
     A group's mass is ``m = sum_i |A_i| / 2``. With binary rewards it is reported per ``K``, the
     number of correct completions of the group (groups with an unscorable completion are left out);
-    other rewards skip the per-``K`` metrics with one warning.
-
-    Writes every step ``adv/mass_mean`` (mean group mass), ``adv/mass_k<K>`` for each ``K = 0..G``
-    present in the step, ``adv/pos_share`` and ``adv/neg_share`` (shares of ``sum |A_i|`` (times
-    ``T_i`` with ``weight_by_length``) carried by positive and negative advantages; written only at
-    steps with a non-zero advantage, so that a mean over the logged steps is a mean over the steps
-    that have a share, never pulled towards 0 by fully degenerate steps), ``adv/nonzero_steps``
-    (running count of the steps with a non-zero advantage, the n of that mean), ``adv/steps``
-    (running count of all steps) and ``adv/abs_mean``; every ``histogram_every_n_steps`` the
-    TensorBoard histogram
-    ``adv/advantages``; every ``figure_every_n_steps`` the figure ``adv/mass_by_k``: the mean mass
-    per ``K`` observed since the start against the estimator's exact value.
+    other rewards skip the per-``K`` metrics with one warning. ``adv/pos_share`` and ``adv/neg_share``
+    are written only at steps with a non-zero advantage, so that a mean over the logged steps is never
+    pulled towards 0 by fully degenerate steps. Writes the scalars in ``metrics`` every step
+    (docs/diagnostics.md explains each), the histogram ``adv/advantages`` every
+    ``histogram_every_n_steps`` and every ``figure_every_n_steps`` the figure ``adv/mass_by_k``: the mean
+    mass per ``K`` observed since the start against the estimator's exact value.
 
     Args:
         weight_by_length: Weigh each completion's mass by its length in the sign shares.
@@ -51,7 +45,6 @@ class AdvantageStats(Callback):
         figure_every_n_steps: Figure cadence (0: never).
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "adv/mass_mean", "adv/mass_k<K>", "adv/pos_share", "adv/neg_share", "adv/nonzero_steps", "adv/steps",
         "adv/abs_mean",
@@ -63,12 +56,10 @@ class AdvantageStats(Callback):
         histogram_every_n_steps: int = 10,
         figure_every_n_steps: int = 100,
     ) -> None:
-        for name, value in [
-            ("histogram_every_n_steps", histogram_every_n_steps),
-            ("figure_every_n_steps", figure_every_n_steps),
-        ]:
-            if value < 0:
-                raise ValueError(f"AdvantageStats: {name}={value} must be >= 0 (0: never)")
+        require_at_least(
+            NAME, 0, " (0: never)", histogram_every_n_steps=histogram_every_n_steps,
+            figure_every_n_steps=figure_every_n_steps,
+        )  # fmt: skip
         self.weight_by_length = weight_by_length
         self.histogram_every_n_steps, self.figure_every_n_steps = (
             histogram_every_n_steps,
@@ -83,13 +74,11 @@ class AdvantageStats(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "estimator", "group_size")
-        require_logger(
-            NAME,
-            trainer,
+        require_run(
+            NAME, trainer, pl_module, "estimator", "group_size",
             writer=self.histogram_every_n_steps > 0 or self.figure_every_n_steps > 0,
             figure_option="histogram_every_n_steps: 0 and figure_every_n_steps: 0",
-        )
+        )  # fmt: skip
         if reward_is_binary(getattr(pl_module, "reward", None)) is False:
             self._warn()
 
@@ -101,12 +90,7 @@ class AdvantageStats(Callback):
             )
             self._warned = True
 
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
-    ) -> None:
-        stats = rollout_stats(outputs)
-        if stats is None or stats.rewards.shape[0] == 0:
-            return
+    def on_rollout_stats(self, trainer: Trainer, pl_module: LightningModule, stats: RolloutStats) -> None:
         G = stats.group_size
         lengths = stats.lengths.reshape(stats.advantages.shape).double()  # [P, G]
         local = torch.cat([stats.rewards.double(), stats.advantages.double(), lengths], dim=1)
@@ -124,9 +108,7 @@ class AdvantageStats(Callback):
             "adv/abs_mean": adv.abs().mean().item(),
         }
         metrics.update(self.mass_by_k(rewards, mass))
-        step = logging_step(trainer)
-        if log_this_step(trainer, step):
-            log_scalars(trainer, metrics, step)
+        step = log_step(trainer, metrics)
         writer = tensorboard(trainer)
         if writer is not None and every(step, self.histogram_every_n_steps):
             writer.add_histogram("adv/advantages", adv.flatten().float(), global_step=step)
@@ -162,15 +144,10 @@ class AdvantageStats(Callback):
             ).tolist()
         except ValueError:
             pass  # the estimator is not defined at this group size alone
-        fig = bar_figure(
-            [str(j) for j in range(G + 1)],
-            series,
-            xlabel="K correct of G",
-            ylabel="advantage mass sum|A|/2",
-            title=f"advantage mass by K, G = {G}",
-        )
-        if fig is not None:
-            writer.add_figure("adv/mass_by_k", fig, global_step=step)
+        labels = [str(j) for j in range(G + 1)]
+        title = f"advantage mass by K, G = {G}"
+        fig = bar_figure(labels, series, xlabel="K correct of G", ylabel="advantage mass sum|A|/2", title=title)
+        add_figure(writer, "adv/mass_by_k", fig, step)
 
     def state_dict(self) -> dict:
         state = {"steps": self.steps, "nonzero_steps": self.nonzero_steps}

@@ -5,24 +5,22 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import torch
-from lightning import Callback, LightningModule, Trainer
+from lightning import LightningModule, Trainer
 
 from lit_grpo.callbacks._common import (
     GradientProbe,
+    RolloutStatsCallback,
+    add_figure,
     check_binary_rewards,
     every,
     fork_rng,
+    fresh_rewards,
     gather,
-    log_scalars,
-    log_this_step,
-    logging_step,
-    require_binary_reward,
-    require_logger,
-    require_module,
-    rollout_stats,
+    log_step,
+    require_run,
     tensorboard,
 )
-from lit_grpo.checks import require
+from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS, advantage_budget, bin_index, budget_shares
 from lit_grpo.diagnostics.degeneracy import EMASuccessTracker
 from lit_grpo.diagnostics.gradients import LinearTarget, group_gradient_norms
@@ -32,38 +30,21 @@ from lit_grpo.types import RolloutStats
 NAME = "GradientBudget"
 
 
-class GradientBudget(Callback):
+class GradientBudget(RolloutStatsCallback):
     """Share of each step's gradient budget per difficulty bin (METHODS.md section 3).
 
-    Two budgets of a prompt, under different names:
+    Two budgets of a prompt, under different names: the proxy ``sum_i |A_i| * T_i`` (free; with binary
+    rewards its split between bins follows from the estimator's formulas alone, not from the run) and,
+    with ``exact``, the norm of the prompt's gradient contribution ``|| sum_i A_i grad sum_t log pi(y_i,t) ||``
+    over the chosen parameters (per-completion gradients as in ``GradientRank``, after the step's
+    update; ``.grad``, the parameters and the RNG are left as they were). Prompts are binned by a
+    pass-rate estimate independent of this step's rewards: the moving average of earlier visits
+    (``estimate="ema"``, free; first visits are left out, counted in ``budget/unbinned_frac``) or
+    ``num_samples`` fresh completions per prompt after the step (``estimate="resample"``).
 
-    - the proxy ``sum_i |A_i| * T_i`` (advantage magnitude times completion tokens), free. With binary
-      rewards its expected share per bin follows from the estimator's advantages alone (at G = 8
-      GRPO's ``sum |A_i|`` is symmetric in the number correct, SoftmaxGRPO's falls with it), so the
-      direction of a shift between estimators is fixed by construction: it describes the formulas,
-      not the training run;
-    - with ``exact``, the norm of the prompt's gradient contribution
-      ``|| sum_i A_i grad sum_t log pi(y_i,t) ||`` over the chosen ``params`` (per-completion gradients
-      as in ``GradientRank``: one extra forward and backward per step after the update, so at the
-      updated parameters; ``.grad``, the parameters and the RNG are left as they were). Its shares
-      equal the update's for the aggregations with one normaliser per batch (``token-mean``,
-      ``seq-sum-constant``); per-completion normalisers (``seq-mean-token-mean``) weigh prompts
-      differently.
-
-    Prompts are binned by a pass-rate estimate independent of this step's rewards into ``[0, .2)``,
-    ``[.2, .5)``, ``[.5, .7)``, ``[.7, .9)`` and ``[.9, 1]``:
-
-    - ``estimate="ema"``: the moving average of the prompt's earlier visits (free; prompts seen
-      for the first time are left out and counted in ``budget/unbinned_frac``);
-    - ``estimate="resample"``: ``num_samples`` fresh completions per prompt after the step (costs
-      that much generation; every prompt is binned).
-
-    Needs binary rewards. Writes every step ``budget/share_<bin>`` (share of the binned proxy budget)
-    and ``budget/prompt_share_<bin>`` (share of the binned prompts) for the bins ``0.0-0.2``,
-    ``0.2-0.5``, ``0.5-0.7``, ``0.7-0.9``, ``0.9-1.0``, and ``budget/unbinned_frac``; with ``exact``
-    also ``budget/exact_share_<bin>`` (share of the binned exact budget); every
-    ``figure_every_n_steps`` the TensorBoard bar figure ``budget/shares`` of the shares accumulated
-    since the start of training.
+    Needs binary rewards. Writes the scalars in ``metrics`` every step (shares per bin
+    ``0.0-0.2`` .. ``0.9-1.0``; docs/diagnostics.md explains each) and every ``figure_every_n_steps``
+    the bar figure ``budget/shares`` of the shares accumulated since the start of training.
 
     Args:
         estimate: Where the independent pass rate comes from.
@@ -75,7 +56,6 @@ class GradientBudget(Callback):
             rows, so no ``projection_dim``).
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "budget/share_<bin>", "budget/prompt_share_<bin>", "budget/unbinned_frac", "budget/exact_share_<bin>",
     )
@@ -89,14 +69,9 @@ class GradientBudget(Callback):
         exact: bool = False,
         probe: GradientProbe = GradientProbe(),  # noqa: B008 (a dataclass: LightningCLI nests its options)
     ) -> None:
-        if estimate not in ("ema", "resample"):
-            raise ValueError(f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'")
-        if num_samples < 1:
-            raise ValueError(f"GradientBudget: num_samples={num_samples} must be >= 1")
-        if figure_every_n_steps < 0:
-            raise ValueError(
-                f"GradientBudget: figure_every_n_steps={figure_every_n_steps} must be >= 0 (0: never)"
-            )
+        require(estimate in ("ema", "resample"), f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'")
+        require(num_samples >= 1, f"GradientBudget: num_samples={num_samples} must be >= 1")
+        require_at_least(NAME, 0, " (0: never)", figure_every_n_steps=figure_every_n_steps)
         require(
             exact or probe == GradientProbe(),
             f"GradientBudget: probe={probe} sets how the exact budget is measured; set exact: true or drop probe",
@@ -117,11 +92,10 @@ class GradientBudget(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "engine", "score", "sampling", *(["policy"] if self.exact else []))
-        require_binary_reward(NAME, pl_module)
-        require_logger(
-            NAME, trainer, writer=self.figure_every_n_steps > 0, figure_option="figure_every_n_steps: 0"
-        )
+        require_run(
+            NAME, trainer, pl_module, "engine", "score", "sampling", *(["policy"] if self.exact else []),
+            writer=self.figure_every_n_steps > 0, figure_option="figure_every_n_steps: 0", binary=True,
+        )  # fmt: skip
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.exact:
@@ -146,22 +120,13 @@ class GradientBudget(Callback):
     def pass_rates(self, pl_module: LightningModule, stats: RolloutStats) -> torch.Tensor:
         """``[P]`` independent pass-rate estimates (NaN where there is none); updates the moving average."""
         if self.estimate == "resample":
-            with torch.no_grad(), fork_rng(pl_module):
-                rollouts = pl_module.engine.rollout(stats.batch, self.num_samples, pl_module.sampling)
-            rewards = pl_module.score(stats.batch, rollouts)[0]  # [P, S]
-            check_binary_rewards(NAME, rewards, 1e-6)
-            return rewards.double().nanmean(-1)
+            return fresh_rewards(NAME, pl_module, stats.batch, self.num_samples, 1e-6).double().nanmean(-1)
         rewards = stats.rewards.double()
         prior = self.tracker.get(stats.batch.ids)  # [P]
         self.tracker.update(stats.batch.ids, rewards.nanmean(-1))
         return prior
 
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
-    ) -> None:
-        stats = rollout_stats(outputs)
-        if stats is None or stats.rewards.shape[0] == 0:
-            return
+    def on_rollout_stats(self, trainer: Trainer, pl_module: LightningModule, stats: RolloutStats) -> None:
         check_binary_rewards(NAME, stats.rewards, 1e-6)
         exact = self.exact_budget(pl_module, stats) if self.exact else torch.zeros(stats.rewards.shape[0])
         local = torch.stack(
@@ -189,9 +154,7 @@ class GradientBudget(Callback):
                     for b, v in zip(BIN_LABELS, prompts.tolist(), strict=True)
                 }
             )
-        step = logging_step(trainer)
-        if log_this_step(trainer, step):
-            log_scalars(trainer, metrics, step)
+        step = log_step(trainer, metrics)
         if every(step, self.figure_every_n_steps):
             self.draw(trainer, step)
 
@@ -206,14 +169,9 @@ class GradientBudget(Callback):
         if self.exact:
             series["budget (exact gradient norm)"] = shares[2]
         fig = bar_figure(
-            BIN_LABELS,
-            series,
-            xlabel="pass-rate bin",
-            ylabel="share",
-            title=f"budget by difficulty, steps 0-{step}",
+            BIN_LABELS, series, xlabel="pass-rate bin", ylabel="share", title=f"budget by difficulty, steps 0-{step}"
         )
-        if fig is not None:
-            writer.add_figure("budget/shares", fig, global_step=step)
+        add_figure(writer, "budget/shares", fig, step)
 
     def state_dict(self) -> dict:
         return {"tracker": self.tracker.state_dict(), "totals": self.totals.tolist()}

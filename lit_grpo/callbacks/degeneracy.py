@@ -5,21 +5,18 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from lightning import Callback, LightningModule, Trainer
+from lightning import LightningModule, Trainer
 
 from lit_grpo.callbacks._common import (
+    RolloutStatsCallback,
     check_binary_rewards,
-    every,
-    fork_rng,
+    due_step,
+    fresh_rewards,
     gather,
-    log_scalars,
-    log_this_step,
-    logging_step,
-    require_binary_reward,
-    require_logger,
-    require_module,
-    rollout_stats,
+    log_step,
+    require_run,
 )
+from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.degeneracy import (
     EMASuccessTracker,
     degeneracy_summary,
@@ -28,49 +25,24 @@ from lit_grpo.diagnostics.degeneracy import (
     starved_fraction,
     unbiased_iid_degeneracy,
 )
-from lit_grpo.types import PromptBatch
+from lit_grpo.types import PromptBatch, RolloutStats
 
 NAME = "DegeneracyMonitor"
 
 
-class DegeneracyMonitor(Callback):
+class DegeneracyMonitor(RolloutStatsCallback):
     """Degenerate groups per training step and their i.i.d. predictions (METHODS.md section 3).
 
     A group is degenerate when its scorable rewards are all equal within ``atol`` (never a test of
-    ``std == 0``); every centred estimator gives it zero advantage. For binary rewards and group size
-    ``G`` the pooled prediction is ``f(p) = p^G + (1 - p)^G`` at the step's pooled success rate;
-    prompts of different difficulty make the observed rate exceed it (``f`` is convex). The
-    per-prompt prediction uses an independent estimate of each prompt's pass rate: an exponential
-    moving average of its earlier visits (this step's rewards are folded in only afterwards).
-    Needs binary rewards. With ``filter_degenerate`` the kept groups are never degenerate.
-
-    Writes every step:
-
-    - ``rollout/degenerate_frac``, ``rollout/all_correct_frac``, ``rollout/all_wrong_frac``
-    - ``rollout/pooled_success_rate``, ``rollout/degenerate_iid_pred`` (pooled prediction) and
-      ``rollout/degenerate_excess`` (observed minus predicted)
-    - ``rollout/degenerate_ema_pred``: mean ``f(p_x)`` over the step's prompts seen before, ``p_x``
-      their moving-average pass rate; ``rollout/degenerate_ema_excess``: observed rate on those
-      prompts minus that prediction; ``rollout/ema_coverage``: share of prompts seen before (the two
-      before are left out while it is 0)
-    - ``rollout/starved_frac``: share of scorable completions whose advantage is exactly 0
-
-    The moving-average prediction plugs a noisy pass rate (a few samples per visit, from older
-    policies) into the convex ``f``, which biases it upwards. With ``resample_every_n_steps`` the
-    callback also draws, before the step's own sampling and from the same policy, ``resample_samples``
-    (``n >= G``) fresh completions of each of the step's prompts and predicts each prompt's chance of
-    a degenerate group without bias from its ``c`` correct of ``n``: ``(C(c, G) + C(n - c, G)) / C(n, G)``
-    (METHODS.md section 3). Under i.i.d. sampling the step's observed rate equals the mean of that
-    in expectation. Writes at those steps:
-
-    - ``rollout/degenerate_resample_pred``: the mean unbiased per-prompt prediction;
-    - ``rollout/degenerate_resample_excess``: the observed rate on the same prompts minus it;
-    - ``rollout/resample_success_rate`` (p-bar of the fresh samples, the policy's pooled pass rate on
-      these prompts) and ``rollout/degenerate_resample_pooled_pred``, ``f`` of it (the Jensen gap is
-      the difference between the two predictions);
-    - ``rollout/resample_prompts``: prompts with at least ``G`` scorable samples.
-
-    (On one process; with several, the resampled metrics are not written.)
+    ``std == 0``); every centred estimator gives it zero advantage. Each step's observed rate is set
+    against the pooled i.i.d. prediction ``f(p) = p^G + (1 - p)^G`` at the step's pooled success rate
+    and against a per-prompt one from an exponential moving average of each prompt's earlier visits
+    (biased upwards: ``f`` is convex and the rates are noisy). With ``resample_every_n_steps`` the
+    callback also draws, before the step's own sampling, ``resample_samples`` (``n >= G``) fresh
+    completions of each prompt and predicts its degeneracy without bias from its ``c`` correct of ``n``:
+    ``(C(c, G) + C(n - c, G)) / C(n, G)`` (on one process only). Needs binary rewards; with
+    ``filter_degenerate`` the kept groups are never degenerate. The scalars are listed in ``metrics``
+    and explained in docs/diagnostics.md.
 
     Args:
         atol: Two rewards closer than this are equal; also the tolerance of "0 or 1".
@@ -79,7 +51,6 @@ class DegeneracyMonitor(Callback):
         resample_samples: Fresh completions per prompt (at least the group size; 16 or more).
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "rollout/degenerate_frac", "rollout/all_correct_frac", "rollout/all_wrong_frac",
         "rollout/pooled_success_rate", "rollout/degenerate_iid_pred", "rollout/degenerate_excess",
@@ -95,14 +66,9 @@ class DegeneracyMonitor(Callback):
         resample_every_n_steps: int = 0,
         resample_samples: int = 16,
     ) -> None:
-        if atol < 0:
-            raise ValueError(f"DegeneracyMonitor: atol={atol} must be >= 0, e.g. 1e-6")
-        if resample_every_n_steps < 0:
-            raise ValueError(
-                f"DegeneracyMonitor: resample_every_n_steps={resample_every_n_steps} must be >= 0 (0: never)"
-            )
-        if resample_samples < 2:
-            raise ValueError(f"DegeneracyMonitor: resample_samples={resample_samples} must be >= 2 (e.g. 16)")
+        require(atol >= 0, f"DegeneracyMonitor: atol={atol} must be >= 0, e.g. 1e-6")
+        require_at_least(NAME, 0, " (0: never)", resample_every_n_steps=resample_every_n_steps)
+        require(resample_samples >= 2, f"DegeneracyMonitor: resample_samples={resample_samples} must be >= 2 (e.g. 16)")
         self.atol = atol
         self.tracker = EMASuccessTracker(ema_decay)  # validates ema_decay
         self.resample_every_n_steps, self.resample_samples = resample_every_n_steps, resample_samples
@@ -110,9 +76,7 @@ class DegeneracyMonitor(Callback):
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
-            require_module(NAME, pl_module, "estimator", "group_size")
-            require_binary_reward(NAME, pl_module)
-            require_logger(NAME, trainer)
+            require_run(NAME, trainer, pl_module, "estimator", "group_size", binary=True)
             if self.resample_every_n_steps and self.resample_samples < pl_module.group_size:
                 raise ValueError(
                     f"DegeneracyMonitor: resample_samples={self.resample_samples} is below the group size "
@@ -121,12 +85,9 @@ class DegeneracyMonitor(Callback):
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
         self._resampled = None
-        if not every(logging_step(trainer), self.resample_every_n_steps) or not isinstance(batch, PromptBatch):
+        if due_step(trainer, self.resample_every_n_steps) is None or not isinstance(batch, PromptBatch):
             return
-        with torch.no_grad(), fork_rng(pl_module):
-            rollouts = pl_module.engine.rollout(batch, self.resample_samples, pl_module.sampling)
-        rewards = pl_module.score(batch, rollouts)[0].double().cpu()  # [P, n]
-        check_binary_rewards(NAME, rewards, self.atol)
+        rewards = fresh_rewards(NAME, pl_module, batch, self.resample_samples, self.atol).double().cpu()  # [P, n]
         self._resampled = (list(batch.ids), rewards)
 
     def resample_metrics(self, ids: list[str], rewards: torch.Tensor, G: int) -> dict[str, float]:
@@ -159,20 +120,13 @@ class DegeneracyMonitor(Callback):
             "rollout/resample_prompts": float(len(preds)),
         }
 
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
-    ) -> None:
-        stats = rollout_stats(outputs)
-        if stats is None or stats.rewards.shape[0] == 0:
-            return
+    def on_rollout_stats(self, trainer: Trainer, pl_module: LightningModule, stats: RolloutStats) -> None:
         check_binary_rewards(NAME, stats.rewards, self.atol)
         metrics = self.step_metrics(pl_module, stats.batch.ids, stats.rewards, stats.advantages)
         if self._resampled is not None and pl_module.trainer.world_size == 1:
             metrics.update(self.resample_metrics(list(stats.batch.ids), stats.rewards, stats.group_size))
         self._resampled = None
-        step = logging_step(trainer)
-        if log_this_step(trainer, step):
-            log_scalars(trainer, metrics, step)
+        log_step(trainer, metrics)
 
     def step_metrics(
         self, pl_module: LightningModule, ids: list[str], rewards: torch.Tensor, advantages: torch.Tensor

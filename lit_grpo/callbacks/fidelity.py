@@ -9,12 +9,11 @@ from lightning import Callback, LightningModule, Trainer
 
 from lit_grpo.callbacks._common import (
     GradientProbe,
-    every,
+    add_figure,
+    due_step,
     fork_rng,
     log_scalars,
-    logging_step,
-    require_logger,
-    require_module,
+    require_run,
     tensorboard,
 )
 from lit_grpo.checks import require
@@ -38,21 +37,11 @@ class GradientFidelity(Callback):
     score rows ``grad sum_t log pi(y_j,t)`` once over the chosen parameters, forms the reference gradient of
     each objective (expected reward, ``pass@k``, ``log pass@k``, MaxRL's truncated likelihood ``J_T``) and
     applies every estimator to ``subsamples`` subsamples of the run's group size
-    (:mod:`lit_grpo.diagnostics.fidelity`; ``lit-grpo fidelity`` does the same on a checkpoint). Per
-    estimator ``<estimator>`` (class name, or ``Class:key=value`` when two share a class) it writes
-
-    - ``fidelity/<estimator>/cos_<objective>`` and ``fidelity/<estimator>/norm_ratio_<objective>``: cosine
-      and norm ratio of the mean estimate summed over the prompts to the summed reference, for the
-      objectives ``reward``, ``pass@k``, ``log_pass@k`` and ``maxrl``;
-    - ``fidelity/<estimator>/snr`` (all prompts) and ``fidelity/<estimator>/snr_<bin>`` per pass-rate bin:
-      ``|sum of means| / sqrt(sum of variances)``, one group per prompt;
-    - ``fidelity/pass_rate_mean``: the prompts' mean pass rate in the reference groups;
-
-    the TensorBoard figure ``fidelity/omega`` (measured omega per prompt on the predicted curves, and the
-    signal-to-noise per bin), and the files bins.csv and prompts.csv in the run directory's fidelity/step_N.
-    Needs binary rewards. Sampling runs under a forked RNG, the rows use ``torch.autograd.grad`` (``.grad``
-    untouched), so training is unchanged; the other ranks wait at the next step. Cost: ``num_prompts x
-    ref_group_size`` generated completions and as many rows per measurement.
+    (:mod:`lit_grpo.diagnostics.fidelity`; ``lit-grpo fidelity`` does the same on a checkpoint). Writes the
+    scalars in ``metrics`` (docs/diagnostics.md), the figure ``fidelity/omega`` and bins.csv and prompts.csv
+    in the run directory's fidelity/step_N. Needs binary rewards. Sampling runs under a forked RNG, the rows
+    use ``torch.autograd.grad`` (``.grad`` untouched), so training is unchanged; the other ranks wait at
+    the next step. Cost: ``num_prompts x ref_group_size`` generated completions and as many rows.
 
     Args:
         estimators: Estimators to measure (null: the run's own). Batch-coupled estimators (ReinforcePlusPlus,
@@ -67,7 +56,6 @@ class GradientFidelity(Callback):
             128 completions per forward; its seed also draws the subsamples).
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "fidelity/<estimator>/cos_<objective>", "fidelity/<estimator>/norm_ratio_<objective>",
         "fidelity/<estimator>/snr", "fidelity/<estimator>/snr_<bin>", "fidelity/pass_rate_mean",
@@ -106,8 +94,9 @@ class GradientFidelity(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "policy", "engine", "score", "sampling", "group_size", "estimator")
-        require_logger(NAME, trainer, writer=True)
+        require_run(
+            NAME, trainer, pl_module, "policy", "engine", "score", "sampling", "group_size", "estimator", writer=True
+        )
         from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
         if isinstance(trainer.strategy, FSDPStrategy | ModelParallelStrategy):
@@ -139,15 +128,14 @@ class GradientFidelity(Callback):
             have += len(batch)
             if have >= self.num_prompts:
                 break
-        if not parts:
-            raise ValueError(f"{NAME}: the validation split has no prompts; give the data a validation split")
+        require(bool(parts), f"{NAME}: the validation split has no prompts; give the data a validation split")
         return PromptBatch.concat(parts).select(list(range(min(have, self.num_prompts))))
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
     ) -> None:
-        step = logging_step(trainer)
-        if not every(step, self.every_n_steps) or not trainer.is_global_zero:
+        step = due_step(trainer, self.every_n_steps)
+        if step is None or not trainer.is_global_zero:
             return
         estimators = self.estimators or [pl_module.estimator]
         named = dict(zip(unique_labels(estimators), estimators, strict=True))
@@ -179,7 +167,5 @@ class GradientFidelity(Callback):
             out.mkdir(parents=True, exist_ok=True)
             (out / "bins.csv").write_text(csv_text(bins), newline="")
             (out / "prompts.csv").write_text(csv_text(per_prompt), newline="")
-        writer = tensorboard(trainer)
         fig = figure(per_prompt, bins, named, G, f"step {step}: G = {G}, M = {M}, {len(results)} prompts")
-        if writer is not None and fig is not None:
-            writer.add_figure("fidelity/omega", fig, global_step=step)
+        add_figure(tensorboard(trainer), "fidelity/omega", fig, step)

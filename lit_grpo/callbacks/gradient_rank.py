@@ -14,8 +14,7 @@ from lit_grpo.callbacks._common import (
     fork_rng,
     log_scalars,
     logging_step,
-    require_logger,
-    require_module,
+    require_run,
     rollout_stats,
 )
 from lit_grpo.checks import require
@@ -36,26 +35,12 @@ class GradientRank(Callback):
 
     Every ``every_n_steps`` training steps, builds the matrix whose rows are
     ``A_i * grad sum_t log pi(y_i,t)`` over the chosen ``nn.Linear`` parameters for the step's
-    completions with non-zero advantage (rows of zero advantage are zero and are not computed), and
-    logs its spectrum. The rows come from one extra batched forward and backward after the step's
-    update (so at the updated parameters), with ``torch.autograd.grad``: ``.grad``, the parameters
-    and the RNG state are left as they were, so training is unchanged. A matrix that is all zero (a
-    fully degenerate batch) is skipped and counted, never logged as a rank.
-
-    Writes ``grad/erank``, ``grad/stable_rank``, ``grad/energy_rank_0.9``, ``grad/energy_rank_0.99``,
-    ``grad/sigma_1`` .. ``grad/sigma_5`` (largest singular values over their sum), ``grad/rows``
-    (completions with non-zero advantage) and ``grad/skipped_zero`` (running count of skipped
-    matrices). With ``weight_params``: ``grad/weight_erank/<parameter name>`` of each chosen 2-D weight
-    gradient just before the optimizer step, and ``grad/weight_skipped_zero``.
-
-    Identical completions of a prompt have identical rows (with exact-match rewards on a short
-    answer, every correct completion is often the same string), so the rank of the matrix is capped
-    by the number of distinct completions, not by ``G``. Also written at each measurement: the same
-    statistics of the de-duplicated matrix (one row per distinct completion of a prompt)
-    ``grad/dedup_<statistic>`` (``grad/dedup_erank``, ``grad/dedup_stable_rank``, ...),
-    ``grad/dedup_rows``, and ``grad/distinct_mean`` / ``grad/distinct_min``: the mean and smallest
-    number of distinct completions per group. With ``per_layer``, ``grad/layer_erank/<layer name>``:
-    the effective rank of each chosen layer's block of the matrix (not with ``projection_dim``).
+    completions with non-zero advantage, and logs its spectrum, also of the matrix with one row per
+    distinct completion of a prompt (identical completions have identical rows). The rows come from
+    one extra batched forward and backward after the step's update, with ``torch.autograd.grad``:
+    ``.grad``, the parameters and the RNG state are left as they were, so training is unchanged. A
+    matrix that is all zero is skipped and counted, never logged as a rank. The scalars are listed in
+    ``metrics`` and explained in docs/diagnostics.md.
 
     Memory: the matrix is ``N x D`` float32 (``D`` = chosen parameters, or ``projection_dim``), plus
     one layer's per-completion gradients at a time. Choose a few layers, ``lora``, or a projection for
@@ -69,7 +54,6 @@ class GradientRank(Callback):
         per_layer: Also log the effective rank of each chosen layer's block of the per-completion matrix.
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "grad/erank", "grad/stable_rank", "grad/energy_rank_0.9", "grad/energy_rank_0.99", "grad/sigma_<i>",
         "grad/rows", "grad/skipped_zero", "grad/dedup_<statistic>", "grad/distinct_mean", "grad/distinct_min",
@@ -107,8 +91,7 @@ class GradientRank(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "policy", "sampling")
-        require_logger(NAME, trainer)
+        require_run(NAME, trainer, pl_module, "policy", "sampling")
         from lightning.pytorch.strategies import FSDPStrategy
 
         if isinstance(trainer.strategy, FSDPStrategy):  # its parameters and gradients are flat local shards

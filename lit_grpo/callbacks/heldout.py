@@ -20,7 +20,6 @@ class HeldOutReport(Callback):
         max_prompts: Score at most this many validation prompts (null = all).
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "heldout/accuracy_before", "heldout/accuracy_after", "heldout/reward_mean_before",
         "heldout/reward_mean_after",

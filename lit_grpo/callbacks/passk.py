@@ -70,7 +70,6 @@ class PassAtK(Callback):
         log_figure: Draw the figure (needs a TensorBoard logger and matplotlib).
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "val/pass@<k>",
     )

@@ -7,7 +7,8 @@ from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import every, logging_step, require_logger, rollout_stats, tensorboard
+from lit_grpo.callbacks._common import due_step, require_logger, rollout_stats, tensorboard
+from lit_grpo.checks import require_at_least
 from lit_grpo.types import RolloutStats
 
 NAME = "CompletionSamples"
@@ -76,14 +77,10 @@ class CompletionSamples(Callback):
     def __init__(
         self, every_n_steps: int = 50, num_prompts: int = 2, num_completions: int = 4, max_chars: int = 500
     ) -> None:
-        for name, value in [
-            ("every_n_steps", every_n_steps),
-            ("num_prompts", num_prompts),
-            ("num_completions", num_completions),
-            ("max_chars", max_chars),
-        ]:
-            if value < 1:
-                raise ValueError(f"CompletionSamples: {name}={value} must be >= 1")
+        require_at_least(
+            NAME, 1, every_n_steps=every_n_steps, num_prompts=num_prompts, num_completions=num_completions,
+            max_chars=max_chars,
+        )  # fmt: skip
         self.every_n_steps, self.num_prompts = every_n_steps, num_prompts
         self.num_completions, self.max_chars = num_completions, max_chars
 
@@ -96,8 +93,8 @@ class CompletionSamples(Callback):
     ) -> None:
         stats = rollout_stats(outputs)
         writer = tensorboard(trainer)
-        step = logging_step(trainer)
-        if stats is None or writer is None or not every(step, self.every_n_steps):
+        step = due_step(trainer, self.every_n_steps)
+        if stats is None or writer is None or step is None:
             return
         text = format_samples(stats, self.num_prompts, self.num_completions, self.max_chars)
         writer.add_text("samples/completions", text, global_step=step)

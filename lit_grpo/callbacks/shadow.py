@@ -9,16 +9,17 @@ from lightning import Callback, LightningModule, Trainer
 
 from lit_grpo.callbacks._common import (
     GradientProbe,
+    add_figure,
     every,
     fork_rng,
     log_scalars,
     log_this_step,
     logging_step,
-    require_logger,
-    require_module,
+    require_run,
     rollout_stats,
     tensorboard,
 )
+from lit_grpo.checks import require_at_least
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS
 from lit_grpo.diagnostics.gradients import (
     LinearTarget,
@@ -46,38 +47,16 @@ TRAIN = "train"
 class ShadowEstimators(Callback):
     """Every configured estimator applied to the run's own rewards, without changing training.
 
-    At each logged step the estimators in ``estimators`` turn the step's rewards ``[P, G]`` into
-    advantages (the run's own estimator keeps training). Per estimator ``<estimator>`` (its class name,
-    or ``Class:key=value`` when two share a class; ``names`` overrides) it writes:
-
-    - ``shadow/<estimator>/starved_frac``: share of the step's groups whose advantages are all exactly
-      0 (no signal from that group);
-    - ``shadow/<estimator>/budget_<bin>``: share of its budget ``sum_i |A_i| T_i`` in each bin
-      ``0.0-0.2``, ``0.2-0.5``, ``0.5-0.7``, ``0.7-0.9``, ``0.9-1.0`` of the group's own success rate
-      (its mean reward; the same bins for every estimator).
-
-    The same for the run's advantages under ``shadow/train/starved_frac`` and ``shadow/train/budget_<bin>``.
-    Every ``gradient_every_n_steps`` steps it also builds the per-completion rows
-    ``w_i grad sum_t log pi(y_i,t)`` once (over the chosen ``nn.Linear`` parameters or a random
-    projection, as ``GradientRank``; ``w_i`` is the loss aggregation's weight of completion ``i``) and,
-    with one product ``A [E, N] @ rows``, every estimator's policy-gradient direction
-    ``d_e = sum_i A_e,i g_i``. It writes
-
-    - ``shadow/<estimator>/cos_train``: cosine between ``d_e`` and the direction of the run's own
-      advantages (the policy-gradient part of the run's update: exact for ``num_iterations: 1``,
-      ``beta: 0``, ``tis: off``; measured after the step's update, like ``GradientRank``);
-    - ``shadow/<estimator>/norm_ratio``: ``|d_e| / |d_train|``;
-    - ``shadow/<estimator>/cos_<other>``: cosine with each estimator listed after it;
-    - ``shadow/rows`` (completions with a non-zero advantage under some estimator) and
-      ``shadow/zero_train`` (running count of measurements where the run's direction was zero, whose
-      cosines are left out);
-
-    and the TensorBoard figure ``shadow/estimators`` (the cosine matrix and the starved shares).
-
-    Under data parallelism every rank calls every estimator at the same step, in the listed order
-    (ReinforcePlusPlus, GPG and GRPO with ``scale: batch`` sum batch statistics over the ranks, as in
-    training), and the counts and directions are summed over the ranks: the numbers are those of the
-    global batch.
+    At each logged step the estimators in ``estimators`` turn the step's rewards ``[P, G]`` into advantages
+    (the run's own estimator keeps training); each, and the run's own advantages under ``train``, gets the
+    share of groups it starves and its budget ``sum_i |A_i| T_i`` per success-rate bin. Every
+    ``gradient_every_n_steps`` steps it also builds the per-completion rows ``w_i grad sum_t log pi(y_i,t)``
+    once (as ``GradientRank``; ``w_i`` is the loss aggregation's weight) and, with one product
+    ``A [E, N] @ rows``, every estimator's policy-gradient direction, compared by cosine and norm with the
+    run's own (measured after the step's update) and with each other, in the figure ``shadow/estimators``.
+    Under data parallelism counts and directions are summed over the ranks (batch-coupled estimators sum
+    their statistics as in training): the numbers are those of the global batch. The scalars are listed
+    in ``metrics`` and explained in docs/diagnostics.md.
 
     Args:
         estimators: The estimators to shadow, by class path (e.g. ``lit_grpo.Sign``).
@@ -89,7 +68,6 @@ class ShadowEstimators(Callback):
         figure: Draw the figure at every direction measurement.
     """
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "shadow/<estimator>/starved_frac", "shadow/<estimator>/budget_<bin>", "shadow/<estimator>/cos_train",
         "shadow/<estimator>/norm_ratio", "shadow/<estimator>/cos_<other>", "shadow/rows", "shadow/zero_train",
@@ -125,10 +103,7 @@ class ShadowEstimators(Callback):
                 f"{NAME}: names {labels} must be distinct, non-empty, without '/', and not {TRAIN!r}; "
                 "set names to such a list"
             )
-        if gradient_every_n_steps < 0:
-            raise ValueError(
-                f"{NAME}: gradient_every_n_steps={gradient_every_n_steps} must be >= 0 (0: never)"
-            )
+        require_at_least(NAME, 0, " (0: never)", gradient_every_n_steps=gradient_every_n_steps)
         self.estimators, self.labels = estimators, labels
         self.gradient_every_n_steps = gradient_every_n_steps
         self.probe, self.figure = probe, figure
@@ -139,9 +114,10 @@ class ShadowEstimators(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "policy", "sampling", "group_size")
         draws = self.figure and self.gradient_every_n_steps > 0
-        require_logger(NAME, trainer, writer=draws, figure_option="figure: false")
+        require_run(
+            NAME, trainer, pl_module, "policy", "sampling", "group_size", writer=draws, figure_option="figure: false"
+        )
         for estimator, label in zip(self.estimators, self.labels, strict=True):
             if estimator.min_group_size > pl_module.group_size:
                 raise ValueError(
@@ -275,8 +251,7 @@ class ShadowEstimators(Callback):
         if writer is None:
             return
         fig = shadow_figure(labels, cos.tolist(), starved, title=f"shadow estimators, step {step}")
-        if fig is not None:
-            writer.add_figure("shadow/estimators", fig, global_step=step)
+        add_figure(writer, "shadow/estimators", fig, step)
 
     def state_dict(self) -> dict:
         return {"zero_train": self.zero_train}

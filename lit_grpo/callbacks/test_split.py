@@ -12,7 +12,8 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
-from lit_grpo.callbacks._common import fork_rng, require_logger, require_module
+from lit_grpo.callbacks._common import fork_rng, require_run
+from lit_grpo.checks import require
 from lit_grpo.diagnostics.passk import pass_at_k_ks, pass_at_k_per_prompt
 from lit_grpo.types import PromptBatch, SamplingParams
 
@@ -33,25 +34,10 @@ class TestSplitReport(Callback):
     ``seed``, so training is unchanged and every arm of a comparison is scored on the same draws of
     its starting policy. An unscorable completion counts as wrong.
 
-    Writes at the last step (with ``before``, also at step 0 under ``test/before/<name>``):
-
-    - ``test/accuracy`` (greedy) and ``test/reward_mean`` (mean correct share of the samples), each
-      with its prompt-sampling standard error ``test/accuracy_se``, ``test/reward_mean_se``: the
-      standard deviation over prompts of the per-prompt value over ``sqrt(prompts)`` (the error that a
-      different draw of test prompts would make);
-    - ``test/pass@<k>`` and ``test/pass@<k>_se`` for ``k = 1, 2, 4, ..., samples`` (unbiased, METHODS.md
-      section 3), with ``pass_at_k``;
-    - ``test/num_prompts``;
-    - ``test/answer_entropy`` (nats) and ``test/answer_top_share``: the entropy of the distribution of
-      the sampled answers (stripped completion texts) pooled over prompts, and the share of the most
-      common one: a policy that collapses onto one answer has entropy near 0 and top share near 1;
-    - on bounded-answer tasks (a ``num_choices`` column, k options): ``test/chance`` (mean ``1/k``)
-      and ``test/skill``, the mean per-prompt chance-corrected sampled accuracy
-      ``(acc_x - 1/k_x) / (1 - 1/k_x)``, with ``test/skill_se``.
-
-    The per-prompt results go to ``test_prompts.csv`` in the logger's directory (columns ``id``,
-    ``greedy``, ``correct`` of ``samples``, and the same with ``before_``), so that paired and per-prompt
-    analyses can be made later.
+    Writes the scalars in ``metrics`` at the last step (with ``before``, also at step 0 under
+    ``test/before/<name>``; docs/diagnostics.md explains each), with prompt-sampling standard errors
+    ``<name>_se``, and the per-prompt results to ``test_prompts.csv`` in the logger's directory (columns
+    ``id``, ``greedy``, ``correct`` of ``samples``, and the same with ``before_``).
 
     Args:
         samples: Sampled completions per prompt (0: greedy only).
@@ -65,7 +51,6 @@ class TestSplitReport(Callback):
 
     __test__ = False  # not a pytest class
 
-    #: Scalars it logs (``<...>`` stands for any text); ``lit-grpo compare`` checks the names it reads.
     metrics: ClassVar[tuple[str, ...]] = (
         "test/accuracy", "test/reward_mean", "test/accuracy_se", "test/reward_mean_se", "test/pass@<k>",
         "test/pass@<k>_se", "test/num_prompts", "test/answer_entropy", "test/answer_top_share", "test/chance",
@@ -81,14 +66,11 @@ class TestSplitReport(Callback):
         pass_at_k: bool = False,
         seed: int = 0,
     ) -> None:
-        if samples < 0:
-            raise ValueError(f"{NAME}: samples={samples} must be >= 0 (0: greedy only)")
+        require(samples >= 0, f"{NAME}: samples={samples} must be >= 0 (0: greedy only)")
         if max_prompts is not None and max_prompts < 1:
             raise ValueError(f"{NAME}: max_prompts={max_prompts} must be >= 1 or null (all)")
-        if min_prompts < 1:
-            raise ValueError(f"{NAME}: min_prompts={min_prompts} must be >= 1")
-        if pass_at_k and samples < 1:
-            raise ValueError(f"{NAME}: pass_at_k needs samples >= 1, got samples={samples}")
+        require(min_prompts >= 1, f"{NAME}: min_prompts={min_prompts} must be >= 1")
+        require(not pass_at_k or samples >= 1, f"{NAME}: pass_at_k needs samples >= 1, got samples={samples}")
         self.samples, self.before, self.pass_at_k = samples, before, pass_at_k
         self.max_prompts, self.min_prompts, self.seed = max_prompts, min_prompts, seed
         self.start: dict[str, list] | None = None  # per-prompt results of the starting policy
@@ -96,8 +78,7 @@ class TestSplitReport(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        require_module(NAME, pl_module, "engine", "score", "sampling")
-        require_logger(NAME, trainer)
+        require_run(NAME, trainer, pl_module, "engine", "score", "sampling")
         dm = trainer.datamodule
         source = getattr(dm, "source", None)
         if dm is None or not hasattr(dm, "test_dataloader") or (source is not None and not source.has_split("test")):

@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import require_logger, require_module, tensorboard
+from lit_grpo.callbacks._common import require_run, tensorboard
 from lit_grpo.diagnostics.plots import weight_curve_figure
 from lit_grpo.diagnostics.weight_curve import TABLE_PS, format_table, weight_curve
 from lit_grpo.estimators import AdvantageEstimator
@@ -41,8 +41,7 @@ class WeightCurve(Callback):
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
-            require_module(NAME, pl_module, "estimator", "group_size")
-            require_logger(NAME, trainer, writer=True)
+            require_run(NAME, trainer, pl_module, "estimator", "group_size", writer=True)
             for estimator in self.compare:
                 if estimator.min_group_size > pl_module.group_size:
                     raise ValueError(

@@ -16,6 +16,8 @@ import argparse
 import ast
 from collections.abc import Sequence
 
+from lit_grpo.checks import require
+
 
 def estimator_from_spec(spec: str):
     """``Name`` or ``pkg.mod.Class``, optionally ``:key=value,key=value`` -> an estimator instance; a ValueError
@@ -28,10 +30,7 @@ def estimator_from_spec(spec: str):
     kwargs = {}
     for item in filter(None, arg_text.split(",")):
         key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(
-                f"--estimators: bad argument {item!r} in {spec!r}; write key=value, e.g. GRPO:std=population"
-            )
+        require(eq, f"--estimators: bad argument {item!r} in {spec!r}; write key=value, e.g. GRPO:std=population")
         try:
             kwargs[key.strip()] = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError):

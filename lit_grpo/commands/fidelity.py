@@ -1,18 +1,9 @@
 """``lit-grpo fidelity``: every estimator's gradient measured against a large-group reference, on a checkpoint.
 
-    lit-grpo fidelity --config configs/quickstart.yaml --out runs/fidelity \\
-        [--model DIR | --ckpt FILE] [--estimators GRPO DrGRPO Sign MaxRL ...] [--num-prompts 32] \\
-        [--ref-group-size 256] [--subsamples 2000] [--params 'layers\\.2\\.mlp\\.'] [--projection-dim 512]
-
 The config gives the policy, reward, sampling settings, group size and prompts (as for ``lit-grpo fit``);
-``--model`` replaces the policy by a saved model directory and ``--ckpt`` loads a Lightning checkpoint of
-that config. For each of ``--num-prompts`` prompts of ``--split``, ``--ref-group-size`` completions are
-drawn once and every estimator is applied to ``--subsamples`` subsamples of the group size
-(:mod:`lit_grpo.experiments.fidelity`). Writes ``bins.csv`` (per estimator, objective and pass-rate bin:
-prompts, cosine and norm ratio of the mean estimate to the reference, variance, signal-to-noise),
-``prompts.csv`` (per prompt and estimator: pass rate, measured omega and its standard error, the exact
-expectation for the pool, the predicted omega(p), variance) and ``omega.png`` (measured against predicted).
-Estimators are named as for ``lit-grpo curves``.
+the options (``--help``) choose a saved model or checkpoint instead, the estimators (named as for
+``lit-grpo curves``), the prompts and the reference. The measurement is :mod:`lit_grpo.experiments.fidelity`;
+what ``bins.csv``, ``prompts.csv`` and ``omega.png`` hold, docs/diagnostics.md.
 """
 
 from __future__ import annotations

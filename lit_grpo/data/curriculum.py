@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lit_grpo.checks import require
+
 
 class PromptCurriculum:
     """Retires prompts whose running pass rate is ``>= retire_above`` (solved) or ``<= retire_below`` (hopeless).
@@ -44,10 +46,8 @@ class PromptCurriculum:
                              "the curriculum")
         if retire_above is not None and retire_below is not None and not retire_below < retire_above:
             raise ValueError(f"PromptCurriculum: retire_below={retire_below} must be < retire_above={retire_above}")
-        if min_visits < 1:
-            raise ValueError(f"PromptCurriculum: min_visits={min_visits} must be >= 1")
-        if not 0 < smoothing <= 1:
-            raise ValueError(f"PromptCurriculum: smoothing={smoothing} must be in (0, 1]")
+        require(min_visits >= 1, f"PromptCurriculum: min_visits={min_visits} must be >= 1")
+        require(0 < smoothing <= 1, f"PromptCurriculum: smoothing={smoothing} must be in (0, 1]")
         self.retire_above, self.retire_below = retire_above, retire_below
         self.min_visits, self.smoothing = min_visits, smoothing
         self._rates: dict[str, list[float]] = {}  # id -> [rate, visits]

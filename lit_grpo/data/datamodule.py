@@ -12,6 +12,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from lit_grpo.checks import require, require_at_least
 from lit_grpo.data.records import BadRowError, OnBadRow, Record, collate_prompts
 from lit_grpo.data.sources import PromptSource, Split
 from lit_grpo.data.stream import EpochLoader, PromptStream
@@ -42,14 +43,10 @@ class PromptDataModule(L.LightningDataModule):
     fixed by ``seed`` and the epoch number; the prompts are dealt to the ranks so that no prompt (and so
     no group) is on two ranks. With ``streaming`` the training split is read from the source one record
     at a time every epoch, through a shuffle buffer, so it need not fit in memory; otherwise it is
-    loaded once and fully shuffled. The position in the epoch (prompts consumed) and in the
-    :meth:`refill` stream are saved in checkpoints, and a resumed run continues with exactly the
-    prompts the uninterrupted run would have seen (the position is counted in data epochs of its own,
-    whatever number Lightning gives the epoch). Because it is counted in prompts, a run resumed with
-    another ``prompts_per_step`` (or, held in memory, another number of processes) continues at the next
-    unseen prompt. Settings that change which prompt a position means (``seed``, ``streaming`` and, streamed,
-    its ``shuffle_buffer`` and the number of processes, the number of training prompts) are saved with it,
-    and resuming with different ones is refused with an error naming them.
+    loaded once and fully shuffled. The position in the epoch and in the :meth:`refill` stream is saved
+    in checkpoints, counted in prompts, so a resumed run continues with exactly the prompts the
+    uninterrupted run would have seen; resuming with settings that change which prompt a position
+    means is refused with an error naming them (docs/data.md, "Resume").
 
     Validation and test prompts are held in memory, in file order (the first ``max_val_prompts``).
 
@@ -83,18 +80,15 @@ class PromptDataModule(L.LightningDataModule):
         skip_bad_rows: bool = False,
     ) -> None:
         super().__init__()
-        for name, value in [
-            ("prompts_per_step", prompts_per_step), ("val_batch_size", val_batch_size),
-            ("shuffle_buffer", shuffle_buffer),
-        ]:  # fmt: skip
-            if value < 1:
-                raise ValueError(f"PromptDataModule: {name}={value} must be >= 1")
+        require_at_least(
+            "PromptDataModule", 1, prompts_per_step=prompts_per_step, val_batch_size=val_batch_size,
+            shuffle_buffer=shuffle_buffer,
+        )  # fmt: skip
         if max_val_prompts is not None and max_val_prompts < 1:
             raise ValueError(
                 f"PromptDataModule: max_val_prompts={max_val_prompts} must be >= 1 or None (all)"
             )
-        if num_workers < 0:
-            raise ValueError(f"PromptDataModule: num_workers={num_workers} must be >= 0")
+        require(num_workers >= 0, f"PromptDataModule: num_workers={num_workers} must be >= 0")
         self.source = source
         self.prompts_per_step = prompts_per_step
         self.val_batch_size = val_batch_size
@@ -180,8 +174,7 @@ class PromptDataModule(L.LightningDataModule):
     def refill(self, n: int) -> PromptBatch:
         """``n`` further training prompts of this rank from a seeded stream (independent of the
         training order) that cycles over the rank's share of the training set."""
-        if n < 0:
-            raise ValueError(f"PromptDataModule.refill: n={n} must be >= 0")
+        require(n >= 0, f"PromptDataModule.refill: n={n} must be >= 0")
         if not self.streaming:
             self._split("train")
         if self._refill_stream is None:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from lit_grpo.checks import require
 from lit_grpo.data.records import (
     OnBadRow,
     Record,
@@ -199,10 +200,7 @@ class FileSource(RowSource):
 
     def _path(self, split: Split) -> Path:
         file = getattr(self, split)
-        if file is None:
-            raise ValueError(
-                f"FileSource: no file for the {split} split; set the option `{split}` to a file path"
-            )
+        require(file is not None, f"FileSource: no file for the {split} split; set the option `{split}` to a file path")
         path = Path(file)
         if not path.is_file():
             raise FileNotFoundError(f"FileSource: {split}={file!r}: no such file")

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from lit_grpo.checks import require
 from lit_grpo.data.records import Record, collate_prompts
 from lit_grpo.types import PromptBatch
 
@@ -90,10 +91,9 @@ class PromptStream(IterableDataset):
         shuffle_buffer: int = 10_000,
         salt: int = 0,
     ) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(
-                f"PromptStream: rank={rank} must be in 0..world_size-1 (world_size={world_size})"
-            )
+        require(
+            0 <= rank < world_size, f"PromptStream: rank={rank} must be in 0..world_size-1 (world_size={world_size})"
+        )
         self.records = records
         self.batch_size = batch_size
         self.seed = seed
@@ -141,10 +141,9 @@ class PromptStream(IterableDataset):
                 if emitted >= start:
                     yield record
                 emitted += 1
-            if count == 0:
-                raise ValueError(
-                    f"the training split gives rank {self.rank} of {self.world_size} no prompts to draw from"
-                )
+            require(
+                count != 0, f"the training split gives rank {self.rank} of {self.world_size} no prompts to draw from"
+            )
             epoch += 1
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from lit_grpo.checks import require, require_at_least
 from lit_grpo.data.records import Record
 from lit_grpo.data.sources import Split, StyledSource
 from lit_grpo.data.templates import PromptStyle, check_style
@@ -71,11 +72,8 @@ class WordProblems(StyledSource):
         chosen = [k.strip() for k in kinds.split(",") if k.strip()]
         if not chosen or set(chosen) - set(KINDS):
             raise ValueError(f"WordProblems: kinds={kinds!r} must be a comma-separated subset of {KINDS}")
-        if max_number < 3:
-            raise ValueError(f"WordProblems: max_number={max_number} must be >= 3")
-        for name, value in [("num_train", num_train), ("num_val", num_val), ("num_test", num_test)]:
-            if value < 0:
-                raise ValueError(f"WordProblems: {name}={value} must be >= 0")
+        require(max_number >= 3, f"WordProblems: max_number={max_number} must be >= 3")
+        require_at_least("WordProblems", 0, num_train=num_train, num_val=num_val, num_test=num_test)
         templates = [t for k in chosen for t in TEMPLATES[k]]
         space = len(templates) * (max_number - 1) ** 2
         if num_train + num_val + num_test > space:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
 from lit_grpo.estimators.functional import CONSTANT_RTOL, constant_groups
 
 #: Keys of :func:`degeneracy_summary`, in order.
@@ -45,10 +46,8 @@ def degenerate_groups(rewards: Tensor, atol: float = CONSTANT_RTOL) -> dict[str,
         every scorable reward ``>= 1 - atol``; ``all_wrong``: every scorable reward ``<= atol``. A
         group with no scorable reward is degenerate but neither all correct nor all wrong.
     """
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must have shape [P, G], got {tuple(rewards.shape)}")
-    if atol < 0:
-        raise ValueError(f"atol must be >= 0, got {atol}; pass a small tolerance such as 1e-6")
+    require(rewards.dim() == 2, f"rewards must have shape [P, G], got {tuple(rewards.shape)}")
+    require(atol >= 0, f"atol must be >= 0, got {atol}; pass a small tolerance such as 1e-6")
     rewards = rewards.double()
     scorable = ~torch.isnan(rewards)  # [P, G]
     count = scorable.sum(-1)  # [P]
@@ -68,8 +67,7 @@ def iid_degeneracy(p: float | Tensor, G: int) -> float | Tensor:
 
     ``p`` is a float or a tensor of any shape (the result has the same type and shape).
     """
-    if G < 1:
-        raise ValueError(f"group size G must be >= 1, got {G}")
+    require(G >= 1, f"group size G must be >= 1, got {G}")
     return p**G + (1 - p) ** G
 
 
@@ -81,8 +79,7 @@ def unbiased_iid_degeneracy(n: int, c: int | Tensor, G: int) -> float | Tensor:
     (``f`` is convex). ``c`` is an int (exact rational arithmetic, returns a float) or a tensor of
     counts of any shape (float64 products, returns a float64 tensor of that shape).
     """
-    if G < 1:
-        raise ValueError(f"group size G must be >= 1, got {G}")
+    require(G >= 1, f"group size G must be >= 1, got {G}")
     if n < G:
         raise ValueError(
             f"unbiased_iid_degeneracy needs n >= G samples, got n={n} < G={G}; "
@@ -97,8 +94,7 @@ def unbiased_iid_degeneracy(n: int, c: int | Tensor, G: int) -> float | Tensor:
         pos = ((c.unsqueeze(-1) - i) / denom).clamp(min=0).prod(-1)  # C(c, G) / C(n, G)
         neg = ((n - c.unsqueeze(-1) - i) / denom).clamp(min=0).prod(-1)  # C(n - c, G) / C(n, G)
         return pos + neg
-    if not 0 <= c <= n:
-        raise ValueError(f"count c must lie in [0, n={n}], got c={c}")
+    require(0 <= c <= n, f"count c must lie in [0, n={n}], got c={c}")
     return float(Fraction(math.comb(c, G) + math.comb(n - c, G), math.comb(n, G)))
 
 
@@ -170,16 +166,14 @@ class EMASuccessTracker:
             decay: weight of the previous estimate, ``ema = decay * ema + (1 - decay) * rate``; in
                 ``[0, 1)`` (0 keeps only the latest visit).
         """
-        if not 0 <= decay < 1:
-            raise ValueError(f"decay must lie in [0, 1), got {decay}; e.g. decay=0.9")
+        require(0 <= decay < 1, f"decay must lie in [0, 1), got {decay}; e.g. decay=0.9")
         self.decay = decay
         self.ema: dict[str, float] = {}
 
     def update(self, ids: Sequence[str], rates: Tensor | Sequence[float]) -> None:
         """Fold in one visit: ``ids [P]`` with observed pass rates ``rates [P]`` (NaN rates are skipped)."""
         values = rates.tolist() if isinstance(rates, Tensor) else list(rates)
-        if len(values) != len(ids):
-            raise ValueError(f"ids and rates must have the same length, got {len(ids)} and {len(values)}")
+        require(len(values) == len(ids), f"ids and rates must have the same length, got {len(ids)} and {len(values)}")
         for key, rate in zip(ids, values, strict=True):
             if math.isnan(rate):
                 continue

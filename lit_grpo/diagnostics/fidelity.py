@@ -1,25 +1,12 @@
 """Gradient fidelity: every estimator's size-G estimate against a large-group reference (METHODS.md section 3).
 
 For one prompt, a pool of ``M`` completions (``M >= 256``) with binary rewards ``r [M]`` and score rows
-``g_j = grad sum_t log pi(y_j,t)`` (over chosen parameters, or a projection) is drawn once. Then:
-
-- **references**: the gradient of each objective ``J(p)`` of the pass rate ``p``, estimated from the
-  whole pool as ``c_J @ rows`` with unbiased coefficients (:func:`reference_coefficients`):
-  expected reward ``p``, ``pass@k``, ``log pass@k`` and MaxRL's truncated likelihood
-  ``J_T = sum_{k=1..T} pass@k / k`` (``grad J_T = (1 - (1 - p)^T) / p * grad p``; ``T -> inf`` is
-  ``log p``). For binary rewards every such gradient is ``J'(p) grad p`` (:func:`objective_derivative`);
-- **estimates**: ``S`` subsamples of ``G`` completions drawn from the pool without replacement, each
-  turned by the estimator into ``ghat_s = (1/G) sum_i A_i g_i`` (a weight vector ``[S, M]`` times the
-  rows, so the gradients are computed once per pool and subsampling is tensor arithmetic);
-- **fidelity**: the subsample mean against the reference (cosine, norm ratio), the variance
-  ``E |ghat - mean|^2`` and the signal-to-noise ``|mean| / sqrt(variance)``, per prompt and summed over
-  the prompts of a pass-rate bin (one group per prompt, independent prompts: variances add);
-- **measured weight** ``omega = <ghat, grad p_ref> / |grad p_ref|^2`` averaged over subsamples, with its
-  Monte-Carlo standard error, against the predicted ``omega(p)`` of
-  :mod:`lit_grpo.diagnostics.weight_curve` and the exact expectation for this pool (:func:`pool_weight`).
-
-The rows are centred on their pool mean first: the score has mean 0 under the policy, so this control
-variate changes no expectation (up to ``O(1/M)``) and removes the pool's sampling noise along its mean.
+``g_j = grad sum_t log pi(y_j,t)`` is drawn once. From it: the reference gradient of each objective with
+unbiased pool coefficients (:func:`reference_coefficients`, :func:`objective_derivative`), ``S`` subsamples
+of ``G`` completions turned by the estimator into weights ``[S, M]`` times the rows, their fidelity (cosine,
+norm ratio, variance, signal-to-noise) and the measured weight ``omega`` against :func:`pool_weight`. The
+rows are centred on their pool mean first (a control variate). docs/diagnostics.md ("GradientFidelity")
+states each quantity.
 """
 
 from __future__ import annotations
@@ -32,6 +19,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
 from lit_grpo.diagnostics.budget import BIN_LABELS, bin_index
 from lit_grpo.diagnostics.weight_curve import plus_minus_advantages
 from lit_grpo.estimators.base import AdvantageEstimator
@@ -58,12 +46,10 @@ def check_pool(rewards: Tensor) -> Tensor:
 
 
 def _check_objective(objective: str, k: int, T: int, M: int) -> None:
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective {objective!r} is not known; choose from {', '.join(OBJECTIVES)}")
+    require(objective in OBJECTIVES, f"objective {objective!r} is not known; choose from {', '.join(OBJECTIVES)}")
     if objective in ("pass@k", "log_pass@k") and not 1 <= k <= M:
         raise ValueError(f"{objective} needs 1 <= k <= M (the pool size {M}), got k={k}")
-    if objective == "maxrl" and not 1 <= T <= M:
-        raise ValueError(f"maxrl needs a truncation 1 <= T <= M (the pool size {M}), got T={T}")
+    require(objective != "maxrl" or 1 <= T <= M, f"maxrl needs a truncation 1 <= T <= M (the pool size {M}), got T={T}")
 
 
 def objective_derivative(objective: Objective, p: Tensor | float, k: int = 1, T: int = 1) -> Tensor:
@@ -121,10 +107,8 @@ def reference_coefficients(rewards: Tensor, objective: Objective, k: int = 1, T:
 
 def subsample_indices(M: int, G: int, S: int, generator: torch.Generator | None = None) -> Tensor:
     """``[S, G]`` long: ``S`` subsets of ``G`` distinct pool indices, each uniformly random."""
-    if not 1 <= G <= M:
-        raise ValueError(f"group size G={G} must lie in [1, M={M}] (the pool size)")
-    if S < 2:
-        raise ValueError(f"subsamples S={S} must be >= 2 (the variance needs two)")
+    require(1 <= G <= M, f"group size G={G} must lie in [1, M={M}] (the pool size)")
+    require(S >= 2, f"subsamples S={S} must be >= 2 (the variance needs two)")
     return torch.rand(S, M, generator=generator).argsort(-1)[:, :G]
 
 
@@ -147,8 +131,7 @@ def subsample_weights(estimator: Estimator, rewards: Tensor, index: Tensor) -> T
         )
     S, G = index.shape
     adv = estimator(rewards[index].float()).double()  # [S, G]
-    if adv.shape != (S, G):
-        raise ValueError(f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(S, G)}")
+    require(adv.shape == (S, G), f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(S, G)}")
     w = torch.zeros(S, rewards.numel(), dtype=torch.float64)  # [S, M]
     return w.scatter_add_(1, index, adv / G)
 
@@ -224,8 +207,7 @@ def prompt_fidelity(
     """
     r = check_pool(rewards)
     M = r.numel()
-    if rows.shape[0] != M:
-        raise ValueError(f"rows has {rows.shape[0]} rows for {M} rewards; give one row per completion")
+    require(rows.shape[0] == M, f"rows has {rows.shape[0]} rows for {M} rewards; give one row per completion")
     x = rows.double()
     x = x - x.mean(0, keepdim=True)  # [M, D], the control variate of the module docstring
     coords = coordinates(x)  # [M, d]

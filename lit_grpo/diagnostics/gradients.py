@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from lit_grpo.checks import require
 from lit_grpo.diagnostics.rank import spectrum_summary
 from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.rollout.functional import select_rows, slice_rows
@@ -121,8 +122,7 @@ def per_completion_gradients(
         targets: From :func:`select_linear_targets`.
         temperature: Of the log-prob forward, as in training.
     """
-    if not targets:
-        raise ValueError("per_completion_gradients needs at least one LinearTarget")
+    require(bool(targets), "per_completion_gradients needs at least one LinearTarget")
     captured: list[list[tuple[Tensor, Tensor]]] = [[] for _ in targets]
 
     def hook(store):
@@ -150,8 +150,7 @@ def per_completion_gradients(
             delta = torch.zeros_like(y) if delta is None else delta
             part = linear_sample_grads(x, delta, target.weight, target.bias)
             total = part if total is None else total + part
-        if total is None:
-            raise ValueError(f"layer {target.name!r} was not called in the policy's forward")
+        require(total is not None, f"layer {target.name!r} was not called in the policy's forward")
         rows.append(total.float())
     return rows
 
@@ -169,8 +168,7 @@ def project_rows(
     chunk)``, so memory stays at one chunk and the same arguments always give the same ``R``. Use
     one ``stream`` per parameter block: the blocks together project the full flattened gradient.
     """
-    if dim_out < 1:
-        raise ValueError(f"projection dim must be >= 1, got {dim_out}")
+    require(dim_out >= 1, f"projection dim must be >= 1, got {dim_out}")
     out = torch.zeros(rows.shape[0], dim_out, dtype=torch.float32, device=rows.device)  # [n, d']
     gen = torch.Generator()
     for chunk, start in enumerate(range(0, rows.shape[1], chunk_size)):

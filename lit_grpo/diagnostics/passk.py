@@ -13,12 +13,12 @@ import math
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
+
 
 def _check(n: int, k: int) -> None:
-    if n < 1:
-        raise ValueError(f"pass@k needs n >= 1 samples per prompt, got n={n}")
-    if not 1 <= k <= n:
-        raise ValueError(f"k must lie in [1, n={n}], got k={k}; sample at least k completions per prompt")
+    require(n >= 1, f"pass@k needs n >= 1 samples per prompt, got n={n}")
+    require(1 <= k <= n, f"k must lie in [1, n={n}], got k={k}; sample at least k completions per prompt")
 
 
 def pass_at_k_per_prompt(num_correct: Tensor, n: int, k: int) -> Tensor:
@@ -34,8 +34,7 @@ def pass_at_k_per_prompt(num_correct: Tensor, n: int, k: int) -> Tensor:
     """
     _check(n, k)
     c = num_correct.long()
-    if bool(((c < 0) | (c > n)).any()):
-        raise ValueError(f"num_correct must lie in [0, n={n}], got min {c.min()} max {c.max()}")
+    require(not bool(((c < 0) | (c > n)).any()), f"num_correct must lie in [0, n={n}], got min {c.min()} max {c.max()}")
     i = torch.arange(1, n + 1, dtype=torch.float64)  # [n]
     factor = 1.0 - k / i  # [n]
     in_range = i > (n - c).unsqueeze(-1)  # [P, n]: i = n-c+1 .. n
@@ -82,8 +81,7 @@ def curve_crossing(x: list[float], gain: list[float], log_x: bool = True, atol: 
     points = [
         (float(a), 0.0 if abs(g) <= atol else float(g)) for a, g in zip(x, gain, strict=True) if not math.isnan(g)
     ]
-    if log_x and any(a <= 0 for a, _ in points):
-        raise ValueError(f"curve_crossing with log_x needs x > 0, got {x}")
+    require(not log_x or not any(a <= 0 for a, _ in points), f"curve_crossing with log_x needs x > 0, got {x}")
     for j, (a, g) in enumerate(points):
         if g > 0:
             continue

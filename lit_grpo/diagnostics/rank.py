@@ -11,6 +11,8 @@ import math
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
+
 #: Number of leading normalised singular values reported by :func:`spectrum_summary`.
 TOP_SIGMAS = 5
 
@@ -19,8 +21,7 @@ def _check_sigma(sigma: Tensor) -> Tensor:
     sigma = torch.as_tensor(sigma, dtype=torch.float64).flatten()
     if sigma.numel() == 0 or not bool(torch.isfinite(sigma).all()) or bool((sigma < 0).any()):
         raise ValueError("singular values must be a non-empty tensor of finite values >= 0")
-    if float(sigma.sum()) == 0.0:
-        raise ValueError("singular values are all zero: the rank of a zero matrix is undefined (skip it)")
+    require(float(sigma.sum()) != 0.0, "singular values are all zero: the rank of a zero matrix is undefined (skip it)")
     return sigma
 
 
@@ -42,8 +43,7 @@ def stable_rank(sigma: Tensor) -> float:
 
 def energy_rank(sigma: Tensor, q: float) -> int:
     """Smallest ``k`` whose ``k`` largest singular values hold a share ``q`` of ``sum sigma^2``."""
-    if not 0 < q <= 1:
-        raise ValueError(f"energy share q must lie in (0, 1], got {q}")
+    require(0 < q <= 1, f"energy share q must lie in (0, 1], got {q}")
     sigma = _check_sigma(sigma)
     cum = sigma.square().sort(descending=True).values.cumsum(0)  # [R]
     k = int(torch.searchsorted(cum, q * cum[-1]).item()) + 1
@@ -60,8 +60,7 @@ def spectrum_summary(matrix: Tensor) -> dict[str, float] | None:
     singular values normalised as ``sigma_j / sum sigma`` (the ``p_j`` of the effective rank, so
     they sum to at most 1), padded with 0 when the matrix has fewer than five.
     """
-    if matrix.dim() != 2:
-        raise ValueError(f"matrix must have shape [n, d], got {tuple(matrix.shape)}")
+    require(matrix.dim() == 2, f"matrix must have shape [n, d], got {tuple(matrix.shape)}")
     m = matrix.detach().to(torch.float64)
     if m.numel() == 0 or not bool(torch.isfinite(m).all()) or not bool((m != 0).any()):
         return None
@@ -90,8 +89,7 @@ def random_projection(
     expectation. The same ``seed`` always gives the same matrix (a CPU ``torch.Generator`` draws it,
     then it is moved to ``device``).
     """
-    if dim_in < 1 or dim_out < 1:
-        raise ValueError(f"projection dims must be >= 1, got dim_in={dim_in}, dim_out={dim_out}")
+    require(dim_in >= 1 and dim_out >= 1, f"projection dims must be >= 1, got dim_in={dim_in}, dim_out={dim_out}")
     gen = torch.Generator().manual_seed(seed)
     r = torch.randn(dim_in, dim_out, generator=gen, dtype=dtype)
     return (r / math.sqrt(dim_out)).to(device)

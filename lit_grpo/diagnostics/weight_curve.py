@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
 from lit_grpo.diagnostics.budget import advantage_mass
 from lit_grpo.estimators.base import AdvantageEstimator
 
@@ -32,8 +33,7 @@ TABLE_PS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 
 def binary_groups(G: int) -> Tensor:
     """``[G + 1, G]`` float32 binary groups; row ``K`` has its first ``K`` completions correct."""
-    if G < 1:
-        raise ValueError(f"group size G must be >= 1, got {G}")
+    require(G >= 1, f"group size G must be >= 1, got {G}")
     k = torch.arange(G + 1).unsqueeze(-1)  # [G + 1, 1]
     return (torch.arange(G) < k).float()  # [G + 1, G]
 
@@ -46,15 +46,13 @@ def _advantages(estimator: Estimator, G: int) -> Tensor:
             "GRPO scale=none's for GRPO scale=batch) times that batch-dependent factor"
         )
     min_g = getattr(estimator, "min_group_size", 1)
-    if G < min_g:
-        raise ValueError(f"group size G={G} is below the estimator's min_group_size={min_g}")
+    require(G >= min_g, f"group size G={G} is below the estimator's min_group_size={min_g}")
     groups = binary_groups(G)
     # estimators get equal completion lengths (a length-weighted baseline, OPO's, is then the group mean)
     adv = estimator(groups, lengths=torch.ones(G + 1, G)) if isinstance(estimator, AdvantageEstimator) \
         else estimator(groups)
     adv = adv.detach().double()  # [G + 1, G]
-    if adv.shape != (G + 1, G):
-        raise ValueError(f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(G + 1, G)}")
+    require(adv.shape == (G + 1, G), f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(G + 1, G)}")
     return adv
 
 
@@ -80,8 +78,7 @@ def weight_curve(estimator: Estimator, G: int, ps: Sequence[float] | Tensor) -> 
         ``[M]`` float64.
     """
     p = torch.as_tensor(ps, dtype=torch.float64).flatten()  # [M]
-    if not bool(((p > 0) & (p < 1)).all()):
-        raise ValueError(f"pass rates ps must lie strictly inside (0, 1), got {p.tolist()}")
+    require(bool(((p > 0) & (p < 1)).all()), f"pass rates ps must lie strictly inside (0, 1), got {p.tolist()}")
     a_plus, a_minus = plus_minus_advantages(estimator, G)  # [G + 1] each
     k = torch.arange(G + 1, dtype=torch.float64)  # [G + 1]
     comb = torch.tensor([math.comb(G, int(j)) for j in k], dtype=torch.float64)  # [G + 1]

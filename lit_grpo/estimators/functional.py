@@ -19,6 +19,8 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
+
 StdKind = Literal["sample", "population"]
 ScaleKind = Literal["group", "batch", "none"]
 AllCorrectKind = Literal["zero", "push"]
@@ -51,8 +53,7 @@ def check_positive(option: str, value: object, example: str) -> None:
         raise TypeError(
             f"{option} must be a number, got {type(value).__name__} {value!r}; use e.g. {example}"
         )
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{option} must be finite and > 0, got {value!r}; use e.g. {example}")
+    require(math.isfinite(value) and value > 0, f"{option} must be finite and > 0, got {value!r}; use e.g. {example}")
 
 
 def check_rewards(rewards: Tensor) -> None:
@@ -243,8 +244,7 @@ def check_count(option: str, value: object, minimum: int, example: str) -> None:
         raise TypeError(
             f"{option} must be an integer, got {type(value).__name__} {value!r}; use e.g. {example}"
         )
-    if value < minimum:
-        raise ValueError(f"{option} must be >= {minimum}, got {value!r}; use e.g. {example}")
+    require(value >= minimum, f"{option} must be >= {minimum}, got {value!r}; use e.g. {example}")
 
 
 def sum_over_ranks(values: Tensor) -> Tensor:
@@ -388,10 +388,7 @@ def check_lengths(lengths: Tensor, rewards: Tensor) -> Tensor:
         raise TypeError(f"lengths must be integer or floating token counts, got {lengths.dtype}")
     out = lengths.detach().to(torch.float64)  # [P, G]
     bad = int((~out.isfinite() | (out < 0)).sum())
-    if bad:
-        raise ValueError(
-            f"lengths contain {bad} negative or non-finite value(s); pass the number of completion tokens"
-        )
+    require(not bad, f"lengths contain {bad} negative or non-finite value(s); pass the number of completion tokens")
     return out
 
 

@@ -14,6 +14,7 @@ import sys
 
 import torch
 
+from lit_grpo.checks import require
 from lit_grpo.data.records import collate_prompts
 from lit_grpo.diagnostics.fidelity import OBJECTIVES, PromptFidelity, bin_rows
 from lit_grpo.diagnostics.fidelity_pool import measure, pool, prompt_table
@@ -35,8 +36,7 @@ def load(args: argparse.Namespace, cli_class: type):
         sys.argv = argv
     module, data = cli.model, cli.datamodule
     for attr in ("policy", "engine", "score", "sampling", "group_size"):
-        if not hasattr(module, attr):
-            raise ValueError(f"--config must configure a lit_grpo.GRPOModule (no {attr!r})")
+        require(hasattr(module, attr), f"--config must configure a lit_grpo.GRPOModule (no {attr!r})")
     module.configure_model()
     if args.ckpt:
         state = torch.load(args.ckpt, map_location="cpu", weights_only=False)
@@ -51,8 +51,7 @@ def load(args: argparse.Namespace, cli_class: type):
         data.source.bind_tokenizer(module.model_name)
     data.setup({"train": "fit", "val": "validate", "test": "test"}[args.split])
     records = data.splits.get(args.split, [])
-    if not records:
-        raise ValueError(f"the config's data has no {args.split!r} prompts; choose --split")
+    require(bool(records), f"the config's data has no {args.split!r} prompts; choose --split")
     return module, collate_prompts(records[: args.num_prompts])
 
 
@@ -63,8 +62,7 @@ def measure_policy(args: argparse.Namespace, module, batch, estimators: dict, G:
     torch.manual_seed(args.seed)
     policy = module.policy.eval()
     targets, _ = select_linear_targets(policy, args.params, args.lora)
-    if not targets:
-        raise ValueError(f"--params {args.params} chooses no trainable nn.Linear of the policy")
+    require(bool(targets), f"--params {args.params} chooses no trainable nn.Linear of the policy")
     counts = {"unscorable": 0, "dim": 0}
 
     def report(i: int, result: PromptFidelity, rows: torch.Tensor) -> None:

@@ -52,12 +52,31 @@ def _grid(n: int, width: float = 4.8, height: float = 3.4):
     return fig, axes[:n]
 
 
-def _settings(records: list[RunRecord]) -> list[str]:
-    return list(dict.fromkeys(r.run.setting_label for r in records))
-
-
 def _done(records: list[RunRecord], setting: str, arm: str) -> list[RunRecord]:
     return [r for r in records if r.status == "done" and r.run.setting_label == setting and r.run.arm == arm]
+
+
+def _panels(exp: Experiment, records: list[RunRecord]):
+    """A figure with one panel per setting, and per panel ``(ax, setting, [(arm, its done runs), ...])``."""
+    settings = list(dict.fromkeys(r.run.setting_label for r in records))
+    fig, axes = _grid(len(settings))
+    arms = [[(arm, _done(records, setting, arm.label)) for arm in exp.arms] for setting in settings]
+    return fig, list(zip(axes, settings, arms, strict=False))
+
+
+def _save(fig, panels: list, title: str, path: Path) -> Path | None:
+    """Title, grid and legend on every panel, ``title`` above them all; the figure saved to ``path`` (None
+    without a figure)."""
+    if fig is None:
+        return None
+    for ax, setting, _ in panels:
+        ax.set_title(setting, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
 
 
 def x_band(runs: Sequence[list[tuple[float, float]]]) -> list[tuple[float, float, float, float, int]]:
@@ -75,13 +94,9 @@ def curve_figure(exp: Experiment, curve: Curve, records: list[RunRecord], path: 
     """One panel per setting; a line (mean) and band (95% t interval) per arm and metric, against the step
     or, with ``curve.x``, the completions or completion tokens generated so far (dashed: the setting's
     matched budget, the largest x every run reached)."""
-    settings = _settings(records)
-    fig, axes = _grid(len(settings))
-    if fig is None:
-        return None
-    for ax, setting in zip(axes, settings, strict=True):
-        for arm in exp.arms:
-            runs = _done(records, setting, arm.label)
+    fig, panels = _panels(exp, records)  # no panels without matplotlib
+    for ax, setting, arms in panels:
+        for arm, runs in arms:
             for name in curve.metrics:
                 if curve.x == "step":
                     band = curve_band([r.series.get(name, []) for r in runs], curve.smooth)
@@ -98,29 +113,18 @@ def curve_figure(exp: Experiment, curve: Curve, records: list[RunRecord], path: 
             budget = matched_budget([curve_points(curve, r, curve.metrics[0]) for r in done])
             if math.isfinite(budget):
                 ax.axvline(budget, color="grey", linestyle="--", linewidth=0.8)
-        ax.set_title(setting, fontsize=9)
         ax.set_xlabel(X_LABELS[curve.x])
         ax.set_ylabel(curve.metrics[0] if len(curve.metrics) == 1 else "value")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
     smoothing = f", moving average over {curve.smooth} points" if curve.smooth > 1 else ""
-    fig.suptitle(
-        f"{curve.title or ', '.join(curve.metrics)}\nmean and 95% t band over seeds{smoothing}", fontsize=10
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    title = f"{curve.title or ', '.join(curve.metrics)}\nmean and 95% t band over seeds{smoothing}"
+    return _save(fig, panels, title, path)
 
 
 def profile_figure(exp: Experiment, profile: Profile, records: list[RunRecord], path: Path) -> Path | None:
     """One panel per setting; per arm and reduce the metrics' means over ``x`` with 95% t bands."""
-    settings = _settings(records)
-    fig, axes = _grid(len(settings))
-    if fig is None:
-        return None
-    for ax, setting in zip(axes, settings, strict=True):
-        for arm in exp.arms:
-            runs = _done(records, setting, arm.label)
+    fig, panels = _panels(exp, records)  # no panels without matplotlib
+    for ax, _, arms in panels:
+        for arm, runs in arms:
             for how in profile.reduces:
                 stats = [
                     mean_band([r.values.get(Metric(m, how).key, math.nan) for r in runs])
@@ -136,11 +140,5 @@ def profile_figure(exp: Experiment, profile: Profile, records: list[RunRecord], 
         if profile.log2:
             ax.set_xscale("log", base=2)
             ax.set_xticks(profile.x, [f"{v:g}" for v in profile.x])
-        ax.set_title(setting, fontsize=9)
         ax.set_xlabel(profile.xlabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{profile.title or 'profile'}\nmean and 95% t band over seeds", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return _save(fig, panels, f"{profile.title or 'profile'}\nmean and 95% t band over seeds", path)

@@ -1,18 +1,9 @@
 """What the runs of one seed share (common random numbers), read from the resolved configs, for the report.
 
 Two runs of one seed are paired data when they draw the same prompts and sample with the same random
-numbers. ``PromptDataModule`` fixes the training order by ``data.seed`` alone (refills of
-``filter_degenerate`` come from a stream of their own), and ``GRPOModule`` reseeds torch, numpy and
-``random`` from ``(seed_everything, optimizer step, rank)`` before every training step, so:
-
-- the prompts of every step are the same when the data settings are;
-- the sampling seed of every step is the same when ``seed_everything`` is a fixed number and the arms
-  take as many optimizer steps per rollout batch (``num_iterations``): else only step 0's is;
-- step 0's completions are the same when, in addition, the initial weights and the sampling settings are;
-- later completions are drawn with the same random numbers from policies that have moved apart: they
-  agree less and less as the arms diverge (docs/pairing.md measures it), which pairs the noise of the
-  sampler, not the completions;
-- refilled prompts pair only while the arms have refilled equally often.
+numbers: the prompts of every step are the same when the data settings are, the sampling seed of every
+step when ``seed_everything`` is fixed and the arms take as many optimizer steps per rollout batch, and
+step 0's completions when, besides, the initial weights and the sampling settings are (docs/pairing.md).
 """
 
 from __future__ import annotations

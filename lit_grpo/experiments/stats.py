@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
+
 #: Largest number of splits the permutation test enumerates exactly.
 MAX_EXACT_SPLITS = 20000
 
@@ -22,8 +24,7 @@ _TINY = 1e-300
 
 def _values(values: Sequence[float] | Tensor, name: str, min_n: int) -> Tensor:
     x = torch.as_tensor(values, dtype=torch.float64).flatten()  # [n]
-    if x.numel() < min_n:
-        raise ValueError(f"{name} needs at least {min_n} value(s), got {x.numel()}")
+    require(x.numel() >= min_n, f"{name} needs at least {min_n} value(s), got {x.numel()}")
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} contains NaN or infinite values: {x.tolist()}; drop or fix those seeds")
     return x
@@ -53,8 +54,7 @@ def _beta_cf(a: float, b: float, x: float) -> float:
 
 def betainc(a: float, b: float, x: float) -> float:
     """Regularized incomplete beta function ``I_x(a, b)`` for ``a, b > 0`` and ``x`` in [0, 1]."""
-    if a <= 0 or b <= 0 or not 0 <= x <= 1:
-        raise ValueError(f"betainc needs a, b > 0 and 0 <= x <= 1, got a={a}, b={b}, x={x}")
+    require(a > 0 and b > 0 and 0 <= x <= 1, f"betainc needs a, b > 0 and 0 <= x <= 1, got a={a}, b={b}, x={x}")
     if x == 0 or x == 1:
         return x
     log_front = a * math.log(x) + b * math.log1p(-x) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
@@ -65,8 +65,7 @@ def betainc(a: float, b: float, x: float) -> float:
 
 def t_sf(t: float, df: float) -> float:
     """Upper tail ``P(T > t)`` of Student's t with ``df > 0`` degrees of freedom."""
-    if df <= 0:
-        raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    require(df > 0, f"degrees of freedom must be > 0, got {df}")
     if math.isinf(t):
         return 0.0 if t > 0 else 1.0
     tail = 0.5 * betainc(df / 2, 0.5, df / (df + t * t))  # P(T > |t|)
@@ -75,8 +74,7 @@ def t_sf(t: float, df: float) -> float:
 
 def t_quantile(q: float, df: float) -> float:
     """``t`` with ``P(T <= t) = q``, by bisection on :func:`t_sf`."""
-    if not 0 < q < 1:
-        raise ValueError(f"quantile level q must lie in (0, 1), got {q}")
+    require(0 < q < 1, f"quantile level q must lie in (0, 1), got {q}")
     if q < 0.5:
         return -t_quantile(1 - q, df)
     target = 1 - q  # upper tail
@@ -112,10 +110,8 @@ def summarize(
         with ``iqm_ci_low``/``iqm_ci_high``, a percentile bootstrap interval over ``n_bootstrap``
         resamples drawn with ``seed``. ``sd`` and the t interval are NaN when ``n == 1``.
     """
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}; e.g. 0.95")
-    if n_bootstrap < 1:
-        raise ValueError(f"n_bootstrap must be >= 1, got {n_bootstrap}")
+    require(0 < confidence < 1, f"confidence must lie in (0, 1), got {confidence}; e.g. 0.95")
+    require(n_bootstrap >= 1, f"n_bootstrap must be >= 1, got {n_bootstrap}")
     x = _values(values, "summarize", 1)  # [n]
     n = x.numel()
     mean = x.mean().item()
@@ -168,23 +164,7 @@ def permutation_test(
     with ``seed`` give ``(1 + hits) / (1 + n_resamples)``.
     """
     x, y = _values(a, "permutation_test(a)", 1), _values(b, "permutation_test(b)", 1)
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    pooled = torch.cat([x, y])  # [N]
-    na, N = x.numel(), pooled.numel()
-    exact = math.comb(N, na) <= MAX_EXACT_SPLITS
-    if exact:
-        combos = torch.tensor(list(itertools.combinations(range(N), na)))  # [M, na]
-    else:
-        gen = torch.Generator().manual_seed(seed)
-        combos = torch.rand(n_resamples, N, generator=gen).argsort(-1)[:, :na]  # [M, na]
-    in_a = torch.zeros(combos.shape[0], N, dtype=torch.float64).scatter_(1, combos, 1.0)  # [M, N]
-    sum_a = in_a @ pooled  # [M]
-    diffs = sum_a / na - (pooled.sum() - sum_a) / (N - na)  # [M]
-    observed = abs(x.mean().item() - y.mean().item())
-    tol = 1e-9 * (pooled.abs().max().item() + 1.0)
-    hits = int((diffs.abs() >= observed - tol).sum())
-    return hits / combos.shape[0] if exact else (1 + hits) / (1 + n_resamples)
+    return stratified_permutation_test([(x, y)], n_resamples, seed)  # one stratum
 
 
 def stratified_permutation_test(
@@ -202,10 +182,8 @@ def stratified_permutation_test(
     ``C(n_a + n_b, n_a)``) is at most :data:`MAX_EXACT_SPLITS`, otherwise ``n_resamples`` random ones
     drawn with ``seed``, giving ``(1 + hits) / (1 + n_resamples)``. One stratum is :func:`permutation_test`.
     """
-    if not strata:
-        raise ValueError("stratified_permutation_test needs at least one stratum of (a, b) values")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    require(bool(strata), "stratified_permutation_test needs at least one stratum of (a, b) values")
+    require(n_resamples >= 1, f"n_resamples must be >= 1, got {n_resamples}")
     pairs = [(_values(a, f"stratum {i} (a)", 1), _values(b, f"stratum {i} (b)", 1)) for i, (a, b) in enumerate(strata)]
     observed = abs(sum(x.mean().item() - y.mean().item() for x, y in pairs) / len(pairs))
     total = math.prod(math.comb(x.numel() + y.numel(), x.numel()) for x, y in pairs)
@@ -267,7 +245,7 @@ def paired_t_test(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor) -> t
     return one_sample_t_test(_differences(a, b, "paired_t_test", 2))
 
 
-def _sign_patterns(n: int, n_resamples: int, seed: int) -> tuple[Tensor, bool]:
+def sign_patterns(n: int, n_resamples: int, seed: int) -> tuple[Tensor, bool]:
     """``[M, n]`` of +-1: all ``2^n`` patterns when ``n <= MAX_EXACT_FLIPS``, else ``n_resamples`` random ones."""
     if n <= MAX_EXACT_FLIPS:
         bits = (torch.arange(2**n)[:, None] >> torch.arange(n)) & 1  # [2^n, n]
@@ -288,7 +266,7 @@ def sign_flip_test(
     possible p is ``2 / 2^n`` (0.0020 for 10 pairs).
     """
     d = _deviations(values, mu, 1, "sign_flip_test")  # [n]
-    signs, exact = _sign_patterns(d.numel(), n_resamples, seed)  # [M, n]
+    signs, exact = sign_patterns(d.numel(), n_resamples, seed)  # [M, n]
     means = (signs * d).mean(-1)  # [M]
     observed = abs(d.mean().item())
     tol = 1e-9 * (d.abs().max().item() + 1.0)
@@ -337,7 +315,7 @@ def wilcoxon_signed_rank_test(
     centre = ranks.sum().item() / 2
     tol = 1e-9 * (ranks.sum().item() + 1.0)
     if n <= MAX_EXACT_FLIPS:
-        signs, _ = _sign_patterns(n, 1, 0)  # [2^n, n]
+        signs, _ = sign_patterns(n, 1, 0)  # [2^n, n]
         dist = ((signs > 0).double() * ranks).sum(-1)  # [2^n]: W+ of every pattern
         p = ((dist - centre).abs() >= abs(w - centre) - tol).double().mean().item()
         return w, p
@@ -358,8 +336,7 @@ def tost_test(values: Sequence[float] | Tensor, target: float, margin: float) ->
     ``ci90_low``/``ci90_high`` (inside ``target +- margin`` exactly when ``p < 0.05``). Needs >= 2
     values; with zero spread ``p`` is 0 inside the margin and 1 outside.
     """
-    if margin <= 0:
-        raise ValueError(f"tost_test: margin={margin} must be > 0 (e.g. 0.5)")
+    require(margin > 0, f"tost_test: margin={margin} must be > 0 (e.g. 0.5)")
     x = _values(values, "tost_test", 2)
     n, mean, sd = x.numel(), x.mean().item(), x.std(correction=1).item()
     se = sd / math.sqrt(n)
@@ -387,8 +364,7 @@ def _pvalues(pvalues: Sequence[float] | Tensor) -> tuple[Tensor, Tensor]:
     p = torch.as_tensor(list(pvalues) if not isinstance(pvalues, Tensor) else pvalues, dtype=torch.float64)
     p = p.flatten()
     keep = ~p.isnan()
-    if bool(((p[keep] < 0) | (p[keep] > 1)).any()):
-        raise ValueError(f"p-values must lie in [0, 1], got {p.tolist()}")
+    require(not bool(((p[keep] < 0) | (p[keep] > 1)).any()), f"p-values must lie in [0, 1], got {p.tolist()}")
     return p, keep
 
 
@@ -437,8 +413,7 @@ def _adjusted(pvalues: Sequence[float] | Tensor, adjust) -> list[float]:
 
 def f_sf(f: float, d1: float, d2: float) -> float:
     """Upper tail ``P(F > f)`` of the F distribution with ``(d1, d2)`` degrees of freedom."""
-    if d1 <= 0 or d2 <= 0:
-        raise ValueError(f"F degrees of freedom must be > 0, got d1={d1}, d2={d2}")
+    require(d1 > 0 and d2 > 0, f"F degrees of freedom must be > 0, got d1={d1}, d2={d2}")
     if f <= 0:
         return 1.0
     if math.isinf(f):
@@ -489,8 +464,7 @@ def two_way_anova(
     y = _values(y, "two_way_anova(y)", 2)
     n = y.numel()
     for name, factor in [("a", a), ("b", b), *[(f"blocks[{i}]", f) for i, f in enumerate(blocks)]]:
-        if len(factor) != n:
-            raise ValueError(f"two_way_anova: factor {name} has {len(factor)} entries, y has {n}")
+        require(len(factor) == n, f"two_way_anova: factor {name} has {len(factor)} entries, y has {n}")
     da, db = _one_hot(list(a)), _one_hot(list(b))
     blk = [_one_hot(list(f)) for f in blocks]
     rss_full, rank_full = _fit(y, [*blk, da, db, _interaction(da, db)])
@@ -525,8 +499,7 @@ def binomial_se(accuracy: float, n_prompts: int) -> float:
     For a mean over several samples per prompt it is an upper bound (their per-prompt means vary
     less than single 0/1 outcomes); :func:`prompt_se` from per-prompt results is then exact.
     """
-    if n_prompts < 1:
-        raise ValueError(f"binomial_se needs n_prompts >= 1, got {n_prompts}")
+    require(n_prompts >= 1, f"binomial_se needs n_prompts >= 1, got {n_prompts}")
     if not 0 <= accuracy <= 1:
         return math.nan
     return math.sqrt(accuracy * (1 - accuracy) / n_prompts)

@@ -17,7 +17,6 @@ import torch
 from lit_grpo.experiments.collect import RunRecord
 from lit_grpo.experiments.spec import Experiment, Metric
 from lit_grpo.experiments.stats import (
-    MAX_EXACT_FLIPS,
     benjamini_hochberg_adjust,
     binomial_se,
     holm_adjust,
@@ -25,6 +24,7 @@ from lit_grpo.experiments.stats import (
     paired_t_test,
     permutation_test,
     sign_flip_test,
+    sign_patterns,
     stratified_permutation_test,
     summarize,
     tost_test,
@@ -169,13 +169,7 @@ def stratified_sign_flip_test(strata: list[list[float]], n_resamples: int = 1000
     """
     d = torch.tensor([x for s in strata for x in s], dtype=torch.float64)  # [N]
     w = torch.tensor([1 / (len(strata) * len(s)) for s in strata for _ in s], dtype=torch.float64)  # [N]
-    n = d.numel()
-    if n <= MAX_EXACT_FLIPS:
-        bits = (torch.arange(2**n)[:, None] >> torch.arange(n)) & 1
-        signs, exact = 1.0 - 2.0 * bits.double(), True
-    else:
-        gen = torch.Generator().manual_seed(seed)
-        signs, exact = torch.randint(0, 2, (n_resamples, n), generator=gen).double() * 2 - 1, False
+    signs, exact = sign_patterns(d.numel(), n_resamples, seed)  # [M, N]
     stats = signs @ (w * d)  # [M]
     observed = abs(float((w * d).sum()))
     hits = int((stats.abs() >= observed - 1e-9 * (d.abs().max().item() + 1.0)).sum())

@@ -14,6 +14,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
 from lit_grpo.logprobs import KLEstimator, kl_estimate
 
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-sum-constant"]
@@ -63,8 +64,7 @@ def token_weights(
     override the batch's own counts: pass the counts summed over all data-parallel ranks so each rank's
     share matches the one-process loss on the global batch.
     """
-    if mode not in AGGREGATIONS:
-        raise ValueError(f"aggregation={mode!r} is not known; choose one of {list(AGGREGATIONS)}")
+    require(mode in AGGREGATIONS, f"aggregation={mode!r} is not known; choose one of {list(AGGREGATIONS)}")
     maskf = mask.float()
     n_seq = num_sequences if num_sequences is not None else float(mask.shape[0])
     if mode == "token-mean":
@@ -108,8 +108,7 @@ def truncated_is_weights(
     by the product of its token ratios; ``"geometric"`` by their geometric mean. Multiply the per-token policy
     loss by these (detached) weights.
     """
-    if not cap > 0:
-        raise ValueError(f"tis_cap={cap} must be > 0 (2 is the usual choice)")
+    require(cap > 0, f"tis_cap={cap} must be > 0 (2 is the usual choice)")
     log_ratio = is_log_ratios(logp_train, logp_rollout, mask, level)  # [N, T] or [N, 1]
     return torch.exp(log_ratio.clamp(max=math.log(cap))) * mask.float()
 
@@ -124,8 +123,7 @@ def masked_is_weights(
     Returns ``(weights [N, T], rejected)``: ``rejected`` is ``[N, T]`` (tokens) at the token level and ``[N]``
     (completions) at the sequence and geometric levels, True where the ratio left the band. Padding weighs 0.
     """
-    if not 0 <= low < 1 < high:
-        raise ValueError(f"low={low}, high={high}: need 0 <= low < 1 < high (e.g. 0.5 and 2)")
+    require(0 <= low < 1 < high, f"low={low}, high={high}: need 0 <= low < 1 < high (e.g. 0.5 and 2)")
     log_ratio = is_log_ratios(logp_train, logp_rollout, mask, level)  # [N, T] or [N, 1]
     inside = (log_ratio >= math.log(low) if low > 0 else torch.ones_like(log_ratio, dtype=torch.bool)) & (
         log_ratio <= math.log(high))

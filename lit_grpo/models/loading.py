@@ -7,6 +7,8 @@ the prompt templates, the benchmarks); transformers is imported inside them, so 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -31,14 +33,8 @@ def load_tokenizer(model: str):
     model = resolve_model(model)  # a packaged model or a .gguf file: its converted directory
     _check_model_path(model)
     check_tokenizer_files(model)
-    try:
+    with _loading(model, "tokenizer"):
         return AutoTokenizer.from_pretrained(model)
-    except Exception as err:
-        if local_dir(model) is not None:  # a directory with the files: one of them is damaged
-            raise damaged(model, "tokenizer", err) from err
-        if isinstance(err, OSError):
-            raise OSError(_not_found_message(model)) from err
-        raise
 
 
 def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False, seed: int = 0) -> nn.Module:
@@ -49,15 +45,22 @@ def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False
     _check_model_path(model)
     check_model_files(model, weights=not from_scratch)
     torch_dtype = getattr(torch, dtype)
-    try:
+    with _loading(model, "model"):
         if from_scratch:
             torch.manual_seed(seed)
             config = AutoConfig.from_pretrained(model)
             return AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
         return AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
+
+
+@contextmanager
+def _loading(model: str, what: str) -> Iterator[None]:
+    """Turns a failure to load ``what`` (model or tokenizer) into the error that names the fix."""
+    try:
+        yield
     except Exception as err:
         if local_dir(model) is not None:  # a directory with the files: one of them is damaged
-            raise damaged(model, "model", err) from err
+            raise damaged(model, what, err) from err
         if isinstance(err, OSError):
             raise OSError(_not_found_message(model)) from err
         raise

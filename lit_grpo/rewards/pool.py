@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from math_verify.errors import TimeoutException
 
+from lit_grpo.checks import require
 from lit_grpo.rewards.scoring import Unscorable
 
 StartMethod = Literal["forkserver", "spawn"]
@@ -51,10 +52,8 @@ class ScoringPool:
     """
 
     def __init__(self, workers: int, timeout_s: float, start_method: StartMethod = "forkserver") -> None:
-        if workers < 1:
-            raise ValueError(f"ScoringPool: workers={workers} must be >= 1")
-        if not timeout_s > 0:
-            raise ValueError(f"ScoringPool: timeout_s={timeout_s} must be > 0")
+        require(workers >= 1, f"ScoringPool: workers={workers} must be >= 1")
+        require(timeout_s > 0, f"ScoringPool: timeout_s={timeout_s} must be > 0")
         if start_method not in ("forkserver", "spawn"):
             raise ValueError(f"ScoringPool: start_method={start_method!r}; use 'forkserver' or 'spawn'")
         self.workers = workers

@@ -29,6 +29,7 @@ import torch
 from math_verify.errors import TimeoutException
 from torch import Tensor
 
+from lit_grpo.checks import require
 from lit_grpo.types import RewardOutput
 
 if TYPE_CHECKING:
@@ -79,12 +80,12 @@ def _log_once(name: str, kind: str, message: str, exc: BaseException | None = No
         logger.warning("%s (logged once for reward %r; see its counters)", message, name, exc_info=exc)
 
 
-def _check_lengths(completions: Sequence[str], references: Sequence[Any], columns: Mapping) -> int:
+def check_lengths(completions: Sequence[str], references: Sequence[Any], columns: Mapping) -> int:
+    """``N``, after checking that ``references`` and every column have one value per completion."""
     n = len(completions)
-    if len(references) != n:
-        raise ValueError(
-            f"got {n} completions but {len(references)} references; pass one reference per completion"
-        )
+    require(
+        len(references) == n, f"got {n} completions but {len(references)} references; pass one reference per completion"
+    )
     for key, values in columns.items():
         if len(values) != n:
             raise ValueError(
@@ -150,7 +151,7 @@ def score_items(
     :data:`STANDARD_COUNTERS` and ``counter_keys`` (0 when unused) plus anything ``fn`` counted.
     """
     columns = dict(columns or {})
-    n = _check_lengths(completions, references, columns)
+    n = check_lengths(completions, references, columns)
     counters: Counter = Counter(dict.fromkeys((*STANDARD_COUNTERS, *counter_keys), 0))
     items = [((completions[i], references[i]), {k: v[i] for k, v in columns.items()}) for i in range(n)]
     if pool is None:
@@ -312,8 +313,7 @@ class RewardGuard:
             raise ValueError(
                 f"reward_timeout_s={timeout_s!r} must be a number of seconds > 0, or null for no limit"
             )
-        if fail_after < 0:
-            raise ValueError(f"fail_after={fail_after} must be >= 0 (0: never stop the run)")
+        require(fail_after >= 0, f"fail_after={fail_after} must be >= 0 (0: never stop the run)")
         self.timeout_s, self.fail_after = timeout_s, fail_after
         self.calls = 0  # calls so far
         self.failed_calls = 0  # of those, calls where every item failed

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
+
 
 @dataclass
 class ShapedRewards:
@@ -59,10 +61,8 @@ class OverlongPenalty(RewardShaping):
     """
 
     def __init__(self, buffer: int, penalty: float = 1.0) -> None:
-        if buffer < 1:
-            raise ValueError(f"OverlongPenalty: buffer={buffer} must be >= 1 token")
-        if not penalty >= 0:
-            raise ValueError(f"OverlongPenalty: penalty={penalty} must be >= 0")
+        require(buffer >= 1, f"OverlongPenalty: buffer={buffer} must be >= 1 token")
+        require(penalty >= 0, f"OverlongPenalty: penalty={penalty} must be >= 0")
         self.buffer, self.penalty = buffer, penalty
 
     def __call__(self, rewards: Tensor, lengths: Tensor, max_new_tokens: int) -> ShapedRewards:

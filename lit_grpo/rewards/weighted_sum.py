@@ -9,8 +9,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
 from lit_grpo.rewards.base import RewardFunction
-from lit_grpo.rewards.scoring import STANDARD_COUNTERS, call_reward
+from lit_grpo.rewards.scoring import STANDARD_COUNTERS, call_reward, check_lengths
 from lit_grpo.types import RewardOutput
 
 
@@ -53,8 +54,7 @@ class WeightedSum(RewardFunction):
     """
 
     def __init__(self, rewards: list[RewardFunction], weights: list[float] | None = None) -> None:
-        if not rewards:
-            raise ValueError("rewards=[] is empty; give at least one reward function to WeightedSum")
+        require(bool(rewards), "rewards=[] is empty; give at least one reward function to WeightedSum")
         for reward in rewards:
             if not isinstance(reward, RewardFunction):
                 raise TypeError(
@@ -66,8 +66,7 @@ class WeightedSum(RewardFunction):
             raise ValueError(
                 f"WeightedSum got {len(rewards)} rewards but {len(weights)} weights; give one weight per reward"
             )
-        if not all(math.isfinite(w) for w in weights):
-            raise ValueError(f"weights={weights} must all be finite numbers")
+        require(all(math.isfinite(w) for w in weights), f"weights={weights} must all be finite numbers")
         self.rewards = list(rewards)
         self.weights = [float(w) for w in weights]
 
@@ -89,11 +88,7 @@ class WeightedSum(RewardFunction):
 
     def __call__(self, completions: list[str], references: list[str], **columns: Any) -> RewardOutput:
         """``completions [N]``, ``references [N]`` -> the weighted sum ``[N]`` with every term."""
-        n = len(completions)
-        if len(references) != n:
-            raise ValueError(
-                f"got {n} completions but {len(references)} references; pass one reference per completion"
-            )
+        check_lengths(completions, references, columns)
         outs = [call_reward(r, completions, references, **columns) for r in self.rewards]  # checked
         scores = torch.stack([o.scores.float() for o in outs])  # [K, N]
         total = weighted_sum(scores, torch.tensor(self.weights, dtype=torch.float32))  # [N]
