@@ -31,3 +31,22 @@ def test_gpu_variant_overlays_the_quickstart_with_bf16_mixed_precision(tmp_path)
     assert cli.trainer.precision == "bf16-mixed" and cli.trainer.max_steps == 200
     assert cli.model.model_name in PACKAGED and cli.datamodule.val_batch_size == 500
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("task", ["calculator", "search_agent"])
+def test_tool_tasks_train_the_policy_their_supervised_start_writes(task):
+    if task == "search_agent":
+        pytest.importorskip("bm25s")
+    sft = LitGRPOCLI(args=["--config", str(ROOT / "configs" / "real" / f"{task}_sft.yaml")], run=False)
+    rl = LitGRPOCLI(args=["--config", str(ROOT / "configs" / "real" / f"{task}.yaml")], run=False)
+    save = next(c for c in sft.trainer.callbacks if type(c).__name__ == "SavePretrained")
+    assert save.merge and rl.model.model_name == f"{save.dirpath}/merged"
+    assert sft.model.model_name in PACKAGED and sft.model.turns and type(sft.model.engine).__name__ == "EpisodeEngine"
+    # the same environment, episode limits and data on both sides: RL starts where the demonstrations left off
+    envs = [m.engine.environment for m in (sft.model, rl.model)]
+    assert type(envs[0]) is type(envs[1]) and envs[0].schemas == envs[1].schemas
+    assert envs[0].system_prompt == envs[1].system_prompt and getattr(envs[0], "k", 0) == getattr(envs[1], "k", 0)
+    assert (sft.model.engine.max_turns, sft.model.engine.max_episode_tokens) == (
+        rl.model.engine.max_turns, rl.model.engine.max_episode_tokens)
+    assert sft.model.sampling == rl.model.sampling
+    assert type(sft.datamodule.source) is type(rl.datamodule.source)
