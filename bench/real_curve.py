@@ -23,7 +23,8 @@ def read_run(run: Path) -> dict:
     events = EventAccumulator(str(run), size_guidance={"scalars": 0}).Reload()
     scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
     wanted = ("rollout/reward_mean", "rollout/len_mean", "rollout/truncated_frac", "reward/no_answer",
-              "train/loss", "train/grad_norm")
+              "train/loss", "train/grad_norm", "env/turns_mean", "env/tool_calls_mean", "env/truncated_frac",
+              "env/tool_errors")
     steps = {tag: [round(v, 4) for _, v in scalars[tag]] for tag in wanted if tag in scalars}
     steps.update({tag: [round(v, 3) for _, v in values] for tag, values in scalars.items()
                   if tag.startswith("perf/") and values})
@@ -53,7 +54,8 @@ def summarise(steps: dict, heldout: dict, window: int = 5, gain: float = 0.10) -
     return out
 
 
-def plot(data: dict, out: Path) -> None:
+def plot(data: dict, out: Path, ylabel: str = "accuracy (last number = a + b)",
+         title: str = "SmolLM2-135M-Instruct, LoRA GRPO, 2 CPU cores") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -73,9 +75,12 @@ def plot(data: dict, out: Path) -> None:
             ax.plot([0, len(reward)], [held[f"heldout/{key}_before"], held[f"heldout/{key}_after"]], style, markersize=8,
                     label=label)
     ax.set_xlabel("GRPO step")
-    ax.set_ylabel("accuracy (last number = a + b)")
-    ax.set_ylim(0, 1)
-    ax.set_title("SmolLM2-135M-Instruct, LoRA GRPO, 2 CPU cores")
+    calls = data["per_step"].get("env/tool_calls_mean")
+    if calls:  # episodes with tools: the calls per episode on the same axis (0..1 for one call)
+        ax.plot(range(1, len(calls) + 1), calls, "--", alpha=0.7, label="tool calls per episode")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, max(1.0, max(calls or [0]) * 1.05))
+    ax.set_title(title)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -88,6 +93,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--figure", type=Path)
     parser.add_argument("--note", default="", help="what else to record with the numbers (load, wall time)")
+    parser.add_argument("--ylabel", default="accuracy (last number = a + b)", help="the figure's y label")
+    parser.add_argument("--title", default="SmolLM2-135M-Instruct, LoRA GRPO, 2 CPU cores", help="the figure's title")
     args = parser.parse_args()
     data = read_run(args.run)
     if args.note:
@@ -97,7 +104,7 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=1) + "\n")
     if args.figure:
-        plot(data, args.figure)
+        plot(data, args.figure, args.ylabel, args.title)
 
 
 if __name__ == "__main__":
