@@ -18,7 +18,11 @@ ESTIMATORS = list(REGISTRY)  # every estimator the package registers
 
 
 def _needs(config: str) -> str | None:
+    """What the config, or a config its first line applies it over, needs that this machine may lack."""
     text = (ROOT / config).read_text()
+    first = text.splitlines()[0].split() if text else []
+    text += "".join((ROOT / c).read_text() for prev, c in zip(first, first[1:], strict=False)
+                    if prev == "--config" and c != config and (ROOT / c).is_file())
     if "VLLMEngine" in text and importlib.util.find_spec("vllm") is None:
         return "vllm, which is not installed"
     if re.search(r"^\s*accelerator:\s*(gpu|cuda)\b", text, re.M) and not torch.cuda.is_available():
