@@ -141,8 +141,10 @@ class PromptDataModule(L.LightningDataModule):
 
     def _check_size(self, size: int) -> None:
         if size < self.prompts_per_step:
+            skipped = self._skipped.counts.get("train", 0)
+            why = f" ({skipped} bad rows were skipped: skip_bad_rows is set; the warnings above name them)" if skipped else ""
             raise ValueError(
-                f"PromptDataModule: the training split has {size} prompts, fewer than "
+                f"PromptDataModule: the training split has {size} prompts{why}, fewer than "
                 f"prompts_per_step={self.prompts_per_step}; lower prompts_per_step or add prompts"
             )
 

@@ -202,6 +202,10 @@ class FileSource(RowSource):
         file = getattr(self, split)
         require(file is not None, f"FileSource: no file for the {split} split; set the option `{split}` to a file path")
         path = Path(file)
+        if path.is_dir():
+            raise IsADirectoryError(
+                f"FileSource: {split}={file!r} is a directory; give the data file in it (.jsonl, .json or .parquet)"
+            )
         if not path.is_file():
             raise FileNotFoundError(f"FileSource: {split}={file!r}: no such file")
         if path.suffix not in (".jsonl", ".json", ".parquet"):

@@ -186,6 +186,19 @@ def test_missing_file_names_the_path_and_the_option(tmp_path):
         FileSource(val=missing).load("val")
 
 
+def test_a_directory_for_a_data_file_is_named_as_one(tmp_path):
+    with pytest.raises(IsADirectoryError, match=re.escape(f"val={str(tmp_path)!r} is a directory; give the data file")):
+        FileSource(val=str(tmp_path)).load("val")
+
+
+def test_every_row_skipped_says_so(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"prompt": "", "answer": "1"}\nnot json\n')
+    data = PromptDataModule(FileSource(train=str(path)), prompts_per_step=1, skip_bad_rows=True)
+    with pytest.raises(ValueError, match=re.escape("has 0 prompts (2 bad rows were skipped: skip_bad_rows is set")):
+        data.setup("fit")
+
+
 def test_unconfigured_split_names_the_option(tmp_path):
     source = FileSource(train=write_jsonl(tmp_path / "t.jsonl", [{"prompt": "p", "answer": "a"}]))
     assert source.has_split("train") and not source.has_split("test")
