@@ -25,6 +25,7 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from lit_grpo.checks import require_folder
 from lit_grpo.models.sources import bundled_model
 
 logger = logging.getLogger(__name__)
@@ -201,6 +202,20 @@ class SaveOnInterrupt(Callback):
         for signum, previous in self._previous.items():  # the handlers from before fit
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}
+
+
+def check_outputs(trainer: Trainer) -> None:
+    """Before a run starts, every folder it will write in can be made and written: the trainer's
+    ``default_root_dir``, each logger's ``save_dir`` and each callback's ``dirpath`` (checkpoints, exports). A
+    regular file in the way or a folder without write permission is named with its option now, not as an OS error
+    after the first training step. Nothing is created."""
+    require_folder("trainer.default_root_dir", trainer.default_root_dir)
+    for log in trainer.loggers:
+        if getattr(log, "save_dir", None):
+            require_folder(f"trainer.logger ({type(log).__name__}) save_dir", log.save_dir)
+    for callback in trainer.callbacks:
+        if getattr(callback, "dirpath", None):
+            require_folder(f"trainer.callbacks ({type(callback).__name__}) dirpath", callback.dirpath)
 
 
 def exit_status(trainer: Trainer) -> int:

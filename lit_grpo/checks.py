@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 
 def require(ok: bool, message: str) -> None:
     """Raise ``ValueError(message)`` unless ``ok``; the message names the option, the value and the fix."""
@@ -14,3 +17,16 @@ def require_at_least(where: str, minimum: int, note: str = "", **values: float) 
     then ``note`` (e.g. ``" (0: never)"``)."""
     for option, value in values.items():
         require(value >= minimum, f"{where}: {option}={value} must be >= {minimum}{note}")
+
+
+def require_folder(option: str, path: str | os.PathLike) -> None:
+    """``require`` that ``path`` is, or can be made, a folder this process writes in: the nearest part of it that
+    exists is a folder (not a file) and writable. Nothing is created; the message names ``option`` and the path."""
+    given = Path(path)
+    for part in (given.absolute(), *given.absolute().parents):
+        if part.exists():
+            require(part.is_dir(), f"{option}={str(given)!r}: {part} is a file, not a folder; choose another "
+                    f"{option} or move the file")
+            require(os.access(part, os.W_OK | os.X_OK), f"{option}={str(given)!r}: this process cannot write in "
+                    f"{part}; choose a writable {option}")
+            return

@@ -26,7 +26,7 @@ import lit_grpo.rewards
 import lit_grpo.rollout
 import lit_grpo.sft  # noqa: F401
 from lit_grpo import resources
-from lit_grpo.checkpoint import SaveOnInterrupt, damaged_checkpoint
+from lit_grpo.checkpoint import SaveOnInterrupt, check_outputs, damaged_checkpoint
 from lit_grpo.data import PromptDataModule
 
 TRAINER_DEFAULTS = {
@@ -80,6 +80,9 @@ class LitGRPOCLI(LightningCLI):
         # torch, lightning and transformers; as comment lines, the file still works as --config
         kwargs.setdefault("dump_header", [resources.version_line(), f"lightning.pytorch=={lightning.__version__}"])
         return super().init_parser(**kwargs)
+
+    def before_fit(self) -> None:
+        check_outputs(self.trainer)  # a folder the run cannot write fails now, naming its option
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the checkpoint's hyperparameters first: a damaged file is named here already

@@ -145,3 +145,31 @@ def test_a_missing_checkpoint_is_named(run_dir):
     missing = run_dir / "ckpt" / "nope.ckpt"
     outcome = fit(config(run_dir, steps=4), run_dir, f"--ckpt_path={missing}")
     assert outcome.status == 1 and str(missing) in outcome.message and "not found" in outcome.message
+
+
+# ---- output folders ------------------------------------------------------------------------------
+def _export(folder) -> dict:
+    return {"class_path": "lit_grpo.callbacks.SavePretrained", "init_args": {"dirpath": str(folder)}}
+
+
+OUTPUT_CASES = {  # name: (where a regular file sits, the config's output folders, what the message must contain)
+    "checkpoint folder is a file": ("ckpt2", "ckpt2", "trainer.callbacks (ModelCheckpoint) dirpath="),
+    "a file on the checkpoint path": ("ckpt2", "ckpt2/inner", "trainer.callbacks (ModelCheckpoint) dirpath="),
+    "export folder is a file": ("export", "export", "trainer.callbacks (SavePretrained) dirpath="),
+}
+
+
+@pytest.mark.parametrize("case", OUTPUT_CASES)
+def test_an_output_folder_that_cannot_be_made_is_named_before_the_first_step(run_dir, case):
+    blocker, folder, pattern = OUTPUT_CASES[case]
+    (run_dir / blocker).write_text("a regular file")
+    cfg = config(run_dir, steps=1)
+    if "export" in case:
+        cfg["trainer"]["callbacks"].append(_export(run_dir / folder))
+    else:
+        cfg["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(run_dir / folder)
+    saved = Saved(run_dir / "ckpt")
+    outcome = fit(cfg, run_dir)
+    assert outcome.status == 1 and pattern in outcome.message  # not an OS error after the first step
+    assert f"{run_dir / blocker} is a file, not a folder" in outcome.message
+    assert saved.unchanged()
