@@ -93,6 +93,20 @@ def test_bad_value_is_reported_with_the_option(capsys):
     assert "tau" in message
 
 
+@pytest.mark.parametrize(
+    ("option", "problem"),
+    [
+        ("--model.optim.lr=-1", "optim.lr=-1.0 must be > 0"),  # a component's check, inside jsonargparse's dump
+        ("--data.source.init_args.max_operand=-3", "max_operand=-3"),
+        ("--model.model=/nonexistent/model", "/nonexistent/model"),
+    ],
+)
+def test_a_failing_command_names_the_problem_on_its_last_line(capsys, option, problem):
+    assert main(["fit", "--config", "configs/quickstart.yaml", option, "--trainer.max_steps=1"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("lit-grpo fit: error: ") and problem in last and len(last) < 400, last
+
+
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_quickstart_runs_a_few_steps_with_each_estimator(tmp_path, estimator, capsys):
     main(["fit", "--config", "configs/quickstart.yaml", f"--model.estimator={estimator}",
