@@ -234,14 +234,16 @@ def checked_output(reward: RewardFunction, out: Any, n: int) -> RewardOutput:
     unaccounted = int(torch.isnan(scores).sum()) - sum(counters[k] for k in STANDARD_COUNTERS)
     if unaccounted > 0:
         counters["unscorable"] += unaccounted
+        _log_once(name, "nan", f"reward {name!r} returned NaN for {unaccounted} of {n} completions ({cls}); they "
+                  "count as unscorable and train as nothing")
     return RewardOutput(scores=scores, terms=terms, counters=dict(counters))
 
 
 # ---- a time limit for every reward call ---------------------------------------------------------------
 #: Default wall-clock limit of one reward call (every completion of a step), in seconds.
 DEFAULT_REWARD_TIMEOUT_S = 300.0
-#: A reward that fails on every item of each of its first this many calls (raises, or runs past its time
-#: limit) stops the run: it is broken, and training on all-NaN rewards would only waste the compute.
+#: A reward that fails on every item of each of its first this many calls (raises, runs past its time
+#: limit, or scores NaN) stops the run: it is broken, and training on all-NaN rewards would only waste the compute.
 FAIL_FAST_CALLS = 3
 
 
@@ -301,7 +303,7 @@ class RewardGuard:
     A call past ``timeout_s`` gives NaN for each of its items, counted in ``timeouts`` (logged once per
     reward), and the run goes on; a :class:`~lit_grpo.rewards.pool.ScoringPool` the reward was using is
     killed with its workers. A reward that fails on every item of each of its first ``fail_after`` calls
-    (raising, or timing out) stops the run with an error naming it: it is broken, not unlucky.
+    (raising, timing out, or scoring NaN) stops the run with an error naming it: it is broken, not unlucky.
 
     Args:
         timeout_s: Wall-clock limit of one call in seconds; None: no limit (see :func:`time_limit`).
@@ -338,16 +340,16 @@ class RewardGuard:
 
     def _track(self, name: str, out: RewardOutput, n: int, error: BaseException | None) -> None:
         self.calls += 1
-        failed = n > 0 and out.counters.get("errors", 0) + out.counters.get("timeouts", 0) >= n \
-            and bool(torch.isnan(out.scores).all())
+        failed = n > 0 and bool(torch.isnan(out.scores).all())  # raised, timed out or returned NaN: no signal
         self.failed_calls += failed
         if failed and self.first_error is None:
             self.first_error = error
         if self.fail_after and self.calls == self.failed_calls == self.fail_after:
             raise RuntimeError(
                 f"reward {name!r} failed on every completion of each of its first {self.fail_after} calls "
-                f"(errors {out.counters.get('errors', 0)}, timeouts {out.counters.get('timeouts', 0)} of {n} "
-                "in the last one): it is broken, and training on NaN rewards learns nothing. The first "
+                f"(errors {out.counters.get('errors', 0)}, timeouts {out.counters.get('timeouts', 0)}, "
+                f"unscorable {out.counters.get('unscorable', 0)} of {n} in the last one): it is broken, and "
+                "training on NaN rewards learns nothing. The first "
                 "failure is logged above with its traceback (and chained below); fix the reward (call it on a "
                 "few completions by hand), or raise reward_timeout_s if it is only slow."
             ) from self.first_error

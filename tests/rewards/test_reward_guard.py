@@ -93,6 +93,18 @@ def test_a_reward_that_fails_on_every_call_stops_the_run_after_fail_after_calls(
         guard(reward, ["a"], ["r"])
 
 
+def test_a_reward_that_returns_nan_for_everything_is_logged_and_stops_the_run_like_a_raising_one(caplog):
+    guard = RewardGuard(timeout_s=None, fail_after=3)
+    reward = Plain(lambda c: RewardOutput(torch.full((len(c),), math.nan)), name="all-nan")
+    with caplog.at_level(logging.WARNING):
+        out = guard(reward, ["a", "b"], ["r", "r"])
+    assert out.counters == {"errors": 0, "timeouts": 0, "unscorable": 2}
+    assert "reward 'all-nan' returned NaN for 2 of 2 completions" in caplog.text
+    guard(reward, ["a"], ["r"])
+    with pytest.raises(RuntimeError, match=r"'all-nan' failed on every completion .* unscorable 1 of 1"):
+        guard(reward, ["a"], ["r"])
+
+
 def test_a_reward_that_worked_once_never_stops_the_run():
     calls = []
 
