@@ -8,6 +8,7 @@ built-in config (``lit-grpo fit --config quickstart``; ``lit-grpo configs list``
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ class LitGRPOCLI(LightningCLI):
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         given_kwargs = kwargs.get("parser_kwargs") or {}
         kwargs["parser_kwargs"] = {"prog": "lit-grpo", "description": DESCRIPTION, **given_kwargs}
+        kwargs.setdefault("parser_class", ArgumentParser)
         super().__init__(
             LightningModule, PromptDataModule, subclass_mode_model=True, args=args, run=run,
             auto_configure_optimizers=False, **kwargs,
@@ -93,6 +95,36 @@ class LitGRPOCLI(LightningCLI):
             if damaged is None:
                 raise
             raise damaged from err
+
+
+class ArgumentParser(LightningArgumentParser):
+    """LightningCLI's parser whose errors end with a line that names the problem and its fix where jsonargparse's
+    own message does not (:func:`explain`)."""
+
+    def error(self, message: str, ex: Exception | None = None):  # type: ignore[override]
+        hint = explain(message)
+        return super().error(message if hint is None else f"{message}\n{hint}", ex)
+
+
+#: jsonargparse's words for an option of a component (``--model.loss.dual_clip=3``) when no class is chosen
+_PARENT = re.compile(r'^Parser key "(?P<parent>[\w.]+)":')
+_NESTED = re.compile(r"NestedArg\(key='(?P<key>\w+(?:\.\w+)+)', val=(?P<val>.*)\)$", re.M)
+
+
+def explain(message: str) -> str | None:
+    """The problem and its fix for a parse error that jsonargparse words only as a type mismatch, else None.
+    Setting an option of a component that the config leaves to the module's default (``--model.loss.dual_clip=3``
+    with no ``loss`` in the config: ``GRPOModule`` builds ``PPOClip()`` in code) has no class to give it to."""
+    parent, nested = _PARENT.match(message), list(_NESTED.finditer(message))
+    if parent is None or not nested:
+        return None
+    found = nested[-1]  # the outermost: its key runs from the parser key's level
+    component, option = found["key"].rsplit(".", 1)
+    flag = f"--{parent['parent']}.{component}"
+    return (f"{flag}.{option}: the config names no class for {component!r}, so there is nothing to set {option!r} "
+            f"on (a component left out of the config is built by the module's default). Name the class first: "
+            f"{flag}=CLASS {flag}.{option}={found['val'].strip(chr(39))}, or give "
+            f"'{component.rsplit('.', 1)[-1]}: {{class_path: ...}}' in the config")
 
 
 def builtin_configs(args: Any) -> Any:

@@ -93,6 +93,19 @@ def test_bad_value_is_reported_with_the_option(capsys):
     assert "tau" in message
 
 
+@pytest.mark.parametrize(("component", "option"), [("loss", "dual_clip=3"), ("estimator", "tau=0.5")])
+def test_an_option_of_a_component_the_config_leaves_out_says_to_name_its_class(tmp_path, capsys, component, option):
+    config = tmp_path / "without.yaml"
+    config.write_text(f"model:\n  init_args:\n    {component}: null\n")  # the module builds its default in code
+    with pytest.raises(SystemExit) as done:
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--config", str(config), f"--model.{component}.{option}"],
+                   run=False)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    name = option.split("=")[0]
+    assert done.value.code == 2 and last.startswith(f"--model.{component}.{name}: the config names no class for")
+    assert f"--model.{component}=CLASS --model.{component}.{option}" in last
+
+
 @pytest.mark.parametrize(
     ("option", "problem"),
     [
