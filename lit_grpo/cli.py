@@ -106,25 +106,46 @@ class ArgumentParser(LightningArgumentParser):
         return super().error(message if hint is None else f"{message}\n{hint}", ex)
 
 
-#: jsonargparse's words for an option of a component (``--model.loss.dual_clip=3``) when no class is chosen
+#: jsonargparse's words for the parser key and the outermost value of a failed union (``--model.loss.dual_clip=3``)
 _PARENT = re.compile(r'^Parser key "(?P<parent>[\w.]+)":')
 _NESTED = re.compile(r"NestedArg\(key='(?P<key>\w+(?:\.\w+)+)', val=(?P<val>.*)\)$", re.M)
 
 
 def explain(message: str) -> str | None:
-    """The problem and its fix for a parse error that jsonargparse words only as a type mismatch, else None.
+    """One line that names the problem of a parse error jsonargparse words as a nested union mismatch, else None.
     Setting an option of a component that the config leaves to the module's default (``--model.loss.dual_clip=3``
-    with no ``loss`` in the config: ``GRPOModule`` builds ``PPOClip()`` in code) has no class to give it to."""
+    with no ``loss`` in the config: ``GRPOModule`` builds ``PPOClip()`` in code) has no class to give it to; any
+    other failure of such an option is the deepest error of the nest (``Option 'bogus' is not accepted``)."""
     parent, nested = _PARENT.match(message), list(_NESTED.finditer(message))
     if parent is None or not nested:
         return None
     found = nested[-1]  # the outermost: its key runs from the parser key's level
     component, option = found["key"].rsplit(".", 1)
     flag = f"--{parent['parent']}.{component}"
+    if "is abstract" not in message:
+        return f"{flag}.{option}: {deepest_error(message) or found['val']}"
     return (f"{flag}.{option}: the config names no class for {component!r}, so there is nothing to set {option!r} "
             f"on (a component left out of the config is built by the module's default). Name the class first: "
             f"{flag}=CLASS {flag}.{option}={found['val'].strip(chr(39))}, or give "
             f"'{component.rsplit('.', 1)[-1]}: {{class_path: ...}}' in the config")
+
+
+def deepest_error(message: str) -> str | None:
+    """The line of a jsonargparse message that names the problem. A failure inside a component arrives wrapped in
+    "Does not validate against any of the Union subtypes", a list of the errors of each allowed type (and, when
+    instantiation fails, a dump of the config): the problem is the deepest error that is not the ``None``
+    alternative, with the line below it when it ends in a colon. None when the message has no such list."""
+    lines = message.splitlines()
+    items = [(len(line) - len(line.lstrip()), i) for i, line in enumerate(lines) if line.strip().startswith("- ")]
+    items = [(depth, i) for depth, i in items if not lines[i].strip().startswith("- Expected a <class 'NoneType'>")]
+    if not items:
+        return None
+    deepest = max(depth for depth, _ in items)
+    i = next(i for depth, i in items if depth == deepest)
+    error = lines[i].strip()[2:]
+    if error.endswith(":") and i + 1 < len(lines) and not lines[i + 1].strip().startswith("- "):
+        error = f"{error} {lines[i + 1].strip()}"
+    return error
 
 
 def builtin_configs(args: Any) -> Any:

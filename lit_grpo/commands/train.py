@@ -10,7 +10,7 @@ def _lightning(subcommand: str, argv: list[str]) -> int:
     import sys
 
     from lit_grpo.checkpoint import exit_status
-    from lit_grpo.cli import LitGRPOCLI
+    from lit_grpo.cli import LitGRPOCLI, deepest_error
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = [subcommand, *argv]
@@ -18,23 +18,11 @@ def _lightning(subcommand: str, argv: list[str]) -> int:
         cli = LitGRPOCLI(args=None if sys.argv[1:] == args else args)  # None: LightningCLI reads the command line
     except Exception as err:  # the traceback (and any config dump) above, the problem on the last line
         traceback.print_exc()
-        print(f"lit-grpo {subcommand}: error: {problem(err)}", file=sys.stderr)
+        lines = str(err).splitlines() or [""]
+        problem = deepest_error(str(err)) or f"{type(err).__name__}: {lines[0]}"
+        print(f"lit-grpo {subcommand}: error: {problem}", file=sys.stderr)
         return 1
     return exit_status(cli.trainer)  # 75 when a signal stopped the run after writing its checkpoint
-
-
-def problem(err: BaseException) -> str:
-    """The line of ``err``'s message that names the problem. A component's check raised while jsonargparse
-    instantiates the config arrives wrapped in "Does not validate against any of the Union subtypes", a list of
-    the errors of each allowed type and a dump of the config: the problem is the deepest error that is not the
-    ``None`` alternative."""
-    lines = str(err).splitlines() or [type(err).__name__]
-    errors = [(len(line) - len(line.lstrip()), line.strip()[2:]) for line in lines if line.strip().startswith("- ")]
-    errors = [(depth, e) for depth, e in errors if not e.startswith("Expected a <class 'NoneType'>")]
-    if not errors:
-        return f"{type(err).__name__}: {lines[0]}"
-    deepest = max(depth for depth, _ in errors)
-    return next(e for depth, e in errors if depth == deepest)
 
 
 def fit(argv: list[str]) -> int:

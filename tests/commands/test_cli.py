@@ -106,6 +106,14 @@ def test_an_option_of_a_component_the_config_leaves_out_says_to_name_its_class(t
     assert f"--model.{component}=CLASS --model.{component}.{option}" in last
 
 
+def test_an_option_a_component_does_not_take_is_named_on_the_last_line(capsys):
+    with pytest.raises(SystemExit) as done:
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.loss.bogus=3"], run=False)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert done.value.code == 2
+    assert last == "--model.loss.bogus: Problem with given class_path 'lit_grpo.PPOClip': Option 'bogus' is not accepted"
+
+
 @pytest.mark.parametrize(
     ("option", "problem"),
     [
