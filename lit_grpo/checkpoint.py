@@ -25,7 +25,7 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lit_grpo.checks import require_folder
+from lit_grpo.checks import differences, require_folder
 from lit_grpo.models.sources import bundled_model
 
 logger = logging.getLogger(__name__)
@@ -272,16 +272,13 @@ def model_identity(model: str) -> str:
     return str(path.resolve()) if path.is_dir() else model
 
 
-def check_fingerprint(saved: dict[str, Any], current: dict[str, Any]) -> None:
+def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], also: list[str] = ()) -> None:
     """Raise a ``ValueError`` naming every setting that differs between a checkpoint and this run (settings
-    only one of them has are not compared: older checkpoints lack newer ones)."""
+    only one of them has are not compared: older checkpoints lack newer ones), and the differences ``also`` found
+    elsewhere (the data position's settings), so that one refusal lists them all."""
     if isinstance(saved.get("model"), str):  # written as given by checkpoints of earlier versions
         saved = {**saved, "model": model_identity(saved["model"])}
-    differ = [
-        f"{k}: checkpoint {_show(saved[k])}, this run {_show(current[k])}"
-        for k in current
-        if k in saved and saved[k] != current[k]
-    ]
+    differ = [*differences(saved, current), *also]
     if differ:
         raise ValueError(
             "the checkpoint was written with a different configuration, so its state does not fit this run: "
@@ -289,10 +286,6 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any]) -> None:
             + ". Resume with the checkpoint's settings, or start a new run from exported weights "
             "(lit_grpo.callbacks.SavePretrained) to change them."
         )
-
-
-def _show(value: Any) -> str:
-    return value if isinstance(value, str) else repr(value)
 
 
 def gather_objects(obj: Any) -> list[Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 
 def require(ok: bool, message: str) -> None:
@@ -30,3 +31,13 @@ def require_folder(option: str, path: str | os.PathLike) -> None:
             require(os.access(part, os.W_OK | os.X_OK), f"{option}={str(given)!r}: this process cannot write in "
                     f"{part}; choose a writable {option}")
             return
+
+
+def differences(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
+    """``<prefix>key: checkpoint X, this run Y`` for each key of ``current`` that ``saved`` holds with another value
+    (a key only one of them has is not compared: older checkpoints lack newer settings)."""
+    def show(value: Any) -> str:
+        return value if isinstance(value, str) else repr(value)
+
+    return [f"{prefix}{k}: checkpoint {show(saved[k])}, this run {show(current[k])}"
+            for k in current if k in saved and saved[k] != current[k]]

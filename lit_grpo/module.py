@@ -477,10 +477,15 @@ class GRPOModule(PolicyModule):
             checkpoint["lit_grpo_curriculum"] = self.curriculum.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Raise when the checkpoint was written with other settings; then restore what was saved."""
+        """Raise when the checkpoint was written with other settings, naming them all (the data position's too:
+        Lightning restores the module before the DataModule); then restore what was saved."""
         state = checkpoint.get("lit_grpo", {})
+        data = self.trainer.datamodule if self._trainer is not None else None
+        saved_data = checkpoint.get(type(data).__qualname__)
+        data_differ = data.position_differences(saved_data) if saved_data and hasattr(data, "position_differences") \
+            else []
         if "fingerprint" in state:
-            check_fingerprint(state["fingerprint"], self.fingerprint())
+            check_fingerprint(state["fingerprint"], self.fingerprint(), also=data_differ)
         self.nonfinite_steps = state.get("nonfinite_steps", 0)
         self.rollout_seed = state.get("rollout_seed", self.rollout_seed)
         self.generated = {**self.generated, **state.get("generated", {})}

@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from lit_grpo.checks import require, require_at_least
+from lit_grpo.checks import differences, require, require_at_least
 from lit_grpo.data.records import BadRowError, OnBadRow, Record, collate_prompts
 from lit_grpo.data.sources import PromptSource, Split
 from lit_grpo.data.stream import EpochLoader, PromptStream
@@ -200,6 +200,11 @@ class PromptDataModule(L.LightningDataModule):
         return {"epoch": self._epoch, "prompts": self._prompts, "world_size": self._world_size(),
                 "refill_drawn": refill, "settings": self.position_settings()}
 
+    def position_differences(self, state_dict: dict[str, Any]) -> list[str]:
+        """Each setting of :meth:`position_settings` that a saved position (``state_dict``) holds with another
+        value, as ``data.<key>: checkpoint X, this run Y``."""
+        return differences(state_dict.get("settings", {}), self.position_settings(), prefix="data.")
+
     def position_settings(self) -> dict[str, Any]:
         """What the saved position depends on: the order's seed, streaming and, streamed, its shuffle buffer
         and the number of processes (each rank shuffles its own share), else the number of training
@@ -222,9 +227,7 @@ class PromptDataModule(L.LightningDataModule):
         Held in memory, a position saved with another number of processes continues after the prompts
         consumed in all; when they do not divide evenly among the new ranks, up to ``ranks - 1`` of them are
         seen again (a warning says how many), none is skipped."""
-        saved, current = state_dict.get("settings", {}), self.position_settings()
-        differ = [f"{k}: checkpoint {saved[k]!r}, this run {current[k]!r}" for k in current
-                  if k in saved and saved[k] != current[k]]
+        differ = self.position_differences(state_dict)
         if differ:
             raise ValueError(
                 "PromptDataModule: the checkpoint's data position was saved with other data settings, so it "

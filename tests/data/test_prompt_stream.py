@@ -278,7 +278,7 @@ def test_a_position_saved_with_other_data_settings_is_refused_naming_each(tmp_pa
     state = dm.state_dict()
     assert state["settings"] == {"seed": 0, "streaming": True, "shuffle_buffer": 8, "world_size": 1}
     state["settings"] |= {"world_size": 2, "seed": 3}
-    with pytest.raises(ValueError, match="seed: checkpoint 3, this run 0; world_size: checkpoint 2, this run 1"):
+    with pytest.raises(ValueError, match="data.seed: checkpoint 3, this run 0; data.world_size: checkpoint 2, this run 1"):
         dm.load_state_dict(state)
 
 

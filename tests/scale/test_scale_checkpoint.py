@@ -65,9 +65,10 @@ def test_an_incompatible_checkpoint_says_what_differs(tmp_path, sft_model_path):
     other = tiny_module(sft_model_path, group_size=8, estimator=Sign(), aggregation="seq-mean-token-mean")
     with pytest.raises(ValueError, match="different configuration") as info:
         tiny_trainer(tmp_path, max_steps=2).fit(
-            other, datamodule=tiny_data(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt")
+            other, datamodule=tiny_data(seed=5), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt")
         )
-    message = str(info.value)
+    message = str(info.value)  # the module's settings and the data position's, in one refusal
+    assert "data.seed: checkpoint 0, this run 5" in message
     assert "group_size: checkpoint 4, this run 8" in message
     assert "estimator: checkpoint GRPO(" in message and "this run Sign(" in message
     assert "aggregation: checkpoint token-mean, this run seq-mean-token-mean" in message
