@@ -132,6 +132,8 @@ class GRPOModule(PolicyModule):
         require(group_size >= max(1, self.estimator.min_group_size),
                 f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
                 f"{self.estimator.min_group_size}; raise group_size")
+        if shaping is not None:
+            shaping.check(sampling.max_new_tokens)
         self.shaping, self.curriculum, self.group_size = shaping, curriculum, group_size
         self.algorithm, self.batching, self.guards = algorithm, batching, guards
         self.consecutive_nonfinite = 0  # skipped optimizer steps in a row

@@ -32,6 +32,11 @@ class RewardShaping(ABC):
     def __call__(self, rewards: Tensor, lengths: Tensor, max_new_tokens: int) -> ShapedRewards:
         """``rewards [P, G]`` (NaN = unscorable), ``lengths [P, G]`` generated tokens -> shaped rewards."""
 
+    def check(self, max_new_tokens: int) -> None:
+        """Raise ``ValueError`` when the shaping cannot apply to completions of up to ``max_new_tokens`` tokens;
+        the module calls it when it is built, before the first step. Every length is fine by default."""
+        return None
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({args})"
@@ -64,6 +69,10 @@ class OverlongPenalty(RewardShaping):
         require(buffer >= 1, f"OverlongPenalty: buffer={buffer} must be >= 1 token")
         require(penalty >= 0, f"OverlongPenalty: penalty={penalty} must be >= 0")
         self.buffer, self.penalty = buffer, penalty
+
+    def check(self, max_new_tokens: int) -> None:
+        require(self.buffer <= max_new_tokens, f"OverlongPenalty: buffer={self.buffer} is longer than the completions "
+                f"(sampling.max_new_tokens={max_new_tokens}); set buffer to at most {max_new_tokens}")
 
     def __call__(self, rewards: Tensor, lengths: Tensor, max_new_tokens: int) -> ShapedRewards:
         term = overlong_penalty(lengths.to(rewards.device), max_new_tokens, self.buffer, self.penalty)  # [P, G]

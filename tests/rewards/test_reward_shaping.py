@@ -74,3 +74,8 @@ def test_bad_options_name_themselves(options, message):
 def test_a_buffer_longer_than_the_completions_is_an_error():
     with pytest.raises(ValueError, match=r"buffer=9 must be in 1..max_new_tokens \(8\)"):
         OverlongPenalty(buffer=9)(torch.zeros(1, 2), torch.ones(1, 2), max_new_tokens=8)
+
+
+def test_a_buffer_longer_than_the_completions_is_refused_when_the_module_is_built(sft_model_path):
+    with pytest.raises(ValueError, match=r"buffer=9 is longer than the completions \(sampling.max_new_tokens=4\)"):
+        tiny_module(sft_model_path, shaping=OverlongPenalty(buffer=9), max_new_tokens=4)
