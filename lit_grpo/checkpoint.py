@@ -218,6 +218,50 @@ def check_outputs(trainer: Trainer) -> None:
             require_folder(f"trainer.callbacks ({type(callback).__name__}) dirpath", callback.dirpath)
 
 
+def new_log_dirs(trainer: Trainer) -> list[Path]:
+    """The folders of the trainer's TensorBoard and CSV loggers that do not exist yet: the run will create them
+    (``runs/<name>/version_N``). Read before the run starts, so that a failed start can remove what it left
+    (:func:`remove_unused_log_dirs`)."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    dirs = {log.log_dir for log in trainer.loggers if isinstance(log, TensorBoardLogger | CSVLogger)}
+    return sorted(Path(d) for d in dirs if d and not Path(d).exists())
+
+
+#: what a run leaves in its logger folder before anything is logged
+_UNUSED_FILES = {"config.yaml", "hparams.yaml"}
+
+
+def remove_unused_log_dirs(dirs: list[Path]) -> list[Path]:
+    """Remove each of ``dirs`` that holds nothing a run logged: only ``config.yaml``, ``hparams.yaml`` and
+    TensorBoard event files with no record past the file's header (a failed start leaves these; the next run
+    would otherwise take a higher version number). A folder with any metric, checkpoint or other file stays.
+    Returns the folders removed."""
+    removed = []
+    for folder in dirs:
+        if not folder.is_dir():
+            continue
+        files = list(folder.rglob("*"))
+        if all(f.is_file() and (f.name in _UNUSED_FILES or (f.name.startswith("events.out.tfevents.")
+                                                          and _event_records(f) <= 1)) for f in files):
+            for f in files:
+                f.unlink()
+            folder.rmdir()
+            removed.append(folder)
+    return removed
+
+
+def _event_records(path: Path) -> int:
+    """The number of records of a TensorBoard event file (TFRecord framing: an 8-byte length, a 4-byte CRC, the
+    data and its 4-byte CRC); the first is the file-version header that every writer starts with."""
+    count, data = 0, path.read_bytes()
+    offset = 0
+    while offset + 12 <= len(data):
+        offset += 12 + int.from_bytes(data[offset:offset + 8], "little") + 4
+        count += 1
+    return count
+
+
 def exit_status(trainer: Trainer) -> int:
     """:data:`EXIT_INTERRUPTED` when a :class:`SaveOnInterrupt` stopped ``trainer``'s run with a checkpoint,
     else 0."""

@@ -27,7 +27,13 @@ import lit_grpo.rewards
 import lit_grpo.rollout
 import lit_grpo.sft  # noqa: F401
 from lit_grpo import resources
-from lit_grpo.checkpoint import SaveOnInterrupt, check_outputs, damaged_checkpoint
+from lit_grpo.checkpoint import (
+    SaveOnInterrupt,
+    check_outputs,
+    damaged_checkpoint,
+    new_log_dirs,
+    remove_unused_log_dirs,
+)
 from lit_grpo.data import PromptDataModule
 
 TRAINER_DEFAULTS = {
@@ -85,6 +91,16 @@ class LitGRPOCLI(LightningCLI):
 
     def before_fit(self) -> None:
         check_outputs(self.trainer)  # a folder the run cannot write fails now, naming its option
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        # a start that fails before anything is logged (bad data, a refused resume) leaves no runs/<name>/version_N
+        fresh = new_log_dirs(self.trainer)
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            if self.trainer.is_global_zero:
+                remove_unused_log_dirs(fresh)
+            raise
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the checkpoint's hyperparameters first: a damaged file is named here already

@@ -173,3 +173,23 @@ def test_an_output_folder_that_cannot_be_made_is_named_before_the_first_step(run
     assert outcome.status == 1 and pattern in outcome.message  # not an OS error after the first step
     assert f"{run_dir / blocker} is a file, not a folder" in outcome.message
     assert saved.unchanged()
+
+
+# ---- what a failed start leaves --------------------------------------------------------------------
+def _logged(run_dir) -> dict:
+    return {"trainer.logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                               "init_args": {"save_dir": str(run_dir / "runs"), "name": "t"}}}
+
+
+def test_a_failed_start_leaves_no_version_folder_and_the_next_run_takes_the_next_number(run_dir):
+    versions = run_dir / "runs" / "t"
+    assert fit(config(run_dir, steps=1, **_logged(run_dir)), run_dir).status == 0
+    assert sorted(p.name for p in versions.iterdir()) == ["version_0"]
+    # a refused start after the config was saved (a missing checkpoint), and one that fails in the data
+    missing = fit(config(run_dir, steps=4, **_logged(run_dir)), run_dir, f"--ckpt_path={run_dir / 'nope.ckpt'}")
+    bad = write_jsonl(run_dir / "bad.jsonl", ["{oops"])
+    broken = fit(config(run_dir, **_logged(run_dir), **_file_data(bad)), run_dir)
+    assert missing.status == 1 and broken.status == 1
+    assert sorted(p.name for p in versions.iterdir()) == ["version_0"]  # version_0 logged a step: it stays
+    assert fit(config(run_dir, steps=1, **_logged(run_dir)), run_dir).status == 0
+    assert sorted(p.name for p in versions.iterdir()) == ["version_0", "version_1"]

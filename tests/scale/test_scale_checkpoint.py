@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lit_grpo import Sign
-from lit_grpo.checkpoint import AtomicCheckpointIO, check_fingerprint
+from lit_grpo.checkpoint import AtomicCheckpointIO, check_fingerprint, remove_unused_log_dirs
 from lit_grpo.lora import LoraSettings
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
@@ -80,3 +80,17 @@ def test_fingerprint_lists_lora_changes():
     with pytest.raises(ValueError, match=r"lora: checkpoint None, this run \{'r': 8"):
         check_fingerprint(saved, {"model": "m", "lora": vars(LoraSettings(r=8))})
     check_fingerprint(saved, dict(saved))  # equal: no error
+
+
+def test_only_a_logger_folder_with_nothing_logged_is_removed(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    empty, logged, other = tmp_path / "version_0", tmp_path / "version_1", tmp_path / "version_2"
+    for folder in (empty, logged, other):
+        SummaryWriter(folder).close()  # the file-version header only
+        (folder / "config.yaml").write_text("seed_everything: 0\n")
+    with SummaryWriter(logged) as writer:
+        writer.add_scalar("train/loss", 1.0, 0)
+    (other / "last.ckpt").write_bytes(b"")
+    assert remove_unused_log_dirs([empty, logged, other, tmp_path / "never_made"]) == [empty]
+    assert not empty.exists() and logged.is_dir() and (other / "last.ckpt").is_file()
