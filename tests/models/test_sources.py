@@ -214,3 +214,27 @@ def test_a_shipped_model_is_the_same_model_for_a_resumed_run_whichever_way_it_is
         check_fingerprint({"model": spelling, "group_size": 8}, {"model": identity, "group_size": 8})
     with pytest.raises(ValueError, match="model: checkpoint"):
         check_fingerprint({"model": str(root / "assets" / "tiny-char-qwen2")}, {"model": identity})
+
+
+def test_a_damaged_cache_entry_is_converted_again(cache, monkeypatch, tmp_path, caplog):
+    path = write_gguf(tmp_path / "m.gguf", "llama")
+    calls = []
+
+    def converts(gguf, out, parameters):
+        calls.append(gguf)
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"weights!")
+        return {"parameters": 1}
+
+    monkeypatch.setattr(sources, "convert_gguf", converts)
+    entry = Path(sources.resolve_model(str(path)))
+    record = json.loads((entry / sources.SOURCE_FILE).read_text())["files"]
+    assert record["model.safetensors"] == {"size": 8, "sha256": sources._sha256(entry / "model.safetensors")}
+    (entry / "model.safetensors").write_bytes(b"weig")  # truncated: found by its size on any use
+    assert sources.resolve_model(str(path)) == str(entry) and len(calls) == 2
+    assert "model.safetensors has 4 bytes, not the 8 it was written with" in caplog.text
+    (entry / "model.safetensors").write_bytes(b"WEIGHTS!")  # same size, other bytes: found by `models fetch`
+    assert sources.resolve_model(str(path)) == str(entry) and len(calls) == 2  # a run does not hash the files
+    assert models_main(["fetch", str(path)]) == 0 and len(calls) == 3
+    assert "its SHA-256 differs" in caplog.text and (entry / "model.safetensors").read_bytes() == b"weights!"
