@@ -70,7 +70,25 @@ class HFGenerateEngine(RolloutEngine):
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> Rollouts:
         if self.policy is None:
             raise RuntimeError("HFGenerateEngine.generate() called before bind(policy, tokenizer)")
-        return self.generate_ids(unpad_prompts(*encode_prompts(self.tokenizer, prompts)), n, sampling)
+        prompt_ids = unpad_prompts(*encode_prompts(self.tokenizer, prompts))
+        self._check_context(prompt_ids, sampling.max_new_tokens)
+        return self.generate_ids(prompt_ids, n, sampling)
+
+    def _check_context(self, prompt_ids: list[list[int]], max_new_tokens: int) -> None:
+        """Refuse prompts whose completions would run past the model's context (``max_position_embeddings``):
+        transformers only warns and samples at positions the model never saw."""
+        context = self.max_sequence_length()
+        if context is None:
+            return
+        over = [(i, len(ids)) for i, ids in enumerate(prompt_ids) if len(ids) + max_new_tokens > context]
+        if over:
+            i, length = max(over, key=lambda pair: pair[1])
+            raise ValueError(
+                f"{len(over)} of {len(prompt_ids)} prompts leave no room for max_new_tokens={max_new_tokens} in the "
+                f"model's {context}-token context (max_position_embeddings); the longest, prompt {i} of the batch, "
+                f"has {length} tokens. Shorten the prompts (or drop the long rows from the data) or lower "
+                f"sampling.max_new_tokens to at most {context - length}"
+            )
 
     @torch.no_grad()
     def generate_ids(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> Rollouts:

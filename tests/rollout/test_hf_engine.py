@@ -140,3 +140,13 @@ def test_select_concat_and_slice(engine):
     assert rows.texts == [both.texts[5], both.texts[0], both.texts[3]] and rows.group_size == 2
     torch.testing.assert_close(rows.completion_ids, both.completion_ids[[5, 0, 3]])
     assert group_rows([2, 0], 2).tolist() == [4, 5, 0, 1]
+
+
+def test_a_prompt_whose_completion_would_pass_the_context_is_refused(engine):
+    context = engine.max_sequence_length()  # 256 for the committed policy: one token per character
+    added = len(encode_prompts(engine.tokenizer, ["1"])[0][0]) - 1  # tokens the tokenizer adds to a prompt
+    fits = "1" * (context - 8 - added)  # with max_new_tokens=8 it ends exactly at the context
+    with pytest.raises(ValueError, match=rf"1 of 2 prompts leave no room for max_new_tokens=8 in the model's "
+                                         rf"{context}-token context .* prompt 1 of the batch, has {context - 7} tokens"):
+        engine.generate(["1+2=", fits + "1"], 2, SamplingParams(max_new_tokens=8))
+    assert len(engine.generate([fits], 1, SamplingParams(max_new_tokens=8))) == 1
