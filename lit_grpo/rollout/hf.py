@@ -154,6 +154,18 @@ class HFGenerateEngine(RolloutEngine):
     def _call_generate(self, model: nn.Module, ids, mask, cache, sampling: SamplingParams):
         greedy = sampling.temperature == 0
         given = {} if cache is None else {"past_key_values": cache}  # only the last prompt token left to run
+        try:
+            return self._sample(model, ids, mask, given, sampling, greedy)
+        except RuntimeError as err:
+            if "probability tensor contains" not in str(err):
+                raise
+            raise FloatingPointError(
+                "sampling stopped: the policy's next-token probabilities are not finite (inf or NaN logits), so its "
+                "weights have diverged. Resume from an earlier checkpoint with a lower optim.lr or optim.max_grad_norm "
+                f"(torch said: {err})"
+            ) from err
+
+    def _sample(self, model: nn.Module, ids, mask, given: dict, sampling: SamplingParams, greedy: bool):
         return model.generate(  # base_model(model)'s forward is the one generate calls
             input_ids=ids,
             attention_mask=mask,

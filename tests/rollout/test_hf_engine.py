@@ -150,3 +150,13 @@ def test_a_prompt_whose_completion_would_pass_the_context_is_refused(engine):
                                          rf"{context}-token context .* prompt 1 of the batch, has {context - 7} tokens"):
         engine.generate(["1+2=", fits + "1"], 2, SamplingParams(max_new_tokens=8))
     assert len(engine.generate([fits], 1, SamplingParams(max_new_tokens=8))) == 1
+
+
+def test_a_policy_with_non_finite_weights_stops_sampling_with_a_lit_grpo_error(sft_model_path):
+    eng = HFGenerateEngine(shared_prefill=False)
+    policy = load_policy(sft_model_path)
+    with torch.no_grad():
+        policy.lm_head.weight.fill_(float("nan"))  # a diverged run: every logit NaN
+    eng.bind(policy, load_tokenizer(sft_model_path))
+    with pytest.raises(FloatingPointError, match="next-token probabilities are not finite .* lower optim.lr"):
+        eng.generate(PROMPTS, 2, SamplingParams(max_new_tokens=4))
