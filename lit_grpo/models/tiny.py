@@ -58,12 +58,13 @@ def tiny_config(tokenizer: PreTrainedTokenizerBase, size: str = "tiny", max_posi
     )
 
 
-def build_tiny_model(path: str | Path, size: str = "tiny", seed: int = 0) -> Path:
-    """Create a randomly initialised tiny causal LM and its tokenizer at ``path``; returns the path."""
+def build_tiny_model(path: str | Path, size: str = "tiny", seed: int = 0, max_positions: int = 256) -> Path:
+    """Create a randomly initialised tiny causal LM and its tokenizer at ``path``; returns the path.
+    ``max_positions``: its context in tokens (characters), prompt and completion together."""
     path = Path(path)
     tokenizer = char_tokenizer()
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(tokenizer, size))
+    model = AutoModelForCausalLM.from_config(tiny_config(tokenizer, size, max_positions))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id

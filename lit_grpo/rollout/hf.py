@@ -83,11 +83,12 @@ class HFGenerateEngine(RolloutEngine):
         over = [(i, len(ids)) for i, ids in enumerate(prompt_ids) if len(ids) + max_new_tokens > context]
         if over:
             i, length = max(over, key=lambda pair: pair[1])
+            fix = f"or lower sampling.max_new_tokens to at most {context - length}" if length < context else \
+                "it alone fills the context"
             raise ValueError(
                 f"{len(over)} of {len(prompt_ids)} prompts leave no room for max_new_tokens={max_new_tokens} in the "
                 f"model's {context}-token context (max_position_embeddings); the longest, prompt {i} of the batch, "
-                f"has {length} tokens. Shorten the prompts (or drop the long rows from the data) or lower "
-                f"sampling.max_new_tokens to at most {context - length}"
+                f"has {length} tokens. Shorten the prompts or drop the long rows from the data ({fix})"
             )
 
     @torch.no_grad()
