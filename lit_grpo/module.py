@@ -44,7 +44,7 @@ from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.shaping import RewardShaping
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import concat_rollouts, group_rows, select_groups, select_rows
-from lit_grpo.settings import Algorithm, Batching, Guards, Optim, Sampling
+from lit_grpo.settings import COLLAPSED_NLL_FRACTION, Algorithm, Batching, Guards, Optim, Sampling
 from lit_grpo.step_metrics import StepStats, UpdateStats
 from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats
 
@@ -99,7 +99,7 @@ class GRPOModule(PolicyModule):
         "train/loss", "train/grad_norm", "train/entropy", "train/lr", "train/nonfinite_steps", "train/<name>",
         "rollout/reward_mean", "rollout/reward_std", "rollout/len_mean", "rollout/truncated_frac",
         "rollout/unscorable_frac", "rollout/prompts_drawn", "rollout/completions_generated",
-        "rollout/tokens_generated", "rollout/logp_diff_mean", "rollout/logp_diff_max", "rollout/logp_kl_k3",
+        "rollout/tokens_generated", "rollout/sampled_nll", "rollout/logp_diff_mean", "rollout/logp_diff_max", "rollout/logp_kl_k3",
         "rollout/retired_prompts", "rollout/skipped_prompts", "reward/<term>", "data/skipped_rows",
         "perf/<phase>_s", "perf/tokens_per_s", "perf/elided_frac", "optim/<name>",
         "env/turns_mean", "env/tool_calls_mean", "env/truncated_frac", "env/seconds", "env/tool_errors",
@@ -137,6 +137,7 @@ class GRPOModule(PolicyModule):
         self.shaping, self.curriculum, self.group_size = shaping, curriculum, group_size
         self.algorithm, self.batching, self.guards = algorithm, batching, guards
         self.consecutive_nonfinite = 0  # skipped optimizer steps in a row
+        self.consecutive_collapsed = 0  # steps in a row with near-uniform sampling (guard_collapse)
         self.ref_policy = None
         self.nonfinite_steps = 0
         self.rollout_seed: int | None = None  # base of the per-step seeds; saved in checkpoints
@@ -181,7 +182,8 @@ class GRPOModule(PolicyModule):
         stats = RolloutStats(batch, rollouts.texts, rewards.cpu(), advantages.cpu(), rollouts.lengths.cpu(),
                              rollouts.truncated.cpu(), terms, reward_out.counters, drawn, rollouts,
                              tokens)
-        self.log_step(stats, update, timer)
+        metrics = self.log_step(stats, update, timer)
+        self.guard_collapse(metrics)  # finite divergence: near-uniform sampling for max_collapsed_steps steps
         return {"loss": torch.tensor(update.loss), "rollout": stats}
 
     def collect(self, batch: PromptBatch, timer: PhaseTimer):
@@ -416,8 +418,8 @@ class GRPOModule(PolicyModule):
         sched.step()
         return grad_norm
 
-    def log_step(self, stats: RolloutStats, update: UpdateStats, timer: PhaseTimer) -> None:
-        """Log the step's metrics, reduced over ranks (one all-reduce) to the global batch's values."""
+    def log_step(self, stats: RolloutStats, update: UpdateStats, timer: PhaseTimer) -> dict[str, float]:
+        """Log the step's metrics, reduced over ranks (one all-reduce) to the global batch's values; returns them."""
         world, tokens = self.trainer.world_size, float(stats.lengths.sum())
         pairs = {**step_metrics.rollout_pairs(stats, world), **step_metrics.train_pairs(update),
                  **step_metrics.mismatch_pairs(update, tokens),
@@ -444,8 +446,29 @@ class GRPOModule(PolicyModule):
         skipped = getattr(self.trainer.datamodule, "skipped_rows", None)  # PromptDataModule(skip_bad_rows=True)
         if skipped is not None:
             metrics["data/skipped_rows"] = float(sum(skipped.values()))
-        self.log("rollout/reward_mean", metrics.pop("rollout/reward_mean"), prog_bar=True, batch_size=len(stats.batch))
-        self.log_dict(metrics, batch_size=max(len(stats.batch), 1))
+        self.log("rollout/reward_mean", metrics["rollout/reward_mean"], prog_bar=True, batch_size=len(stats.batch))
+        self.log_dict({k: v for k, v in metrics.items() if k != "rollout/reward_mean"},
+                      batch_size=max(len(stats.batch), 1))
+        return metrics
+
+    def guard_collapse(self, metrics: dict[str, float]) -> None:
+        """Count the steps in a row whose sampled tokens are near-uniform (``rollout/sampled_nll``, the same on
+        every rank) and stop the run at ``guards.max_collapsed_steps`` of them."""
+        vocab = getattr(getattr(self.policy, "config", None), "vocab_size", None)
+        nll = metrics.get("rollout/sampled_nll")
+        if self.guards.max_collapsed_steps is None or not vocab or nll is None:
+            return
+        uniform = math.log(vocab)
+        self.consecutive_collapsed = self.consecutive_collapsed + 1 if nll >= COLLAPSED_NLL_FRACTION * uniform else 0
+        if self.consecutive_collapsed >= self.guards.max_collapsed_steps:
+            raise RuntimeError(
+                f"the run collapsed: for {self.consecutive_collapsed} steps in a row, up to step {self.global_step}, "
+                f"the policy sampled near-uniform tokens ({nll:.2f} nats per token against {uniform:.2f} for a "
+                f"uniform choice among {vocab}; reward mean {metrics.get('rollout/reward_mean', float('nan')):.3f}, "
+                f"gradient norm {metrics.get('train/grad_norm', float('nan')):.3g}), so its weights have diverged "
+                "while staying finite. Resume from an earlier checkpoint with a lower optim.lr or optim.max_grad_norm; "
+                "guards.max_collapsed_steps sets how many such steps stop the run (null: never, for a model trained "
+                "from scratch)")
 
     def _log_optimizer_steps(self, metrics: dict[str, float], steps: int) -> None:
         """Move the ``optim/<name>@<k>`` entries of ``metrics`` to the loggers, one row per optimizer step ``k`` of

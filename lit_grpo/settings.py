@@ -151,6 +151,11 @@ class Batching:
                 f"batching.micro_batch_size={self.micro_batch_size} must be >= 1, or null for the whole mini-batch")
 
 
+#: ``rollout/sampled_nll`` at or above this fraction of ``log(vocabulary size)`` counts as a collapsed step
+#: (:class:`Guards`): a uniform policy samples at exactly ``log V`` nats per token.
+COLLAPSED_NLL_FRACTION = 0.95
+
+
 @dataclass(frozen=True)
 class Guards:
     """What a run does when a step goes wrong.
@@ -162,13 +167,21 @@ class Guards:
             error (the run has diverged; the last checkpoint is kept); null: never stop.
         reward_timeout_s: Wall-clock limit of one reward call (all completions of a step), in seconds; a call past
             it scores NaN, counted in ``reward/timeouts``, and the run goes on (null: no limit).
+        max_collapsed_steps: This many training steps in a row whose sampled tokens are near-uniform over the
+            vocabulary (``rollout/sampled_nll`` at least ``COLLAPSED_NLL_FRACTION`` of ``log V``) stop the run with
+            an error: the policy has diverged into noise with finite weights, which the non-finite guard cannot
+            see. A trained language model never samples this way; a randomly initialised one does (null: never
+            stop, to train one from scratch).
     """
 
     on_nonfinite: Literal["skip", "raise"] = "skip"
     max_nonfinite_steps: int | None = 10
     reward_timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S
+    max_collapsed_steps: int | None = 50
 
     def __post_init__(self) -> None:
         require(self.max_nonfinite_steps is None or self.max_nonfinite_steps >= 1,
                 f"guards.max_nonfinite_steps={self.max_nonfinite_steps} must be >= 1, or null to never stop")
+        require(self.max_collapsed_steps is None or self.max_collapsed_steps >= 1,
+                f"guards.max_collapsed_steps={self.max_collapsed_steps} must be >= 1, or null to never stop")
         # reward_timeout_s is checked by the RewardGuard that enforces it

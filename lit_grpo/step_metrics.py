@@ -99,6 +99,10 @@ def rollout_pairs(stats: RolloutStats, world_size: int) -> Pairs:
         "rollout/_completions_drawn": (float(stats.num_drawn * stats.group_size), total),  # summed over ranks
         "rollout/_tokens_drawn": (float(stats.tokens_drawn), total),
     }
+    if stats.rollouts is not None:  # minus the log-prob of each sampled token: a sampled estimate of the entropy
+        sampled = stats.rollouts.sampled_mask
+        nll = -(stats.rollouts.logprobs.double() * sampled).sum().item()
+        pairs["rollout/sampled_nll"] = (nll, float(sampled.sum()))
     for name, values in stats.reward_terms.items():
         kept = values[~values.isnan()].double()
         pairs[f"reward/{name}"] = (kept.sum().item(), float(kept.numel()))

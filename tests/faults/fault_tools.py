@@ -200,6 +200,15 @@ class Exploding(RewardFunction):
         return RewardOutput(torch.tensor([(-1.0) ** i * 3e38 for i in range(len(completions))]))
 
 
+class Collapse(L.Callback):
+    """Before the first step, zeroes the policy's output layer: every logit is 0, so the policy samples uniformly
+    with finite weights, as a run that has diverged into noise does."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        with torch.no_grad():
+            pl_module.policy.get_output_embeddings().weight.zero_()
+
+
 # ---- pausing a run where a test sends a signal ------------------------------------------------------
 class PauseAt(L.Callback):
     """Mid-step ``step`` (before its optimizer step), writes ``<default_root_dir>/<marker>`` and waits up

@@ -4,6 +4,7 @@ problem, and that the checkpoints already saved are kept."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -71,6 +72,25 @@ def test_a_diverging_run_stops_after_max_nonfinite_steps_in_a_row(run_dir):
     assert "the run diverged: 2 optimizer steps in a row, up to step 2, had a non-finite loss" in outcome.message
     assert "max_nonfinite_steps" in outcome.message
     assert checkpoint_step(run_dir / NEW_LAST) == 1 and saved.unchanged()  # the first skipped step was saved
+
+
+def test_a_run_that_collapsed_with_finite_weights_stops_after_max_collapsed_steps(run_dir):
+    saved = Saved(run_dir / "ckpt")
+    cfg = config(run_dir, steps=6, **{"model.init_args.guards.max_collapsed_steps": 2})
+    cfg["trainer"]["callbacks"].append({"class_path": f"{FAULTS}.Collapse"})
+    outcome = fit(cfg, run_dir)
+    assert outcome.status == 1
+    assert "the run collapsed: for 2 steps in a row, up to step 2, the policy sampled near-uniform tokens" \
+        in outcome.message
+    assert "guards.max_collapsed_steps" in outcome.message and "lower optim.lr" in outcome.message
+    assert checkpoint_step(run_dir / NEW_LAST) == 1 and saved.unchanged()  # the first collapsed step was saved
+
+
+def test_a_healthy_run_samples_far_from_uniform(run_dir):
+    outcome = fit(config(run_dir, steps=1), run_dir)
+    nll = outcome.cli.trainer.callback_metrics["rollout/sampled_nll"].item()
+    vocab = outcome.cli.model.policy.config.vocab_size
+    assert outcome.status == 0 and 0 < nll < 0.95 * math.log(vocab)
 
 
 # ---- resuming with changed settings -------------------------------------------------------------------
