@@ -209,7 +209,7 @@ def _run(plan, args, cli_class: type) -> bool:
     records = collect(exp, runs)
     print(f"report: {write_report(exp, records, cells, out, args.root, chosen)}", flush=True)
     if args.publish and not exp.quick:
-        print(f"published: {publish(out, Path(args.publish) / exp.name)}", flush=True)
+        print(f"published: {publish(out, Path(args.publish) / exp.name, args.root)}", flush=True)
     elif args.publish:
         print("--publish: quick mode is not published (its numbers answer nothing)", flush=True)
     return any(r.status != "done" for r in records)

@@ -20,6 +20,8 @@ from lit_grpo.experiments.spec import Experiment
 from lit_grpo.experiments.tables import analyse, crossing_section, family_section, fmt, metric_section
 
 REPORT_FILE = "report.md"
+#: ``lit-grpo compare --root``'s default: where the runs of a report's own command go
+DEFAULT_ROOT = "runs/experiments"
 RESULTS_FILE = "results.json"
 INVOCATIONS_FILE = "invocations.json"
 
@@ -219,19 +221,29 @@ def write_report(
     return path
 
 
-def publish(out: Path, dest: Path) -> Path:
+def publish(out: Path, dest: Path, root: str | Path = DEFAULT_ROOT) -> Path:
     """Copy the report, ``runs.csv`` (and ``select.csv``) and the figures of ``out`` to ``dest`` (e.g.
-    ``docs/results/<name>``), so that the numbers quoted from them can be recomputed from the repository."""
+    ``docs/results/<name>``), so that the numbers quoted from them can be recomputed from the repository. The
+    copy holds no path of this machine: an absolute ``root`` is written as :data:`DEFAULT_ROOT`, where the
+    report's own ``lit-grpo compare`` command puts the same runs (:func:`portable`)."""
     import shutil
 
     dest.mkdir(parents=True, exist_ok=True)
     for name in (REPORT_FILE, RUNS_CSV, SELECT_CSV):
         if (out / name).is_file():
-            shutil.copy2(out / name, dest / name)
+            (dest / name).write_text(portable((out / name).read_text(), root))
     for fig in sorted((out / "figures").glob("*.png")):
         (dest / "figures").mkdir(exist_ok=True)
         shutil.copy2(fig, dest / "figures" / fig.name)
     return dest
+
+
+def portable(text: str, root: str | Path) -> str:
+    """``text`` with an absolute ``root`` (as given and resolved) written as :data:`DEFAULT_ROOT`."""
+    for prefix in dict.fromkeys([str(Path(root)), str(Path(root).resolve())]):
+        if Path(prefix).is_absolute() and len(Path(prefix).parts) > 1:  # never "/" itself
+            text = text.replace(prefix + "/", DEFAULT_ROOT + "/")
+    return text
 
 
 __all__ = ["write_report", "publish", "compare_command", "fmt", "REPORT_FILE", "RESULTS_FILE", "INVOCATIONS_FILE"]

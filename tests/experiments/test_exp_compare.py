@@ -132,6 +132,10 @@ def test_compare_end_to_end(experiment, tmp_path, capsys):
     published = tmp_path / "docs" / "tiny"
     assert (published / "runs.csv").read_text() == (out_dir / "runs.csv").read_text()
     assert (published / "report.md").is_file() and (published / "figures" / "curve_0.png").is_file()
+    # the published copy holds no path of this machine: the absolute --root is written as the default root
+    local, copy = (out_dir / "report.md").read_text(), (published / "report.md").read_text()
+    assert str(root) in local and str(root) not in copy
+    assert copy == local.replace(f"{root}/", "runs/experiments/")
 
     # resumed: finished runs are skipped, failed ones left alone with --skip-failed
     capsys.readouterr()
