@@ -16,6 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
+from provenance import portable
+
 
 def read_run(run: Path) -> dict:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -31,7 +33,7 @@ def read_run(run: Path) -> dict:
     perf = {tag: round(sum(v for _, v in values) / len(values), 2) for tag, values in scalars.items()
             if tag.startswith("perf/") and values}
     heldout = {tag: round(values[-1][1], 4) for tag, values in scalars.items() if tag.startswith("heldout/")}
-    return {"run": str(run), "steps": len(steps.get("rollout/reward_mean", [])), "per_step": steps,
+    return {"run": portable(run), "steps": len(steps.get("rollout/reward_mean", [])), "per_step": steps,
             "perf_mean": perf, "heldout": heldout, "summary": summarise(steps, heldout)}
 
 

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import command
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -80,7 +82,7 @@ def main() -> None:
     source.bind_tokenizer(args.model)
     prompts = [r["prompt"] for r in source.load("val")]
     policy, tokenizer = load_policy(args.model).eval(), load_tokenizer(args.model)
-    results = {"meta": {"model": args.model, "command": "python " + " ".join(sys.argv), "dtype": "float32",
+    results = {"meta": {"model": args.model, "command": command("bench/real_engines.py", sys.argv[1:]), "dtype": "float32",
                         "torch_threads": torch.get_num_threads(), "load_before": os.getloadavg()[0]}}
     parts = set(args.parts.split(","))
     if "hf" in parts:

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import command
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -50,7 +52,7 @@ def tasks(n: int) -> dict:
 def write(args, name: str, row: dict) -> None:
     """Adds task ``name`` to the JSON file ``args.out`` (keeping the other tasks), with how it was measured."""
     data = json.loads(args.out.read_text()) if args.out.exists() else {"tasks": {}}
-    row["measured"] = {"command": "python " + " ".join(sys.argv), "model": args.model, "engine": args.engine,
+    row["measured"] = {"command": command("bench/real_tasks.py", sys.argv[1:]), "model": args.model, "engine": args.engine,
                        "max_new_tokens": args.max_new_tokens, "seed": args.seed, "load": round(os.getloadavg()[0], 1)}
     data["tasks"][name] = row
     args.out.parent.mkdir(parents=True, exist_ok=True)
