@@ -17,6 +17,7 @@ import signal
 import tempfile
 import threading
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +244,7 @@ def remove_unused_log_dirs(dirs: list[Path]) -> list[Path]:
             continue
         files = list(folder.rglob("*"))
         if all(f.is_file() and (f.name in _UNUSED_FILES or (f.name.startswith("events.out.tfevents.")
-                                                          and _event_records(f) <= 1)) for f in files):
+                                                          and _header_only(f))) for f in files):
             for f in files:
                 f.unlink()
             folder.rmdir()
@@ -251,15 +252,12 @@ def remove_unused_log_dirs(dirs: list[Path]) -> list[Path]:
     return removed
 
 
-def _event_records(path: Path) -> int:
-    """The number of records of a TensorBoard event file (TFRecord framing: an 8-byte length, a 4-byte CRC, the
-    data and its 4-byte CRC); the first is the file-version header that every writer starts with."""
-    count, data = 0, path.read_bytes()
-    offset = 0
-    while offset + 12 <= len(data):
-        offset += 12 + int.from_bytes(data[offset:offset + 8], "little") + 4
-        count += 1
-    return count
+def _header_only(path: Path) -> bool:
+    """Whether a TensorBoard event file holds no record past its first, the file-version header every writer
+    starts with (TFRecord framing: an 8-byte length, a 4-byte CRC, the data and its 4-byte CRC). Reads 8 bytes."""
+    with path.open("rb") as f:
+        head = f.read(8)
+    return len(head) < 8 or path.stat().st_size <= 8 + 4 + int.from_bytes(head, "little") + 4
 
 
 def exit_status(trainer: Trainer) -> int:
@@ -316,7 +314,7 @@ def model_identity(model: str) -> str:
     return str(path.resolve()) if path.is_dir() else model
 
 
-def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], also: list[str] = ()) -> None:
+def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], also: Sequence[str] = ()) -> None:
     """Raise a ``ValueError`` naming every setting that differs between a checkpoint and this run (settings
     only one of them has are not compared: older checkpoints lack newer ones), and the differences ``also`` found
     elsewhere (the data position's settings), so that one refusal lists them all."""
