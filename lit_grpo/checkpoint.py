@@ -123,10 +123,13 @@ class SaveOnInterrupt(Callback):
     ``fit``; ``lit-grpo fit`` then exits with :data:`EXIT_INTERRUPTED` (75): interrupted, resumable.
 
     The checkpoint is written between steps, so it is as clean as a scheduled one and a run resumed from
-    it (``ckpt_path=last``) goes on exactly. A signal during a validation pass or a checkpoint write takes
-    effect at the end of the next training step. A second Ctrl-C interrupts at once (no checkpoint; exit
-    status 1), a second SIGTERM ends the process at once (status 143); either way the checkpoints already
-    written stay whole (:class:`AtomicCheckpointIO`). Signals that arrive before training starts (while the
+    it (``ckpt_path=last``) goes on exactly. After a signal no further validation runs: not the one Lightning
+    runs when a run is told to stop, nor one due at that step. A signal during a validation pass lets that pass
+    finish (its metrics cover the whole validation set), then writes the checkpoint and stops: no new training
+    step. A signal during a checkpoint write lets the write finish and takes effect at the end of the next
+    training step. A second Ctrl-C interrupts at once (no new checkpoint; exit status 1), a second SIGTERM ends
+    the process at once (status 143); either way the checkpoints already on disk, the interrupt's own among
+    them if its write had finished, stay whole (:class:`AtomicCheckpointIO`). Signals that arrive before training starts (while the
     model loads) have their default effect. With several processes the ranks agree to stop after the same
     step. The handlers are installed for ``fit`` only and the previous ones restored after it; they replace
     Lightning's own SIGTERM handling (which stops without a checkpoint and exits 0) and its Slurm
@@ -181,16 +184,31 @@ class SaveOnInterrupt(Callback):
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if not trainer.strategy.reduce_boolean_decision(self.requested, all=False):
+        if self._save_and_stop(trainer, f"after step {trainer.global_step}"):
+            # Lightning validates once more when a run is told to stop (for early stopping); a pre-empted run
+            # exits instead. The validation due at this step, if any, is skipped with it.
+            epoch_loop = trainer.fit_loop.epoch_loop
+            if hasattr(epoch_loop, "_skip_next_val"):
+                epoch_loop._skip_next_val = True
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.training or trainer.sanity_checking or trainer.state.fn != "fit":
             return
+        self._save_and_stop(trainer, f"after the validation of step {trainer.global_step}")
+
+    def _save_and_stop(self, trainer: Trainer, when: str) -> bool:
+        """When any rank received a signal and no interrupt checkpoint is written yet: write it and stop the run."""
+        if self.saved_path is not None or not trainer.strategy.reduce_boolean_decision(self.requested, all=False):
+            return False
         path = self._path(trainer)
         trainer.save_checkpoint(path)
         self.saved_path = path
         trainer.should_stop = True
         logger.warning(
-            "%s: stopped after step %d; checkpoint written to %s. Resume with --ckpt_path %s (exit status %d)",
-            self.received or "a signal on another rank", trainer.global_step, path, path, EXIT_INTERRUPTED,
+            "%s: stopped %s; checkpoint written to %s. Resume with --ckpt_path %s (exit status %d)",
+            self.received or "a signal on another rank", when, path, path, EXIT_INTERRUPTED,
         )
+        return True
 
     def _path(self, trainer: Trainer) -> Path:
         if self.dirpath is not None:

@@ -209,6 +209,15 @@ class Collapse(L.Callback):
             pl_module.policy.get_output_embeddings().weight.zero_()
 
 
+class Poison(L.Callback):
+    """Before the first step, sets the policy's output layer to NaN: sampling meets non-finite logits, as a run whose
+    weights overflowed does."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        with torch.no_grad():
+            pl_module.policy.get_output_embeddings().weight.fill_(float("nan"))
+
+
 # ---- pausing a run where a test sends a signal ------------------------------------------------------
 class PauseAt(L.Callback):
     """Mid-step ``step`` (before its optimizer step), writes ``<default_root_dir>/<marker>`` and waits up
@@ -222,6 +231,28 @@ class PauseAt(L.Callback):
             return
         Path(trainer.default_root_dir, self.marker).touch()
         _wait_for_request(trainer)
+
+
+class PauseInValidation(L.Callback):
+    """In the validation after step ``step``, writes ``<default_root_dir>/<marker>`` and waits as :class:`PauseAt`
+    does."""
+
+    def __init__(self, step: int, marker: str = "paused") -> None:
+        self.step, self.marker = step, marker
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        if trainer.global_step == self.step and not trainer.sanity_checking:
+            Path(trainer.default_root_dir, self.marker).touch()
+            _wait_for_request(trainer)
+
+
+class RecordValidations(L.Callback):
+    """Every validation that finishes leaves ``<default_root_dir>/validated-<step>`` (``-2`` appended for a
+    second one after the same step)."""
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        done = Path(trainer.default_root_dir, f"validated-{trainer.global_step}")
+        (done.with_name(done.name + "-2") if done.exists() else done).touch()
 
 
 class SendSignal(L.Callback):

@@ -32,6 +32,38 @@ def test_a_signal_mid_run_saves_after_the_step_exits_75_and_resumes_exactly(tmp_
     _resume_to_the_end(tmp_path, reference)
 
 
+def _validating_every_step(tmp, pause: dict) -> dict:
+    cfg = config(tmp, steps=4, **{"trainer.limit_val_batches": 1, "trainer.val_check_interval": 1,
+                                  "trainer.check_val_every_n_epoch": None, "trainer.num_sanity_val_steps": 0})
+    cfg["trainer"]["callbacks"] += [pause, {"class_path": f"{FAULTS}.RecordValidations"}]
+    return cfg
+
+
+def _validations(tmp) -> list[str]:
+    return sorted(p.name for p in tmp.glob("validated-*"))
+
+
+def test_sigterm_during_validation_finishes_it_saves_and_exits_without_another_step_or_validation(
+    tmp_path, reference
+):
+    cfg = _validating_every_step(tmp_path, {"class_path": f"{FAULTS}.PauseInValidation", "init_args": {"step": 2}})
+    child = run_subprocess(cfg, tmp_path, signals=[("paused", signal.SIGTERM)])
+    assert child.returncode == EXIT_INTERRUPTED, child.stderr_text[-3000:]
+    assert "SIGTERM: stopped after the validation of step 2; checkpoint written to" in child.stderr_text
+    assert checkpoint_step(tmp_path / "ckpt" / "last.ckpt") == 2  # no step 3
+    assert _validations(tmp_path) == ["validated-1", "validated-2"]  # the one in progress finished; no second
+    _resume_to_the_end(tmp_path, reference)
+
+
+def test_a_signal_mid_step_runs_no_validation_after_it(tmp_path, reference):
+    cfg = _validating_every_step(tmp_path, {"class_path": f"{FAULTS}.PauseAt", "init_args": {"step": 1}})
+    child = run_subprocess(cfg, tmp_path, signals=[("paused", signal.SIGTERM)])
+    assert child.returncode == EXIT_INTERRUPTED, child.stderr_text[-3000:]
+    assert "SIGTERM: stopped after step 2; checkpoint written to" in child.stderr_text
+    assert _validations(tmp_path) == ["validated-1"]  # neither step 2's own validation nor a stopping one
+    _resume_to_the_end(tmp_path, reference)
+
+
 def test_sigterm_during_a_checkpoint_write_and_again_during_the_next_keeps_the_last_whole(tmp_path, reference):
     cfg = config(tmp_path, steps=4)
     cfg["trainer"]["plugins"] = [{"class_path": f"{FAULTS}.PausingIO", "init_args": {"pauses": [2, 3]}}]
