@@ -124,17 +124,22 @@ class ArgumentParser(LightningArgumentParser):
 
 #: jsonargparse's words for the parser key and the outermost value of a failed union (``--model.loss.dual_clip=3``)
 _PARENT = re.compile(r'^Parser key "(?P<parent>[\w.]+)":')
-_NESTED = re.compile(r"NestedArg\(key='(?P<key>\w+(?:\.\w+)+)', val=(?P<val>.*)\)$", re.M)
+_NESTED = re.compile(r"NestedArg\(key='(?P<key>\w+(?:\.\w+)*)', val=(?P<val>.*)\)$", re.M)
 
 
 def explain(message: str) -> str | None:
-    """One line that names the problem of a parse error jsonargparse words as a nested union mismatch, else None.
+    """One line that names the problem of a parse error jsonargparse words as a union mismatch, else None.
     Setting an option of a component that the config leaves to the module's default (``--model.loss.dual_clip=3``
     with no ``loss`` in the config: ``GRPOModule`` builds ``PPOClip()`` in code) has no class to give it to; any
     other failure of such an option is the deepest error of the nest (``Option 'bogus' is not accepted``)."""
     parent, nested = _PARENT.match(message), list(_NESTED.finditer(message))
-    if parent is None or not nested:
+    if parent is None:
         return None
+    if not nested or "." not in nested[-1]["key"]:  # a value in a config file, or an option of the class itself
+        where = f"--{parent['parent']}" + (f".{nested[-1]['key']}" if nested else "")
+        rest = [line.strip() for line in message.splitlines()[1:] if line.strip()]
+        error = deepest_error(message) or (" ".join(rest) if 0 < len(rest) <= 2 else None)  # a plain type error
+        return None if error is None else f"{where}: {error}"
     found = nested[-1]  # the outermost: its key runs from the parser key's level
     component, option = found["key"].rsplit(".", 1)
     flag = f"--{parent['parent']}.{component}"
@@ -150,18 +155,26 @@ def deepest_error(message: str) -> str | None:
     """The line of a jsonargparse message that names the problem. A failure inside a component arrives wrapped in
     "Does not validate against any of the Union subtypes", a list of the errors of each allowed type (and, when
     instantiation fails, a dump of the config): the problem is the deepest error that is not the ``None``
-    alternative, with the line below it when it ends in a colon. None when the message has no such list."""
+    alternative, with the chain of ever deeper lines below it joined to it (``Problem with given class_path '...': Parser key
+    "group_size": Expected a <class 'int'>. Got value: abc``). None when the message has no such list."""
     lines = message.splitlines()
-    items = [(len(line) - len(line.lstrip()), i) for i, line in enumerate(lines) if line.strip().startswith("- ")]
+    items = [(_indent(line), i) for i, line in enumerate(lines) if line.strip().startswith("- ")]
     items = [(depth, i) for depth, i in items if not lines[i].strip().startswith("- Expected a <class 'NoneType'>")]
     if not items:
         return None
     deepest = max(depth for depth, _ in items)
     i = next(i for depth, i in items if depth == deepest)
-    error = lines[i].strip()[2:]
-    if error.endswith(":") and i + 1 < len(lines) and not lines[i + 1].strip().startswith("- "):
-        error = f"{error} {lines[i + 1].strip()}"
-    return error
+    block, depth = [lines[i].strip()[2:]], deepest
+    for line in lines[i + 1:]:  # the chain of ever deeper lines below it
+        if not line.strip() or _indent(line) <= depth:
+            break
+        block.append(line.strip())
+        depth = _indent(line)
+    return " ".join(block)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def builtin_configs(args: Any) -> Any:

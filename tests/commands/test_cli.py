@@ -115,6 +115,34 @@ def test_an_option_a_component_does_not_take_is_named_on_the_last_line(capsys):
 
 
 @pytest.mark.parametrize(
+    ("option", "last_line"),
+    [
+        ("--model.group_size=abc", "--model.group_size: Problem with given class_path 'lit_grpo.GRPOModule': "
+         "Parser key \"group_size\": Expected a <class 'int'>. Got value: abc"),
+        ("--model.sampling.max_new_tokens=x", "--model.sampling.max_new_tokens: Problem with given class_path "
+         "'lit_grpo.GRPOModule': Parser key \"sampling.max_new_tokens\": Expected a <class 'int'>. Got value: x"),
+        ("--model.bogus=1", "--model.bogus: Problem with given class_path 'lit_grpo.GRPOModule': "
+         "Option 'bogus' is not accepted"),
+        ("--data.prompts_per_step=x", "--data.prompts_per_step: Expected a <class 'int'>. Got value: x"),
+    ],
+)
+def test_a_bad_value_is_named_on_the_last_line(capsys, option, last_line):
+    with pytest.raises(SystemExit) as done:
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", option], run=False)
+    assert done.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == last_line
+
+
+def test_a_bad_value_in_a_config_file_is_named_on_the_last_line(tmp_path, capsys):
+    config = tmp_path / "bad.yaml"
+    config.write_text("model:\n  init_args:\n    group_size: abc\n")
+    with pytest.raises(SystemExit) as done:
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--config", str(config)], run=False)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert done.value.code == 2 and last == ("--model: Problem with given class_path 'lit_grpo.GRPOModule': "
+                                             "Parser key \"group_size\": Expected a <class 'int'>. Got value: abc")
+
+
+@pytest.mark.parametrize(
     ("option", "problem"),
     [
         ("--model.optim.lr=-1", "optim.lr=-1.0 must be > 0"),  # a component's check, inside jsonargparse's dump
