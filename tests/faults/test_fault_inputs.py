@@ -80,6 +80,18 @@ def test_a_missing_data_file_names_the_option_and_path(run_dir):
     assert outcome.status == 1 and f"train={missing!r}: no such file" in outcome.message
 
 
+def test_a_data_path_that_is_a_folder_says_so(run_dir):
+    outcome = fit(config(run_dir, **_file_data(str(run_dir))), run_dir)
+    assert outcome.status == 1 and f"train={str(run_dir)!r} is a directory; give the data file in it" in outcome.message
+
+
+def test_every_row_bad_and_skipped_says_they_were_skipped(run_dir):
+    path = write_jsonl(run_dir / "train.jsonl", ["{oops", b'{"prompt": "\xff", "answer": "1"}'])
+    outcome = fit(config(run_dir, **_file_data(path, **{"data.skip_bad_rows": True})), run_dir)
+    assert outcome.status == 1
+    assert "the training split has 0 prompts (2 bad rows were skipped: skip_bad_rows is set" in outcome.message
+
+
 def test_skipped_bad_rows_are_counted_in_a_logged_metric_and_the_run_goes_on(run_dir):
     lines = [*GOOD[:2], b'{"prompt": "\xff", "answer": "1"}', "{oops", *GOOD[2:]]
     path = write_jsonl(run_dir / "train.jsonl", lines)
@@ -96,6 +108,26 @@ def test_json_number_answers_are_references_a_completion_can_match(run_dir):
     assert outcome.status == 0, outcome.message
     references = {r["prompt"]: r["reference"] for r in outcome.cli.datamodule.splits["train"]}
     assert references["0+1="] == "1" and references["3+4="] == "7" and references["1/4="] == "0.25"
+
+
+# ---- settings that cannot fit together, found before the first step ------------------------------------------
+FIT_CASES = {  # name: (options, what the message must contain)
+    "prompt past the context": ({"model.init_args.sampling": {"max_new_tokens": 4000}},
+                                "2 of 2 prompts leave no room for max_new_tokens=4000 in the model's 256-token context"),
+    "overlong buffer past the completions": (
+        {"model.init_args.shaping": {"class_path": "lit_grpo.OverlongPenalty", "init_args": {"buffer": 100}}},
+        "OverlongPenalty: buffer=100 is longer than the completions (sampling.max_new_tokens=4)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", FIT_CASES)
+def test_settings_that_cannot_fit_are_named_before_a_step_is_trained(run_dir, case):
+    options, pattern = FIT_CASES[case]
+    saved = Saved(run_dir / "ckpt")
+    outcome = fit(config(run_dir, **options), run_dir)
+    assert outcome.status == 1 and pattern in outcome.message
+    assert outcome.cli is None or outcome.cli.trainer.global_step == 0
+    assert saved.unchanged()
 
 
 # ---- model directories and checkpoints -----------------------------------------------------------

@@ -45,12 +45,22 @@ def test_a_faulty_reward_call_is_nan_and_counted_and_the_run_goes_on(run_dir, ca
     assert saved.unchanged()
 
 
-def test_a_reward_that_always_raises_stops_the_run_naming_it_and_keeps_the_checkpoints(run_dir):
+ALWAYS_FAILING = {  # name: (reward, what the message must contain)
+    "raises": (_reward("Raising"), ["reward 'Raising' failed on every completion of each of its first 3 calls",
+                                    "ConnectionError: the scoring service is down"]),  # the cause, chained
+    "returns NaN": (_reward("Constant", value="nan"),
+                    ["reward 'Constant' failed on every completion of each of its first 3 calls",
+                     "unscorable 4 of 4 in the last one"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ALWAYS_FAILING)
+def test_a_reward_that_always_fails_stops_the_run_naming_it_and_keeps_the_checkpoints(run_dir, case):
+    reward, patterns = ALWAYS_FAILING[case]
     saved = Saved(run_dir / "ckpt")
-    outcome = fit(config(run_dir, steps=5, **_reward("Raising")), run_dir)
+    outcome = fit(config(run_dir, steps=5, **reward), run_dir)
     assert outcome.status == 1
-    assert "reward 'Raising' failed on every completion of each of its first 3 calls" in outcome.message
-    assert "ConnectionError: the scoring service is down" in outcome.message  # the cause, chained
+    assert all(pattern in outcome.message for pattern in patterns), outcome.message[-2000:]
     assert checkpoint_step(run_dir / NEW_LAST) == 2 and saved.unchanged()  # steps 1, 2 saved; step 3 stopped
 
 
@@ -86,6 +96,17 @@ def test_a_run_that_collapsed_with_finite_weights_stops_after_max_collapsed_step
     assert checkpoint_step(run_dir / NEW_LAST) == 1 and saved.unchanged()  # the first collapsed step was saved
 
 
+def test_non_finite_logits_in_sampling_stop_the_run_with_advice_not_inside_transformers(run_dir):
+    saved = Saved(run_dir / "ckpt")
+    cfg = config(run_dir, steps=2)
+    cfg["trainer"]["callbacks"].append({"class_path": f"{FAULTS}.Poison"})
+    outcome = fit(cfg, run_dir)
+    assert outcome.status == 1
+    assert "FloatingPointError: sampling stopped: the policy's next-token probabilities are not finite" \
+        in outcome.message and "lower optim.lr" in outcome.message
+    assert saved.unchanged()
+
+
 def test_a_healthy_run_samples_far_from_uniform(run_dir):
     outcome = fit(config(run_dir, steps=1), run_dir)
     nll = outcome.cli.trainer.callback_metrics["rollout/sampled_nll"].item()
@@ -119,6 +140,13 @@ def test_resuming_with_a_setting_that_changes_the_saved_state_is_refused_naming_
     outcome = fit(config(run_dir, steps=4, **{option: value}), run_dir, f"--ckpt_path={run_dir / 'ckpt/last.ckpt'}")
     assert outcome.status == 1 and pattern in outcome.message and "Resume with the checkpoint's" in outcome.message
     assert saved.unchanged()
+
+
+def test_a_refused_resume_names_every_difference_at_once(run_dir):
+    options = {"data.seed": 1, "model.init_args.group_size": 4, "model.init_args.dtype": "bfloat16"}
+    outcome = fit(config(run_dir, steps=4, **options), run_dir, f"--ckpt_path={run_dir / 'ckpt/last.ckpt'}")
+    assert outcome.status == 1
+    assert all(REFUSED[option][1] in outcome.message for option in options), outcome.message[-2000:]
 
 
 def test_resuming_with_another_prompts_per_step_continues_at_the_next_unseen_prompt(run_dir, reference):
