@@ -135,6 +135,13 @@ def render(path: Path = RESULTS) -> str:
              "judged sample, MiB", "step_time_ratio": "median step time, last 1000 / first 1000 judged steps"}
     for key, part in record["verdict"].items():
         lines.append(f"| {names[key]} | {part['value']} | {part['bound']} | {'yes' if part['holds'] else 'no'} |")
+    judged = [s for s in record["samples"] if s["step"] > record["criterion"]["warmup_steps"]]
+    medians, lengths = [s["step_s_median"] for s in judged], [s["len_mean"] for s in judged]
+    spread = statistics.pstdev(medians) / statistics.fmean(medians)
+    lines += ["", f"Over the {len(judged)} judged windows: median step time {min(medians):.3f} to {max(medians):.3f} s "
+              f"(coefficient of variation {100 * spread:.1f}%), mean completion length {min(lengths):.2f} to "
+              f"{max(lengths):.2f} tokens, live Python objects {judged[-1]['objects'] - judged[0]['objects']:+d} "
+              f"from step {judged[0]['step']} to {judged[-1]['step']}."]
     lines += ["", "| step | RSS MiB | median step s | mean step s | Python objects | mean completion tokens |",
               "|---|---|---|---|---|---|"]
     for step in sorted(samples):
