@@ -1,0 +1,179 @@
+"""Synchronous against asynchronous rollouts (``lit_grpo.AsyncRollouts``) on the quickstart, on this machine's cores.
+
+    python bench/async_rollouts.py speed --pairs 6 --steps 200       # step time, alternated fresh processes (~4 min)
+    python bench/async_rollouts.py accuracy --seeds 5 --steps 250    # held-out accuracy per seed and mode (~15 min)
+    python bench/async_rollouts.py --write docs/performance.md       # the doc's tables from the data
+
+Arms (the same config otherwise; ``OMP_NUM_THREADS`` set per process):
+- ``sync``: the synchronous engine with all the cores;
+- ``async-k1`` / ``async-k2``: ``AsyncRollouts(max_staleness=k)``, the cores split: the trainer's thread and the
+  producer's thread one half each.
+
+``speed`` alternates the arms' processes pair by pair (the order flipped every pair) and records each process's
+median training-step time after its first 20 steps (:class:`soak.SoakProbe`). ``accuracy`` trains each arm
+``--steps`` steps from each seed and records the held-out sampled accuracy (``heldout/reward_mean_after``, 200
+prompts, temperature 1) and the run's wall time. The verdicts are read from :data:`CRITERION`, fixed before the
+first run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from provenance import ROOT, command
+
+from lit_grpo.experiments.stats import t_quantile, t_sf
+
+#: The success criterion, fixed before the first run. Speed: per pair, r = async-k1's median step time / sync's; the
+#: 95% t-interval of mean(log r) over the pairs says "async faster" when its upper end is below log 1 = 0, "async
+#: slower" when its lower end is above 0, else "undetermined". Accuracy: per seed, d = async-k's held-out sampled
+#: accuracy - sync's (k = 1, 2); "not worse" when the lower end of the 95% t-interval of mean d, Holm-corrected over
+#: the two k, is above -margin (an equivalence-style non-inferiority bound of 5 points), "worse" when its upper end
+#: is below 0, else "undetermined".
+CRITERION = {"speed_level": 0.95, "accuracy_level": 0.95, "accuracy_margin": 0.05, "warmup_steps": 20}
+
+ARMS = {"sync": [], "async-k1": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=1"],
+        "async-k2": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2"]}
+RESULTS = ROOT / "docs" / "results" / "async"
+BEGIN, END = "<!-- async_rollouts: begin -->\n", "<!-- async_rollouts: end -->\n"
+
+
+def _fit(arm: str, steps: int, seed: int, folder: Path, extra: list[str]) -> subprocess.CompletedProcess:
+    cores = os.cpu_count() or 2
+    threads = cores if arm == "sync" else max(1, cores // 2)
+    args = [*ARMS[arm], *([f"--model.engine.producer_threads={threads}"] if arm != "sync" else [])]
+    argv = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/quickstart.yaml", f"--seed_everything={seed}",
+            f"--trainer.max_steps={steps}", f"--trainer.logger.init_args.save_dir={folder}",
+            "--trainer.enable_progress_bar=false", *args, *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+
+
+def speed(pairs: int, steps: int) -> dict:
+    """Alternated processes of ``sync`` and ``async-k1``; each one's median step time after the warm-up."""
+    rows = []
+    for pair in range(pairs):
+        order = ["sync", "async-k1"] if pair % 2 == 0 else ["async-k1", "sync"]
+        row = {"pair": pair, "order": order}
+        for arm in order:
+            with tempfile.TemporaryDirectory() as tmp:
+                lines = Path(tmp) / "steps.jsonl"
+                _fit(arm, steps, 0, Path(tmp), ["--trainer.callbacks+=soak.SoakProbe", f"--trainer.callbacks.out={lines}",
+                                                 "--trainer.callbacks.every=1", "--trainer.val_check_interval=100000"])
+                durations = [json.loads(line)["step_s_median"] for line in lines.read_text().splitlines()]
+            row[arm] = round(statistics.median(durations[CRITERION["warmup_steps"]:]), 5)
+        row["ratio"] = round(row["async-k1"] / row["sync"], 4)
+        rows.append(row)
+        print(row, flush=True)
+    logs = [math.log(r["ratio"]) for r in rows]
+    low, high = _t_interval(logs, CRITERION["speed_level"])
+    verdict = "async faster" if high < 0 else "async slower" if low > 0 else "undetermined"
+    return {"steps": steps, "pairs": rows, "ratio_geomean": round(math.exp(statistics.fmean(logs)), 4),
+            "ratio_interval": [round(math.exp(low), 4), round(math.exp(high), 4)], "verdict": verdict}
+
+
+def accuracy(seeds: int, steps: int) -> dict:
+    """Each arm from each seed: held-out sampled accuracy after ``steps`` steps and the run's wall time."""
+    rows = []
+    for seed in range(seeds):
+        row = {"seed": seed}
+        for arm in ARMS:
+            with tempfile.TemporaryDirectory() as tmp:
+                started = time.monotonic()
+                _fit(arm, steps, seed, Path(tmp), ["--trainer.val_check_interval=100000"])
+                row[f"{arm}_min"] = round((time.monotonic() - started) / 60, 2)
+                row[arm] = _heldout(Path(tmp))
+        rows.append(row)
+        print(row, flush=True)
+    tests = {}
+    for k in ("async-k1", "async-k2"):
+        tests[k] = [row[k] - row["sync"] for row in rows]
+    # Holm over the two comparisons: the smaller p first at level alpha/2, the other at alpha
+    level = CRITERION["accuracy_level"]
+    out = {"steps": steps, "seeds": rows, "comparisons": {}}
+    for rank, k in enumerate(sorted(tests, key=lambda k: _p_below(tests[k], -CRITERION["accuracy_margin"]))):
+        alpha = (1 - level) / (2 - rank)
+        low, high = _t_interval(tests[k], 1 - alpha)
+        verdict = "not worse" if low > -CRITERION["accuracy_margin"] else "worse" if high < 0 else "undetermined"
+        out["comparisons"][k] = {"mean_difference": round(statistics.fmean(tests[k]), 4),
+                                 "interval": [round(low, 4), round(high, 4)], "level": round(1 - alpha, 4),
+                                 "verdict": verdict}
+    return out
+
+
+def _heldout(folder: Path) -> float:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = next(folder.rglob("events.out.tfevents.*")).parent
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0}).Reload()
+    return round(events.Scalars("heldout/reward_mean_after")[-1].value, 4)
+
+
+def _t_interval(values: list[float], level: float) -> tuple[float, float]:
+    """The two-sided ``level`` t-interval of the mean of ``values``."""
+    n, mean, sd = len(values), statistics.fmean(values), statistics.stdev(values)
+    half = t_quantile(1 - (1 - level) / 2, n - 1) * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def _p_below(values: list[float], bound: float) -> float:
+    """One-sided p of "mean <= bound" (non-inferiority), for Holm's order."""
+    n, sd = len(values), statistics.stdev(values) or 1e-12
+    return t_sf((statistics.fmean(values) - bound) / (sd / math.sqrt(n)), n - 1)
+
+
+def render() -> str:
+    lines = []
+    if (RESULTS / "speed.json").is_file():
+        s = json.loads((RESULTS / "speed.json").read_text())
+        lines += [f"Speed (`{s['command']}`, {len(s['pairs'])} alternated pairs, {s['steps']} steps a process, median "
+                  f"step time after {CRITERION['warmup_steps']}): async-k1 / sync = {s['ratio_geomean']} (geometric "
+                  f"mean; 95% interval {s['ratio_interval'][0]} to {s['ratio_interval'][1]}): **{s['verdict']}**.", "",
+                  "| pair | order | sync s/step | async-k1 s/step | ratio |", "|---|---|---|---|---|"]
+        lines += [f"| {r['pair']} | {' then '.join(r['order'])} | {r['sync']:.4f} | {r['async-k1']:.4f} | {r['ratio']} |"
+                  for r in s["pairs"]]
+    if (RESULTS / "accuracy.json").is_file():
+        a = json.loads((RESULTS / "accuracy.json").read_text())
+        lines += ["", f"Accuracy (`{a['command']}`, held-out sampled accuracy after {a['steps']} steps, paired by seed):",
+                  "", "| seed | sync | async-k1 | async-k2 | sync min | async-k1 min | async-k2 min |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['seed']} | {r['sync']} | {r['async-k1']} | {r['async-k2']} | {r['sync_min']} | "
+                  f"{r['async-k1_min']} | {r['async-k2_min']} |" for r in a["seeds"]]
+        lines += ["", "| comparison | mean difference | interval (Holm-adjusted level) | verdict |", "|---|---|---|---|"]
+        lines += [f"| {k} - sync | {c['mean_difference']:+.4f} | {c['interval'][0]:+.4f} to {c['interval'][1]:+.4f} "
+                  f"({c['level']}) | {c['verdict']} |" for k, c in a["comparisons"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("part", nargs="?", choices=["speed", "accuracy"])
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--write", type=Path, help="replace the block between the markers of this doc and exit")
+    args = parser.parse_args()
+    if args.write:
+        doc = args.write.read_text()
+        head, rest = doc.split(BEGIN, 1)
+        args.write.write_text(head + BEGIN + render() + END + rest.split(END, 1)[1])
+        return
+    record = speed(args.pairs, args.steps) if args.part == "speed" else accuracy(args.seeds, args.steps)
+    record = {"command": command("bench/async_rollouts.py", sys.argv[1:]), "cpus": os.cpu_count(),
+              "criterion": CRITERION, **record}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{args.part}.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
