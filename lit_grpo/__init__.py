@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
          "RewardShaping", "OverlongPenalty", "LastNumber"],
         "lit_grpo.rewards",
     ),
-    **dict.fromkeys(["RolloutEngine", "HFGenerateEngine"], "lit_grpo.rollout"),
+    **dict.fromkeys(["AsyncRollouts", "RolloutEngine", "HFGenerateEngine"], "lit_grpo.rollout"),
     "LoraSettings": "lit_grpo.lora",
     **dict.fromkeys(
         ["PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule", "GSM8K",

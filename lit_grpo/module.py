@@ -104,7 +104,7 @@ class GRPOModule(PolicyModule):
         "rollout/retired_prompts", "rollout/skipped_prompts", "reward/<term>", "data/skipped_rows",
         "perf/<phase>_s", "perf/tokens_per_s", "perf/elided_frac", "optim/<name>",
         "env/turns_mean", "env/tool_calls_mean", "env/truncated_frac", "env/seconds", "env/tool_errors",
-        "env/tool_timeouts",
+        "env/tool_timeouts", "async/<name>",
     )
 
     def __init__(
@@ -171,7 +171,10 @@ class GRPOModule(PolicyModule):
     # ---- the algorithm -----------------------------------------------------------------------------
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict:
         timer = PhaseTimer()
-        batch, rollouts, rewards, reward_out, drawn, tokens = self.collect(batch, timer)  # [P], [N, T], [P, G]
+        collected = self.collect(batch, timer)
+        if collected is None:  # an asynchronous engine's pipeline is still filling: nothing to train on yet
+            return None
+        batch, rollouts, rewards, reward_out, drawn, tokens = collected  # [P], [N, T], [P, G]
         lengths = rollouts.lengths.view(rewards.shape)  # [P, G] generated tokens
         shaped, shaping_terms = self.shape(rewards, lengths)  # [P, G]: the rewards the estimator sees
         advantages = self.estimator(shaped, lengths=lengths)  # [P, G]
@@ -200,7 +203,12 @@ class GRPOModule(PolicyModule):
                                                            self.trainer.world_size))))
         while True:
             with timer("generate_s"):
-                rollouts = self.engine.rollout(batch, self.group_size, self.sampling)
+                if parts:  # a refill, generated now
+                    rollouts = self.engine.rollout(batch, self.group_size, self.sampling)
+                elif (ahead := self.engine.rollout_ahead(batch, self.group_size, self.sampling)) is None:
+                    return None
+                else:  # this step's prompts, or an earlier step's with an asynchronous engine
+                    batch, rollouts = ahead
             with timer("score_s"):
                 rewards, out = self.score(batch, rollouts)
             drawn, tokens = drawn + len(batch), tokens + int(rollouts.lengths.sum())
@@ -427,6 +435,7 @@ class GRPOModule(PolicyModule):
                  **step_metrics.perf_pairs(timer, tokens, world, update.elided)}
         if stats.rollouts is not None and stats.rollouts.episodes is not None:
             pairs.update(step_metrics.episode_pairs(stats.rollouts.episodes, world))
+        pairs.update({name: (value, 1.0) for name, value in self.engine.metrics().items()})  # means over ranks
         if self.curriculum is not None:
             pairs["rollout/retired_prompts"] = (float(len(self.curriculum.retired)), 1.0)  # the same on every rank
             pairs["rollout/skipped_prompts"] = (float(self._skipped_prompts), 1.0 / world)
@@ -501,6 +510,8 @@ class GRPOModule(PolicyModule):
                                   "rng": gather_objects(rng_states())}
         if self.curriculum is not None:
             checkpoint["lit_grpo_curriculum"] = self.curriculum.state_dict()
+        if engine := self.engine.state_dict():
+            checkpoint["lit_grpo_engine"] = gather_objects(engine)  # every rank's batches in flight
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Raise when the checkpoint was written with other settings, naming them all (the data position's too:
@@ -520,6 +531,8 @@ class GRPOModule(PolicyModule):
             set_rng_states(rng[self.global_rank] if self.global_rank < len(rng) else rng[0])
         if self.curriculum is not None and "lit_grpo_curriculum" in checkpoint:
             self.curriculum.load_state_dict(checkpoint["lit_grpo_curriculum"])
+        if engine := checkpoint.get("lit_grpo_engine"):
+            self.engine.load_state_dict(engine[self.global_rank] if self.global_rank < len(engine) else engine[0])
 
 
 def _take_groups(batch: PromptBatch, rollouts: Rollouts, rewards: Tensor, out: RewardOutput, groups: list[int]):

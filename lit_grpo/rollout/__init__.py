@@ -4,8 +4,9 @@
 vLLM, and ``--model.engine=VLLMEngine`` resolves on machines without it (construction then names the extra).
 """
 
+from lit_grpo.rollout.asynchronous import AsyncRollouts
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.hf import HFGenerateEngine
 from lit_grpo.rollout.vllm import VLLMEngine
 
-__all__ = ["RolloutEngine", "HFGenerateEngine", "VLLMEngine"]
+__all__ = ["AsyncRollouts", "RolloutEngine", "HFGenerateEngine", "VLLMEngine"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
+from typing import Any
 
 from torch import nn
 
@@ -32,6 +34,12 @@ class RolloutEngine(ABC):
         runs multi-turn episodes (:class:`lit_grpo.envs.EpisodeEngine`) reads the whole records instead."""
         return self.generate(batch.prompts, n, sampling)
 
+    def rollout_ahead(self, batch: PromptBatch, n: int, sampling: SamplingParams) -> tuple[PromptBatch, Rollouts] | None:
+        """The rollouts a training step trains on, with the prompts they belong to: those of ``batch`` itself here; an
+        asynchronous engine (:class:`~lit_grpo.rollout.asynchronous.AsyncRollouts`) returns an earlier batch's, or
+        None while its pipeline fills."""
+        return batch, self.rollout(batch, n, sampling)
+
     def generate_ids(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> Rollouts:
         """``P`` token-id prompts (no padding) -> ``P * n`` completions, group-major, as :meth:`generate`.
 
@@ -46,6 +54,23 @@ class RolloutEngine(ABC):
     def max_sequence_length(self) -> int | None:
         """Most tokens of prompt and completion together the engine can hold (None: no known limit)."""
         return None
+
+    def metrics(self) -> dict[str, float]:
+        """Numbers the module logs after each training step (the engine's own; none here)."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the engine (nothing here)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s contents. Here: say so when the checkpoint holds an asynchronous engine's
+        batches in flight, which this engine does not train."""
+        if state.get("pending"):
+            logging.getLogger(__name__).warning(
+                "the checkpoint holds %d rollout batches in flight of an asynchronous engine (AsyncRollouts); this "
+                "run's %s does not train them, so their prompts are skipped. Resume with the same engine to train them",
+                len(state["pending"]), type(self).__name__)
 
     def sync_weights(self, policy: nn.Module) -> float:
         """Load the policy's current weights into the engine; returns seconds spent.
