@@ -58,6 +58,7 @@ def references(tmp_path_factory) -> Path:
     train_tiny.run_single(out / "full", STEPS, merged_ranks=2)
     train_tiny.run_single(out / "lora", STEPS, merged_ranks=2, lora=True)
     train_tiny.run_single(out / "elide", STEPS, merged_ranks=2, **train_tiny.ELIDE)
+    train_tiny.run_single(out / "async1", STEPS, merged_ranks=2, engine="async1")
     return out
 
 
@@ -71,7 +72,8 @@ def _metrics(folder: Path) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("run", "reference"),
-    [("ddp", "full"), ("fsdp2", "full"), ("fsdp2_lora", "lora"), ("fsdp1", "full"), ("fsdp1_lora", "lora")],
+    [("ddp", "full"), ("fsdp2", "full"), ("fsdp2_lora", "lora"), ("fsdp1", "full"), ("fsdp1_lora", "lora"),
+     ("ddp_async1", "async1")],  # each rank its own producer, one step behind
 )
 def test_two_processes_match_one_process_on_the_global_batch(parallel_runs, references, run, reference):
     ours, theirs = (

@@ -33,6 +33,7 @@ from lit_grpo.checkpoint import AtomicCheckpointIO  # noqa: E402
 from lit_grpo.lora import LoraSettings  # noqa: E402
 from lit_grpo.losses import PPOClip  # noqa: E402
 from lit_grpo.parallel import full_state_dict, gathered  # noqa: E402
+from lit_grpo.rollout import AsyncRollouts  # noqa: E402
 from lit_grpo.rollout.base import RolloutEngine  # noqa: E402
 from lit_grpo.rollout.weights import full_weights, merged_adapters  # noqa: E402
 from lit_grpo.types import RewardOutput, Rollouts  # noqa: E402
@@ -152,6 +153,8 @@ class Record(L.Callback):
         self.path = path
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if "rollout" not in outputs:  # an asynchronous engine's pipeline filling: nothing trained
+            return
         with (self.path.parent / f"groups.rank{trainer.global_rank}.txt").open("a") as f:
             f.write(f"{len(outputs['rollout'].batch)}\n")
         if trainer.is_global_zero:
@@ -223,7 +226,8 @@ def module(engine: str = "scripted", lora: bool = False, **kwargs) -> GRPOModule
         "loss": PPOClip(beta=0.05),
         "num_iterations": 2,
         "reward": DigitReward(),
-        "engine": ScriptedEngine() if engine == "scripted" else None,
+        "engine": {"scripted": ScriptedEngine, "hf": lambda: None,
+                   "async1": lambda: AsyncRollouts(ScriptedEngine(), max_staleness=1)}[engine](),
         "lora": LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj"]) if lora else None,
     }
     return GRPOModule(model=MODEL, **grouped(**{**options, **kwargs}))
@@ -277,6 +281,7 @@ def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
         ),
         "fsdp1_hf": (lambda: CPUFSDPStrategy(process_group_backend="gloo"), {"engine": "hf", "max_new_tokens": 6}, 2),
         "ddp_elide": (lambda: DDPStrategy(process_group_backend="gloo"), ELIDE, steps),
+        "ddp_async1": (lambda: DDPStrategy(process_group_backend="gloo"), {"engine": "async1"}, steps),
         "fsdp2_elide": (lambda: ModelParallelStrategy(**fsdp2), ELIDE, steps),
     }
     for name, (strategy, options, max_steps) in runs.items():
