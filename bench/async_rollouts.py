@@ -1,7 +1,8 @@
 """Synchronous against asynchronous rollouts (``lit_grpo.AsyncRollouts``) on the quickstart, on this machine's cores.
 
     python bench/async_rollouts.py speed --pairs 6 --steps 200       # step time, alternated fresh processes (~4 min)
-    python bench/async_rollouts.py accuracy --seeds 5 --steps 250    # held-out accuracy per seed and mode (~15 min)
+    python bench/async_rollouts.py accuracy --seeds 5 --steps 250    # held-out accuracy per seed and mode (~8 min)
+    python bench/async_rollouts.py speed-real --pairs 2 --steps 6    # the real-model workload (~25 min)
     python bench/async_rollouts.py --write docs/performance.md       # the doc's tables from the data
 
 Arms (the same config otherwise; ``OMP_NUM_THREADS`` set per process):
@@ -40,6 +41,11 @@ from lit_grpo.experiments.stats import t_quantile, t_sf
 #: the two k, is above -margin (an equivalence-style non-inferiority bound of 5 points), "worse" when its upper end
 #: is below 0, else "undetermined".
 CRITERION = {"speed_level": 0.95, "accuracy_level": 0.95, "accuracy_margin": 0.05, "warmup_steps": 20}
+#: The real-model workload (``speed-real``): the real quickstart's settings (SmolLM2-135M-Instruct, LoRA r16, P8 x G8 x
+#: 32 new tokens) without its held-out report, each process's median step time after its first step; the same
+#: interval rule as ``speed``, at the level of :data:`CRITERION`. Fixed before its first run.
+REAL = {"config": "configs/real/quickstart.yaml", "warmup_steps": 1,
+        "extra": ["--trainer.callbacks=[]", "--trainer.max_time=null"]}
 
 ARMS = {"sync": [], "async-k1": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=1"],
         "async-k2": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2"]}
@@ -47,11 +53,12 @@ RESULTS = ROOT / "docs" / "results" / "async"
 BEGIN, END = "<!-- async_rollouts: begin -->\n", "<!-- async_rollouts: end -->\n"
 
 
-def _fit(arm: str, steps: int, seed: int, folder: Path, extra: list[str]) -> subprocess.CompletedProcess:
+def _fit(arm: str, steps: int, seed: int, folder: Path, extra: list[str],
+         config: str = "configs/quickstart.yaml") -> subprocess.CompletedProcess:
     cores = os.cpu_count() or 2
     threads = cores if arm == "sync" else max(1, cores // 2)
     args = [*ARMS[arm], *([f"--model.engine.producer_threads={threads}"] if arm != "sync" else [])]
-    argv = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/quickstart.yaml", f"--seed_everything={seed}",
+    argv = [sys.executable, "-m", "lit_grpo", "fit", "--config", config, f"--seed_everything={seed}",
             f"--trainer.max_steps={steps}", f"--trainer.logger.init_args.save_dir={folder}",
             "--trainer.enable_progress_bar=false", *args, *extra]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads),
@@ -59,8 +66,11 @@ def _fit(arm: str, steps: int, seed: int, folder: Path, extra: list[str]) -> sub
     return subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
 
 
-def speed(pairs: int, steps: int) -> dict:
-    """Alternated processes of ``sync`` and ``async-k1``; each one's median step time after the warm-up."""
+def speed(pairs: int, steps: int, real: bool = False) -> dict:
+    """Alternated processes of ``sync`` and ``async-k1``; each one's median step time after the warm-up (the real-model
+    workload with ``real``)."""
+    config, warmup, extra = (REAL["config"], REAL["warmup_steps"], REAL["extra"]) if real else \
+        ("configs/quickstart.yaml", CRITERION["warmup_steps"], [])
     rows = []
     for pair in range(pairs):
         order = ["sync", "async-k1"] if pair % 2 == 0 else ["async-k1", "sync"]
@@ -68,17 +78,18 @@ def speed(pairs: int, steps: int) -> dict:
         for arm in order:
             with tempfile.TemporaryDirectory() as tmp:
                 lines = Path(tmp) / "steps.jsonl"
-                _fit(arm, steps, 0, Path(tmp), ["--trainer.callbacks+=soak.SoakProbe", f"--trainer.callbacks.out={lines}",
-                                                 "--trainer.callbacks.every=1", "--trainer.val_check_interval=100000"])
+                _fit(arm, steps, 0, Path(tmp), [*extra, "--trainer.callbacks+=soak.SoakProbe",
+                                                 f"--trainer.callbacks.out={lines}", "--trainer.callbacks.every=1",
+                                                 *([] if real else ["--trainer.val_check_interval=100000"])], config)
                 durations = [json.loads(line)["step_s_median"] for line in lines.read_text().splitlines()]
-            row[arm] = round(statistics.median(durations[CRITERION["warmup_steps"]:]), 5)
+            row[arm] = round(statistics.median(durations[warmup:]), 5)
         row["ratio"] = round(row["async-k1"] / row["sync"], 4)
         rows.append(row)
         print(row, flush=True)
     logs = [math.log(r["ratio"]) for r in rows]
     low, high = _t_interval(logs, CRITERION["speed_level"])
     verdict = "async faster" if high < 0 else "async slower" if low > 0 else "undetermined"
-    return {"steps": steps, "pairs": rows, "ratio_geomean": round(math.exp(statistics.fmean(logs)), 4),
+    return {"workload": config, "warmup_steps": warmup, "steps": steps, "pairs": rows, "ratio_geomean": round(math.exp(statistics.fmean(logs)), 4),
             "ratio_interval": [round(math.exp(low), 4), round(math.exp(high), 4)], "verdict": verdict}
 
 
@@ -134,10 +145,14 @@ def _p_below(values: list[float], bound: float) -> float:
 
 def render() -> str:
     lines = []
-    if (RESULTS / "speed.json").is_file():
-        s = json.loads((RESULTS / "speed.json").read_text())
-        lines += [f"Speed (`{s['command']}`, {len(s['pairs'])} alternated pairs, {s['steps']} steps a process, median "
-                  f"step time after {CRITERION['warmup_steps']}): async-k1 / sync = {s['ratio_geomean']} (geometric "
+    for name in ("speed", "speed-real"):
+        if not (RESULTS / f"{name}.json").is_file():
+            continue
+        s = json.loads((RESULTS / f"{name}.json").read_text())
+        lines += [""] if lines else []
+        lines += [f"Speed, {s.get('workload', 'configs/quickstart.yaml')} (`{s['command']}`, {len(s['pairs'])} "
+                  f"alternated pairs, {s['steps']} steps a process, median step time after "
+                  f"{s.get('warmup_steps', CRITERION['warmup_steps'])}): async-k1 / sync = {s['ratio_geomean']} (geometric "
                   f"mean; 95% interval {s['ratio_interval'][0]} to {s['ratio_interval'][1]}): **{s['verdict']}**.", "",
                   "| pair | order | sync s/step | async-k1 s/step | ratio |", "|---|---|---|---|---|"]
         lines += [f"| {r['pair']} | {' then '.join(r['order'])} | {r['sync']:.4f} | {r['async-k1']:.4f} | {r['ratio']} |"
@@ -157,7 +172,7 @@ def render() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", nargs="?", choices=["speed", "accuracy"])
+    parser.add_argument("part", nargs="?", choices=["speed", "speed-real", "accuracy"])
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
@@ -168,7 +183,8 @@ def main() -> None:
         head, rest = doc.split(BEGIN, 1)
         args.write.write_text(head + BEGIN + render() + END + rest.split(END, 1)[1])
         return
-    record = speed(args.pairs, args.steps) if args.part == "speed" else accuracy(args.seeds, args.steps)
+    record = accuracy(args.seeds, args.steps) if args.part == "accuracy" else \
+        speed(args.pairs, args.steps, real=args.part == "speed-real")
     record = {"command": command("bench/async_rollouts.py", sys.argv[1:]), "cpus": os.cpu_count(),
               "criterion": CRITERION, **record}
     RESULTS.mkdir(parents=True, exist_ok=True)
