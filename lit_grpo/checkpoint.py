@@ -4,7 +4,7 @@ resume, config checks.
 A resumed run reproduces the uninterrupted one exactly on the CPU: parameters, optimizer and scheduler
 (Lightning), the data position (``PromptDataModule.state_dict``), callback state (Lightning), and the
 randomness, because :meth:`GRPOModule.on_train_batch_start` reseeds torch, numpy and ``random`` from
-``(rollout seed, step, rank)`` before every step (:func:`seed_step`) and saves the rollout seed, its counters
+``(rollout seed, step, rank)`` before every step (:func:`~lit_grpo.parallel.seed_step`) and saves the rollout seed, its counters
 and the random states in :meth:`GRPOModule.on_save_checkpoint` with the helpers below.
 """
 
@@ -286,15 +286,6 @@ def exit_status(trainer: Trainer) -> int:
 
 
 # ---- helpers for the GRPO module's own checkpoint state (GRPOModule.on_save_checkpoint) ----------------
-def seed_step(seed: int, step: int, rank: int) -> None:
-    """Seed torch (every device), numpy and ``random`` for one training step of one rank."""
-    state = np.random.SeedSequence([seed % 2**63, step, rank]).generate_state(2, dtype=np.uint32)
-    value = int(state[0]) << 32 | int(state[1])
-    torch.manual_seed(value)
-    np.random.seed(int(state[0]))
-    random.seed(value)
-
-
 def rng_states() -> dict[str, Any]:
     """This process's global random states (torch CPU and CUDA, numpy, ``random``)."""
     name, keys, pos, has_gauss, gauss = np.random.get_state()

@@ -18,7 +18,6 @@ from lit_grpo.checkpoint import (
     gather_objects,
     model_identity,
     rng_states,
-    seed_step,
     set_rng_states,
 )
 from lit_grpo.checks import require
@@ -37,6 +36,7 @@ from lit_grpo.parallel import (
     max_over_ranks,
     min_over_ranks,
     reduce_ratios,
+    seed_step,
 )
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.policy import PolicyModule

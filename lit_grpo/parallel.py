@@ -7,10 +7,12 @@ the advantages of its own groups and its share of the loss, whose divisors are s
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -224,3 +226,12 @@ def min_over_ranks(value: int, strategy: Any, world_size: int) -> int:
         return value
     tensor = torch.tensor(float(value), device=strategy.root_device)
     return int(strategy.reduce(tensor, reduce_op="min").item())
+
+
+def seed_step(seed: int, step: int, rank: int) -> None:
+    """Seed torch (every device), numpy and ``random`` for one training step of one rank."""
+    state = np.random.SeedSequence([seed % 2**63, step, rank]).generate_state(2, dtype=np.uint32)
+    value = int(state[0]) << 32 | int(state[1])
+    torch.manual_seed(value)
+    np.random.seed(int(state[0]))
+    random.seed(value)

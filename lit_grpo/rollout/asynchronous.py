@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_grpo.checkpoint import seed_step
 from lit_grpo.checks import require
+from lit_grpo.parallel import seed_step
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.hf import HFGenerateEngine
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
