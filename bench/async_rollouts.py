@@ -2,7 +2,8 @@
 
     python bench/async_rollouts.py speed --pairs 6 --steps 200       # step time, alternated fresh processes (~4 min)
     python bench/async_rollouts.py accuracy --seeds 5 --steps 250    # held-out accuracy per seed and mode (~8 min)
-    python bench/async_rollouts.py speed-real --pairs 2 --steps 6    # the real-model workload (~25 min)
+    python bench/async_rollouts.py speed-real --pairs 2 --steps 6    # the real-model workload (~16 min)
+    python bench/async_rollouts.py accuracy-tis --seeds 5 --steps 250  # staleness 2 with TruncatedIS (~5 min)
     python bench/async_rollouts.py --write docs/performance.md       # the doc's tables from the data
 
 Arms (the same config otherwise; ``OMP_NUM_THREADS`` set per process):
@@ -48,7 +49,12 @@ REAL = {"config": "configs/real/quickstart.yaml", "warmup_steps": 1,
         "extra": ["--trainer.callbacks=[]", "--trainer.max_time=null"]}
 
 ARMS = {"sync": [], "async-k1": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=1"],
-        "async-k2": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2"]}
+        "async-k2": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2"],
+        "async-k2-tis": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2", "--model.loss.tis=token"]}
+#: The arms of each accuracy part. ``accuracy-tis`` asks one question, fixed before its first run: does the token-level
+#: truncated importance correction (cap 2) make staleness 2 not worse than sync (the same rule as ``accuracy``, a family
+#: of one comparison, so no adjustment)? Its sync runs are its own, alternated with the asynchronous ones.
+PARTS = {"accuracy": ("sync", "async-k1", "async-k2"), "accuracy-tis": ("sync", "async-k2-tis")}
 RESULTS = ROOT / "docs" / "results" / "async"
 BEGIN, END = "<!-- async_rollouts: begin -->\n", "<!-- async_rollouts: end -->\n"
 
@@ -93,12 +99,13 @@ def speed(pairs: int, steps: int, real: bool = False) -> dict:
             "ratio_interval": [round(math.exp(low), 4), round(math.exp(high), 4)], "verdict": verdict}
 
 
-def accuracy(seeds: int, steps: int) -> dict:
-    """Each arm from each seed: held-out sampled accuracy after ``steps`` steps and the run's wall time."""
-    rows = []
+def accuracy(seeds: int, steps: int, part: str = "accuracy") -> dict:
+    """Each arm of ``part`` from each seed: held-out sampled accuracy after ``steps`` steps and the run's wall time;
+    each asynchronous arm against sync, Holm-adjusted over the part's comparisons."""
+    arms, rows = PARTS[part], []
     for seed in range(seeds):
         row = {"seed": seed}
-        for arm in ARMS:
+        for arm in arms:
             with tempfile.TemporaryDirectory() as tmp:
                 started = time.monotonic()
                 _fit(arm, steps, seed, Path(tmp), ["--trainer.val_check_interval=100000"])
@@ -106,14 +113,12 @@ def accuracy(seeds: int, steps: int) -> dict:
                 row[arm] = _heldout(Path(tmp))
         rows.append(row)
         print(row, flush=True)
-    tests = {}
-    for k in ("async-k1", "async-k2"):
-        tests[k] = [row[k] - row["sync"] for row in rows]
-    # Holm over the two comparisons: the smaller p first at level alpha/2, the other at alpha
-    level = CRITERION["accuracy_level"]
-    out = {"steps": steps, "seeds": rows, "comparisons": {}}
+    tests = {k: [row[k] - row["sync"] for row in rows] for k in arms if k != "sync"}
+    # Holm over the comparisons: the smallest p first at level alpha/m, the next at alpha/(m-1), ...
+    level, m = CRITERION["accuracy_level"], len(tests)
+    out = {"arms": list(arms), "steps": steps, "seeds": rows, "comparisons": {}}
     for rank, k in enumerate(sorted(tests, key=lambda k: _p_below(tests[k], -CRITERION["accuracy_margin"]))):
-        alpha = (1 - level) / (2 - rank)
+        alpha = (1 - level) / (m - rank)
         low, high = _t_interval(tests[k], 1 - alpha)
         verdict = "not worse" if low > -CRITERION["accuracy_margin"] else "worse" if high < 0 else "undetermined"
         out["comparisons"][k] = {"mean_difference": round(statistics.fmean(tests[k]), 4),
@@ -157,13 +162,16 @@ def render() -> str:
                   "| pair | order | sync s/step | async-k1 s/step | ratio |", "|---|---|---|---|---|"]
         lines += [f"| {r['pair']} | {' then '.join(r['order'])} | {r['sync']:.4f} | {r['async-k1']:.4f} | {r['ratio']} |"
                   for r in s["pairs"]]
-    if (RESULTS / "accuracy.json").is_file():
-        a = json.loads((RESULTS / "accuracy.json").read_text())
+    for name in PARTS:
+        if not (RESULTS / f"{name}.json").is_file():
+            continue
+        a = json.loads((RESULTS / f"{name}.json").read_text())
+        arms = a.get("arms", PARTS["accuracy"])
         lines += ["", f"Accuracy (`{a['command']}`, held-out sampled accuracy after {a['steps']} steps, paired by seed):",
-                  "", "| seed | sync | async-k1 | async-k2 | sync min | async-k1 min | async-k2 min |",
-                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['seed']} | {r['sync']} | {r['async-k1']} | {r['async-k2']} | {r['sync_min']} | "
-                  f"{r['async-k1_min']} | {r['async-k2_min']} |" for r in a["seeds"]]
+                  "", "| seed | " + " | ".join([*arms, *(f"{arm} min" for arm in arms)]) + " |",
+                  "|---|" + "---|" * (2 * len(arms))]
+        lines += ["| " + " | ".join(str(v) for v in [r["seed"], *(r[arm] for arm in arms),
+                                                      *(r[f"{arm}_min"] for arm in arms)]) + " |" for r in a["seeds"]]
         lines += ["", "| comparison | mean difference | interval (Holm-adjusted level) | verdict |", "|---|---|---|---|"]
         lines += [f"| {k} - sync | {c['mean_difference']:+.4f} | {c['interval'][0]:+.4f} to {c['interval'][1]:+.4f} "
                   f"({c['level']}) | {c['verdict']} |" for k, c in a["comparisons"].items()]
@@ -172,7 +180,7 @@ def render() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", nargs="?", choices=["speed", "speed-real", "accuracy"])
+    parser.add_argument("part", nargs="?", choices=["speed", "speed-real", *PARTS])
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
@@ -183,7 +191,7 @@ def main() -> None:
         head, rest = doc.split(BEGIN, 1)
         args.write.write_text(head + BEGIN + render() + END + rest.split(END, 1)[1])
         return
-    record = accuracy(args.seeds, args.steps) if args.part == "accuracy" else \
+    record = accuracy(args.seeds, args.steps, args.part) if args.part in PARTS else \
         speed(args.pairs, args.steps, real=args.part == "speed-real")
     record = {"command": command("bench/async_rollouts.py", sys.argv[1:]), "cpus": os.cpu_count(),
               "criterion": CRITERION, **record}
