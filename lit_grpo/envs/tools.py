@@ -12,7 +12,6 @@ on: no tool failure stops the run.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -122,12 +121,7 @@ class ToolEnvironment(Environment):
         if problem:
             return self._error(episode, f"tool {call.name!r}: {problem}")
         try:
-            with time_limit(self.timeout_s) as enforced:
-                if not enforced and not getattr(self, "_said_unlimited", False):
-                    self._said_unlimited = True
-                    logging.getLogger(__name__).warning(
-                        "tool calls run outside the main thread (AsyncRollouts' producer), where their time limit of "
-                        "%g s cannot be enforced: a tool that hangs holds the producer", self.timeout_s)
+            with time_limit(self.timeout_s, f"tool {call.name!r}"):
                 value = tool(**call.arguments)
         except RewardTimeout:
             episode.tool_timeouts += 1

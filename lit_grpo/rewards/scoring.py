@@ -256,7 +256,7 @@ class RewardTimeout(BaseException):
 
 
 @contextmanager
-def time_limit(seconds: float | None) -> Iterator[bool]:
+def time_limit(seconds: float | None, what: str | None = None) -> Iterator[bool]:
     """Raises :class:`RewardTimeout` in the block when it runs longer than ``seconds`` (wall clock).
 
     A watchdog thread waits ``seconds``, then sends ``SIGALRM`` to the main thread, whose handler (installed
@@ -264,11 +264,16 @@ def time_limit(seconds: float | None) -> Iterator[bool]:
     the next instruction. While another handler holds ``SIGALRM`` (math-verify's own per-parse timeout) the
     signal is sent again every 0.1 s until ours takes it. The thread ends and the previous handler is back
     when the block ends, whatever happens. Only the main thread can take signals: elsewhere (and with
-    ``seconds=None``) there is no limit and the block runs as is; yields whether the limit is enforced.
+    ``seconds=None``) there is no limit and the block runs as is; yields whether the limit is enforced, and
+    says so once per ``what`` (``"reward 'x'"``, ``"tool calls"``) when a limit was asked for.
     Code that never returns to Python (a C loop holding the GIL) cannot be stopped this way; a
     :class:`~lit_grpo.rewards.pool.ScoringPool` kills its worker instead.
     """
     if seconds is None or threading.current_thread() is not threading.main_thread():
+        if seconds is not None and what is not None and (what, "no-limit") not in _logged:
+            _logged.add((what, "no-limit"))
+            logger.warning("%s runs outside the main thread, where its time limit of %g s cannot be enforced (logged "
+                           "once)", what, seconds)
         yield False
         return
     done, fired = threading.Event(), threading.Event()
@@ -326,10 +331,7 @@ class RewardGuard:
     ) -> RewardOutput:
         n, name = len(completions), reward.name
         try:
-            with time_limit(self.timeout_s) as enforced:
-                if not enforced and self.timeout_s is not None:
-                    _log_once(name, "no-limit", f"reward {name!r} runs outside the main thread, where its "
-                              f"time limit of {self.timeout_s:g} s cannot be enforced")
+            with time_limit(self.timeout_s, f"reward {name!r}"):
                 out, error = _call(reward, completions, references, columns)
         except RewardTimeout as exc:
             _log_once(name, "call-timeout", f"reward {name!r} {exc} on a call of {n} completions; they count as "
