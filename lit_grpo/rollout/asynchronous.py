@@ -62,7 +62,7 @@ class AsyncRollouts(RolloutEngine):
             process. On a CPU, split the cores between the producer and the trainer.
 
     Logged per step: ``async/staleness_mean`` and ``async/staleness_max`` (versions between generating and training
-    the step's rollouts, refills 0), ``async/queue_wait_s`` (the trainer waiting for the batch it trains on),
+    the step's batch; refills and validation, generated with the current weights, are not counted), ``async/queue_wait_s`` (the trainer waiting for the batch it trains on),
     ``async/sync_wait_s`` (the trainer waiting at the end of the step for the batch in progress) and
     ``async/producer_wait_s`` (the producer idle between batches).
     """
@@ -80,7 +80,7 @@ class AsyncRollouts(RolloutEngine):
         self.submitted = 0  # batches handed to the producer so far (their seeds' index)
         self.seed: int | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._restored: list[Produced] = []
+        self._restored: list[dict[str, Any]] = []  # a resumed run's batches in flight, as the checkpoint held them
         self._idle_since: float | None = None
         self._step: dict[str, Any] = self._new_step()
 
@@ -117,9 +117,7 @@ class AsyncRollouts(RolloutEngine):
     def rollout(self, batch: PromptBatch, n: int, sampling: SamplingParams) -> Rollouts:
         """Synchronously, with the current weights (refills, validation)."""
         self._check_bound()
-        rollouts = self._pool().submit(self._timed, self.engine.rollout, batch, n, sampling).result()
-        self._step["staleness"].append(0)
-        return rollouts
+        return self._pool().submit(self._timed, self.engine.rollout, batch, n, sampling).result()
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> Rollouts:
         self._check_bound()
@@ -209,12 +207,9 @@ def _plain(produced: Produced) -> dict[str, Any]:
     out = {"batch": {f.name: getattr(batch, f.name) for f in fields(batch)}, "version": produced.version,
            "index": produced.index}
     if rollouts.episodes is None:
-        out["rollouts"] = {f.name: _cpu(getattr(rollouts, f.name)) for f in fields(rollouts) if f.name != "episodes"}
+        on_cpu = rollouts.to("cpu")
+        out["rollouts"] = {f.name: getattr(on_cpu, f.name) for f in fields(on_cpu) if f.name != "episodes"}
     return out
-
-
-def _cpu(value: Any) -> Any:
-    return value.cpu() if isinstance(value, torch.Tensor) else value
 
 
 def _done(produced: Produced) -> Future:
