@@ -16,6 +16,8 @@ import json
 import math
 from pathlib import Path
 
+from provenance import write_block
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "agents"
 BEGIN, END = "<!-- agent_tasks.py:begin -->\n", "<!-- agent_tasks.py:end -->"
@@ -81,9 +83,7 @@ def main() -> None:
     if not args.write:
         print(table, end="")
         return
-    doc = args.write.read_text()
-    start, stop = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-    args.write.write_text(doc[:start] + table + doc[stop:])
+    write_block(args.write, BEGIN, END, table)
 
 
 if __name__ == "__main__":

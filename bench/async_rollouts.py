@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import ROOT, command
+from provenance import ROOT, command, write_block
 
 from lit_grpo.experiments.stats import t_quantile, t_sf
 
@@ -187,9 +187,7 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="replace the block between the markers of this doc and exit")
     args = parser.parse_args()
     if args.write:
-        doc = args.write.read_text()
-        head, rest = doc.split(BEGIN, 1)
-        args.write.write_text(head + BEGIN + render() + END + rest.split(END, 1)[1])
+        write_block(args.write, BEGIN, END, render())
         return
     record = accuracy(args.seeds, args.steps, args.part) if args.part in PARTS else \
         speed(args.pairs, args.steps, real=args.part == "speed-real")

@@ -1,4 +1,5 @@
-"""How a committed measurement records the command that made it, without a path of the machine that ran it."""
+"""How a committed measurement records the command that made it, without a path of the machine that ran it, and
+how a doc holds the block a bench renders from its data."""
 
 from __future__ import annotations
 
@@ -29,3 +30,15 @@ def command(script: str, argv: list[str]) -> str:
         return portable(a) if a.startswith("/") else a
 
     return " ".join(["python", script, *map(arg, argv)])
+
+
+def doc_block(doc: str, begin: str, end: str) -> str:
+    """The text of ``doc`` between the markers ``begin`` and ``end`` (what a bench's ``--write`` put there)."""
+    return doc[doc.index(begin) + len(begin) : doc.index(end)]
+
+
+def write_block(path: Path, begin: str, end: str, text: str) -> None:
+    """Replace the text between the markers ``begin`` and ``end`` of the file ``path`` with ``text``."""
+    doc = path.read_text()
+    start, stop = doc.index(begin) + len(begin), doc.index(end)
+    path.write_text(doc[:start] + text + doc[stop:])

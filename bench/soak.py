@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from lightning import Callback
-from provenance import ROOT, command
+from provenance import ROOT, command, write_block
 
 from lit_grpo.experiments.stats import t_quantile
 
@@ -204,9 +204,7 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="replace the block between the soak markers of this doc and exit")
     args = parser.parse_args()
     if args.write:
-        doc = args.write.read_text()
-        head, rest = doc.split(BEGIN, 1)
-        args.write.write_text(head + BEGIN + render() + END + rest.split(END, 1)[1])
+        write_block(args.write, BEGIN, END, render())
         return
     record = run(args.steps, args.every, args.out)
     print(json.dumps(record["verdict"], indent=1))

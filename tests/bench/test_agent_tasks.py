@@ -11,11 +11,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from agent_tasks import BEGIN, END, RESULTS, render, wilson  # noqa: E402
+from provenance import doc_block  # noqa: E402
 
 
 def test_the_docs_table_is_the_committed_measurements_rendered():
     doc = (ROOT / "docs" / "agents.md").read_text()
-    block = doc[doc.index(BEGIN) + len(BEGIN) : doc.index(END)]
+    block = doc_block(doc, BEGIN, END)
     assert block == render(RESULTS), "docs/agents.md differs from its data: python bench/agent_tasks.py --write docs/agents.md"
 
 

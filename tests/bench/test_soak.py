@@ -12,12 +12,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
+from provenance import doc_block  # noqa: E402
 from soak import BEGIN, CRITERION, END, FIRST_CRITERION, RUNS, render, verdict  # noqa: E402
 
 
 def test_the_docs_block_is_the_committed_run_rendered():
     doc = (ROOT / "docs" / "performance.md").read_text()
-    block = doc[doc.index(BEGIN) + len(BEGIN) : doc.index(END)]
+    block = doc_block(doc, BEGIN, END)
     assert block == render(), "docs/performance.md differs from its data: python bench/soak.py --write docs/performance.md"
 
 
