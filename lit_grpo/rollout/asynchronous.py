@@ -37,8 +37,8 @@ class AsyncRollouts(RolloutEngine):
     before (one-step-off-policy GRPO at ``max_staleness: 1``).
 
     Configured as the module's engine around the engine that generates (``model.engine: {class_path:
-    lit_grpo.AsyncRollouts, init_args: {engine: ..., max_staleness: 1}}``; the Hugging Face engine by default; an
-    :class:`~lit_grpo.envs.EpisodeEngine` for multi-turn episodes). Each training step hands the producer its
+    lit_grpo.AsyncRollouts, init_args: {engine: ..., max_staleness: 1}}``; the Hugging Face engine by default, the
+    one tested; vLLM and :class:`~lit_grpo.envs.EpisodeEngine` are wired the same way but not tested inside it). Each training step hands the producer its
     prompts and takes the oldest finished batch; the first ``max_staleness`` steps only fill the pipeline (no
     optimizer step, nothing logged). At the end of each step the trainer waits for the batch in progress and copies
     its weights into the producer's policy (one ``sync_weights`` per step), so the producer never generates with
