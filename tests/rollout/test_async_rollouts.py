@@ -71,7 +71,7 @@ class VersionedEngine(HFGenerateEngine):
         return out
 
 
-def test_the_loss_reads_the_generating_versions_log_probs(tmp_path, sft_model_path):
+def test_the_engine_log_probs_are_those_of_the_generating_version(tmp_path, sft_model_path):
     inner = VersionedEngine()
     engine = AsyncRollouts(inner, max_staleness=1)
     module = _fit(tmp_path, sft_model_path, 3, engine)
