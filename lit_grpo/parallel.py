@@ -19,6 +19,14 @@ from torch import Tensor, nn
 from lit_grpo.lora import base_model
 
 
+def release_process_group() -> None:
+    """Destroy the default process group, if this process has one, before the interpreter exits: Gloo's worker
+    threads left to the interpreter's own shutdown can abort a process whose run succeeded ("terminate called
+    without an active exception", SIGABRT) on some exits, which a launcher reports as a failed run."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def is_sharded(module: nn.Module) -> bool:
     """Whether ``module`` (or the model inside its peft wrapper) is sharded: FSDP2's ``fully_shard`` was
     applied to it, or it is an FSDP1 root (:func:`wrap_fsdp1`)."""

@@ -11,6 +11,7 @@ def _lightning(subcommand: str, argv: list[str]) -> int:
 
     from lit_grpo.checkpoint import exit_status
     from lit_grpo.cli import LitGRPOCLI, deepest_error
+    from lit_grpo.parallel import release_process_group
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = [subcommand, *argv]
@@ -22,6 +23,8 @@ def _lightning(subcommand: str, argv: list[str]) -> int:
         problem = deepest_error(str(err)) or f"{type(err).__name__}: {lines[0]}"
         print(f"lit-grpo {subcommand}: error: {problem}", file=sys.stderr)
         return 1
+    finally:
+        release_process_group()
     return exit_status(cli.trainer)  # 75 when a signal stopped the run after writing its checkpoint
 
 

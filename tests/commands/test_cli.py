@@ -272,3 +272,13 @@ def test_the_console_command_runs_a_command_of_the_table(tmp_path):
     failed = subprocess.run([sys.executable, "-m", "lit_grpo", "curves", "--estimators", "Nope"],
                             capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1 and "unknown AdvantageEstimator 'Nope'; choose one of" in failed.stderr
+
+
+def test_a_run_under_a_process_group_destroys_it_before_returning(tmp_path):
+    """Gloo's threads left to the interpreter's exit can abort a successful run (SIGABRT) under torchrun."""
+    code = main(["fit", "--config", "configs/quickstart.yaml", "--trainer.strategy=ddp", "--trainer.devices=1",
+                 "--trainer.max_steps=1", "--trainer.limit_val_batches=0", "--trainer.enable_progress_bar=false",
+                 f"--trainer.logger.init_args.save_dir={tmp_path}"])
+    assert code == 0
+    assert list(tmp_path.glob("quickstart/version_*/events*"))  # the run trained (under the process group)
+    assert not torch.distributed.is_initialized()

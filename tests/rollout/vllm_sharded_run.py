@@ -18,6 +18,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 
 from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.lora import LoraSettings
+from lit_grpo.parallel import release_process_group
 from lit_grpo.rollout import VLLMEngine
 from lit_grpo.types import SamplingParams
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
@@ -52,7 +53,10 @@ def main(out: Path) -> None:
     module = tiny_module(str(ROOT / "assets" / "tiny-arith-sft"), engine=engine, lora=lora, lr=1e-2)
     strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
     trainer = tiny_trainer(out, max_steps=2, strategy=strategy, devices=2, callbacks=[_Report(out)])
-    trainer.fit(module, datamodule=tiny_data())
+    try:
+        trainer.fit(module, datamodule=tiny_data())
+    finally:
+        release_process_group()
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from lit_grpo.callbacks.export import SavePretrained  # noqa: E402
 from lit_grpo.checkpoint import AtomicCheckpointIO  # noqa: E402
 from lit_grpo.lora import LoraSettings  # noqa: E402
 from lit_grpo.losses import PPOClip  # noqa: E402
-from lit_grpo.parallel import full_state_dict, gathered  # noqa: E402
+from lit_grpo.parallel import full_state_dict, gathered, release_process_group  # noqa: E402
 from lit_grpo.rollout import AsyncRollouts  # noqa: E402
 from lit_grpo.rollout.base import RolloutEngine  # noqa: E402
 from lit_grpo.rollout.weights import full_weights, merged_adapters  # noqa: E402
@@ -350,11 +350,14 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--steps-per-generation", type=int, default=1, help="kill mode: optimizer steps per batch")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.mode == "parallel":
-        run_parallel(args.out, args.steps, args.only)
-    else:
-        run_single(args.out, args.steps, kill_at=args.kill_at, engine="hf", loss=PPOClip(), num_iterations=1,
-                   steps_per_generation=args.steps_per_generation)
+    try:
+        if args.mode == "parallel":
+            run_parallel(args.out, args.steps, args.only)
+        else:
+            run_single(args.out, args.steps, kill_at=args.kill_at, engine="hf", loss=PPOClip(), num_iterations=1,
+                       steps_per_generation=args.steps_per_generation)
+    finally:
+        release_process_group()
 
 
 if __name__ == "__main__":
