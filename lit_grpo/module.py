@@ -163,6 +163,9 @@ class GRPOModule(PolicyModule):
         if self.ref_policy is not None:
             self.ref_policy = self._shard(self.ref_policy)
 
+    def on_fit_end(self) -> None:
+        self.engine.close()  # an asynchronous engine's producer stops; batches no step will train are dropped
+
     def on_train_batch_start(self, batch: PromptBatch, batch_idx: int) -> None:
         if self.rollout_seed is None:
             self.rollout_seed = torch.initial_seed()

@@ -152,6 +152,14 @@ class AsyncRollouts(RolloutEngine):
                 "async/queue_wait_s": step["queue_wait_s"], "async/sync_wait_s": step["sync_wait_s"],
                 "async/producer_wait_s": step["producer_wait_s"]}
 
+    def close(self) -> None:
+        """At the end of a fit: drop the batches no step will train (the last checkpoint holds them), let the one
+        in progress finish and stop the producer's thread."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        self.pending.clear()
+
     # ---- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The finished batches not yet trained (plain lists and tensors, which ``torch.load(weights_only=True)``

@@ -72,6 +72,11 @@ class RolloutEngine(ABC):
                 "run's %s does not train them, so their prompts are skipped. Resume with the same engine to train them",
                 len(state["pending"]), type(self).__name__)
 
+    def close(self) -> None:
+        """Release what generating keeps between steps (threads, batches in flight) when a fit ends; the engine
+        starts them again if it is used after. Nothing here."""
+        return None
+
     def sync_weights(self, policy: nn.Module) -> float:
         """Load the policy's current weights into the engine; returns seconds spent.
 

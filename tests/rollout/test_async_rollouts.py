@@ -4,6 +4,8 @@ run trains exactly the rollouts the uninterrupted one would."""
 
 from __future__ import annotations
 
+import threading
+
 import lightning as L
 import pytest
 import torch
@@ -55,6 +57,8 @@ def test_each_batch_is_trained_k_versions_after_the_one_that_generated_it(tmp_pa
     data.setup("fit")
     drawn = [batch.ids for _, batch in zip(range(4), data.train_dataloader(), strict=False)]
     assert record.trained == drawn  # the first batches drawn, in order: the pipeline's first k steps only filled it
+    assert not module.engine.pending  # the batches drawn past the last step are dropped when the fit ends,
+    assert not [t for t in threading.enumerate() if t.name.startswith("lit-grpo-rollouts")]  # and the producer stops
 
 
 class VersionedEngine(HFGenerateEngine):
