@@ -60,6 +60,7 @@ from grpo_step_report import LARGE_VOCAB, flop_rates, render, render_realistic, 
 from grpo_step_workloads import WORKLOADS, model_dir  # noqa: E402
 
 TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
+DEVICE = {"name": "cpu"}  # where every measuring process trains: --device (the matmul peak stays on the CPU)
 ALL_PARTS = ("peak", "compare", "memory", "scaling", "realistic", "tta")
 COUNTS = ("useful_rows", "useful_prompt_tokens", "useful_tokens", "mixed_groups", "groups", "trained_rows",
           "trained_prompt_tokens", "trained_tokens")
@@ -182,6 +183,8 @@ def measure(
         workload,
         "--lr",
         str(lr),
+        "--device",
+        DEVICE["name"],
         *extra,
     ]
     env = {
@@ -404,6 +407,8 @@ def main() -> None:
         "--parts", default="peak,compare,memory,scaling", help=f"comma separated, of {ALL_PARTS}"
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where both trainers train and generate (cuda: one GPU)")
     parser.add_argument("--write", type=Path, help="replace the generated block of this markdown file")
     parser.add_argument("--json", type=Path, help="also save the raw results here")
     parser.add_argument("--render", type=Path, help="measure nothing: write the tables of this saved --json")
@@ -420,6 +425,7 @@ def main() -> None:
     import torch
     import transformers
 
+    DEVICE["name"] = args.device
     start, load_before = time.perf_counter(), _load()
     report: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -446,6 +452,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "command": command,
         "threads": args.threads,
+        "device": args.device,
         "cpu": _cpu(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -29,6 +29,7 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", type=int, default=8, help="G")
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the policy trains and generates")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workload", choices=["zero", "real", "quickstart"], default="zero",
                         help="prompts, reward and held-out set (bench/grpo_step_workloads.py)")

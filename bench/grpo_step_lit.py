@@ -130,7 +130,7 @@ def main() -> None:
         enable_model_summary=False,
         limit_val_batches=0,
         num_sanity_val_steps=0,
-        accelerator="cpu",
+        accelerator="gpu" if args.device == "cuda" else "cpu",
         devices=1,
         callbacks=[Collect()],
         precision="bf16-mixed" if args.precision == "bf16" else "32-true",

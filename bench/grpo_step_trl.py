@@ -119,7 +119,7 @@ def main() -> None:
             gradient_checkpointing=False,
             bf16=args.precision == "bf16",
             fp16=False,
-            use_cpu=True,
+            use_cpu=args.device == "cpu",
             max_steps=total_steps,
             seed=args.seed,
             data_seed=args.seed,
