@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
          "WordProblems"],
         "lit_grpo.data",
     ),
+    **dict.fromkeys(["ReasoningGymSource", "ReasoningGymScore"], "lit_grpo.data.reasoning_gym"),
     "PolicyModule": "lit_grpo.policy",
     "GRPOModule": "lit_grpo.module",
     "SFTModule": "lit_grpo.sft",

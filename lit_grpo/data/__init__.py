@@ -3,6 +3,7 @@
 from lit_grpo.data.curriculum import PromptCurriculum
 from lit_grpo.data.datamodule import PromptDataModule
 from lit_grpo.data.multiple_choice import MultipleChoice
+from lit_grpo.data.reasoning_gym import ReasoningGymScore, ReasoningGymSource  # noqa: F401 (extra: reasoning)
 from lit_grpo.data.records import BadRowError
 from lit_grpo.data.search_questions import SearchQuestions
 from lit_grpo.data.sources import FileSource, HubSource, PromptSource, RowSource
