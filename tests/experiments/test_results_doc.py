@@ -92,3 +92,21 @@ def test_degeneracy_plug_in_row_is_d_minus_the_prediction():
     prediction, difference = (float(x) for x in re.findall(r"-?\d\.\d{4}", row)[:2])
     observed = float(re.search(r"observed degenerate share D \| (\d\.\d{4})", _section("1")).group(1))
     assert "D minus it" in row and difference == pytest.approx(observed - prediction, abs=1e-4)
+
+
+def test_sign_balance_skill_chance_figures_come_from_its_test_split():
+    """The guess rate and the best constant answer's skill on section 6's test split, from the generator itself
+    (experiments/sign_balance_skill.yaml's source: quickstart's operands and seed, its sizes and moduli)."""
+    from lit_grpo.data import SyntheticResidue
+
+    test = SyntheticResidue(max_operand=99, num_train=8800, num_val=200, num_test=1000, seed=0, min_modulus=2,
+                            max_modulus=10).load("test")
+    chance = [1 / r["columns"]["num_choices"] for r in test]
+    skill = {c: _mean(((r["reference"] == str(c)) - p) / (1 - p) for r, p in zip(test, chance, strict=True))
+             for c in range(10)}
+    best = max(skill, key=skill.get)
+    others = sorted(v for c, v in skill.items() if c != best)
+    text = _section("6")
+    assert f"1/k of the time ({_mean(chance):.3f} on the test split)" in text
+    assert f"the best constant answer, {best}, has skill {skill[best]:.3f}; the others {others[-1]:.3f} to " \
+           f"{others[0]:.2f}" in text
