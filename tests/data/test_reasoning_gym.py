@@ -93,6 +93,17 @@ def test_the_reward_is_the_generators_own_score(dataset, config, wrong):
 
 
 @needs_rg
+def test_the_last_number_reading_for_models_that_answer_in_prose():
+    source = ReasoningGymSource("chain_sum", SMALL, num_train=0, num_val=4, num_test=0, style="plain")
+    b = batch(source)
+    reward = ReasoningGymScore("last_number")
+    out = reward([f"1 and 2 make 3, so it is {r}." for r in b.references], b.references, **b.columns)
+    assert out.scores.tolist() == [1.0] * 4
+    out = reward(["no number here"] * 4, b.references, **b.columns)
+    assert out.scores.tolist() == [0.0] * 4 and out.counters["no_answer"] == 4
+
+
+@needs_rg
 def test_entries_rebuild_from_the_columns_or_regenerate(monkeypatch):
     source = ReasoningGymSource("chain_sum", SMALL, num_train=0, num_val=2, num_test=0, style="plain")
     b = batch(source)
