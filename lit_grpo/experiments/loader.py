@@ -28,6 +28,7 @@ from lit_grpo.experiments.spec import (
     Profile,
     Reduce,
     Requirement,
+    Resources,
     Select,
     Tests,
     Transform,
@@ -48,6 +49,7 @@ _KEYS = {
     "curves",
     "profiles",
     "threads_per_run",
+    "resources",
     "seed_args",
     "tests",
     "reference",
@@ -351,6 +353,18 @@ def _requirement(data: Any, where: str, command: tuple[str, ...], configs: tuple
     return Requirement(_metric(data, where, callbacks), bounds["min"], bounds["max"])
 
 
+def _resources(data: Any, threads: int, where: str) -> Resources:
+    """``resources: {cpus: 2, gpus: 1, memory_gb: 16}``: what one run needs (cpus default to threads_per_run)."""
+    data = _keys(data or {}, {"cpus", "gpus", "memory_gb"}, where)
+    for key, low in (("cpus", 1), ("gpus", 0), ("memory_gb", 0)):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < low):
+            raise _fail(f"{where}.{key}", f"{value!r} must be a number >= {low}")
+    if not isinstance(data.get("cpus", 1), int):
+        raise _fail(f"{where}.cpus", f"{data['cpus']!r} must be a whole number of CPUs")
+    return Resources(data.get("cpus", threads), data.get("gpus", 0), data.get("memory_gb"))
+
+
 def _config_args(args: tuple[str, ...], named_in: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``args`` with the file of each ``--config`` found as :func:`_files` finds them (a path found nowhere is
     left as it is: the command reports it when it runs), and the files found."""
@@ -453,6 +467,7 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
             _profile(p, f"{where}: profiles[{i}]", callbacks) for i, p in enumerate(data.get("profiles") or [])
         ),
         threads_per_run=threads,
+        resources=_resources(data.get("resources"), threads, f"{where}: resources"),
         seed_args=_strs(data.get("seed_args"), where) or DEFAULT_SEED_ARGS,
         tests=_choice(data.get("tests", "arms"), Tests, f"{where}: tests"),
         reference=reference,

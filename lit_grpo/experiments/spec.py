@@ -123,6 +123,16 @@ class Select:
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What one run needs where a scheduler places it (``--executor ray`` or ``slurm``; the local executor runs
+    ``--jobs`` at a time and reads only ``threads_per_run``): CPUs (default: ``threads_per_run``), GPUs and memory."""
+
+    cpus: int = 1
+    gpus: float = 0
+    memory_gb: float | None = None
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     path: str
@@ -137,6 +147,7 @@ class Experiment:
     curves: tuple[Curve, ...] = ()
     profiles: tuple[Profile, ...] = ()
     threads_per_run: int = 1
+    resources: Resources = Resources()
     seed_args: tuple[str, ...] = DEFAULT_SEED_ARGS
     tests: Tests = "arms"
     reference: str | None = None  # compare every arm with this one only (not every pair)
