@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from lit_grpo.experiments.executors import EXECUTORS
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -47,6 +49,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-failed", action="store_true", help="do not retry runs that failed before")
     p.add_argument(
         "--run-timeout", type=float, default=None, help="seconds after which a run is stopped (failed)"
+    )
+    p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="where the runs execute: local (this machine, --jobs at a time), ray (a Ray task per run with the "
+        "experiment's `resources`; extra lit-grpo[ray]) or slurm (a job per run via submitit; extra lit-grpo[slurm]). "
+        "ray and slurm need the results directory (--root) on a filesystem every node sees; docs/grids.md",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        default=None,
+        help="with --executor ray: join this running Ray cluster (default: start Ray on this machine)",
+    )
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=2,
+        help="with --executor ray or slurm: times a run is tried again when its worker dies (ray) or it exits "
+        "75, interrupted (pre-empted)",
+    )
+    p.add_argument("--partition", default=None, help="with --executor slurm: the jobs' Slurm partition")
+    p.add_argument("--account", default=None, help="with --executor slurm: the jobs' Slurm account")
+    p.add_argument(
+        "--slurm-time", type=int, default=24 * 60, metavar="MINUTES", help="with --executor slurm: each job's time limit"
     )
     p.add_argument(
         "--publish",
@@ -111,7 +139,7 @@ def _plan(paths: list[str], quick: bool, root: str, cli_class: type):
     return plans
 
 
-def _select(exp, prepared, root, selection, args) -> tuple[list, dict]:
+def _select(exp, prepared, root, selection, args, executor) -> tuple[list, dict]:
     """Run (unless --report-only) and read the selection stage; its records and the choice."""
     from lit_grpo.experiments.collect import collect
     from lit_grpo.experiments.grid import out_dir
@@ -121,7 +149,8 @@ def _select(exp, prepared, root, selection, args) -> tuple[list, dict]:
     if not args.report_only:
         jobs = args.jobs or default_jobs(exp.threads_per_run)
         print(f"-- selection stage: {out_dir(exp, args.root) / 'select'}", flush=True)
-        run_grid(selection, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, echo=_echo)
+        run_grid(selection, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, _echo, executor,
+                 exp.resources)
     records = collect(exp, selection, (exp.select.metric,))
     choice = select_choice(exp, records)
     print("chosen: " + "; ".join(f"{arm} @ {s}: {exp.select.axis}={v}" for (arm, s), v in choice.items()), flush=True)
@@ -138,6 +167,12 @@ def compare(argv: list[str]) -> int:
         parser.error(f"--jobs={args.jobs} must be >= 1")
     if args.from_csv and (not args.report_only or len(args.config) != 1):
         parser.error("--from-csv needs --report-only and exactly one --config")
+    if args.ray_address and args.executor != "ray":
+        parser.error("--ray-address needs --executor ray")
+    if (args.partition or args.account) and args.executor != "slurm":
+        parser.error("--partition and --account need --executor slurm")
+    if args.max_retries < 0:
+        parser.error(f"--max-retries={args.max_retries} must be >= 0")
     try:
         plans = _plan(args.config, args.quick, args.root, LitGRPOCLI)
     except (ValueError, FileNotFoundError) as err:
@@ -155,8 +190,29 @@ def compare(argv: list[str]) -> int:
         return 0
     if args.from_csv:
         return _report_from_csv(plans[0][0], args)
-    failed = [_run(plan, args, LitGRPOCLI) for plan in plans]
+    try:
+        executor = None if args.report_only else _executor(args)
+    except ValueError as err:
+        print(f"lit-grpo compare: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        failed = [_run(plan, args, LitGRPOCLI, executor) for plan in plans]
+    finally:
+        if executor is not None:
+            executor.close()
     return 1 if any(failed) else 0
+
+
+def _executor(args):
+    """The Ray or Slurm executor of ``--executor`` (None for local: a thread pool per grid, for its --jobs)."""
+    from lit_grpo.experiments.executors import make_executor
+
+    if args.executor == "local":
+        return None
+    folder = Path(args.root) / ".submitit"
+    return make_executor(
+        args.executor, args.max_retries, args.ray_address, folder, args.partition, args.account, args.slurm_time
+    )
 
 
 def _report_from_csv(exp, args) -> int:
@@ -176,7 +232,7 @@ def _report_from_csv(exp, args) -> int:
     return 0
 
 
-def _run(plan, args, cli_class: type) -> bool:
+def _run(plan, args, cli_class: type, executor) -> bool:
     """Prepare, select, run (unless --report-only) and report one experiment; whether anything failed."""
     from lit_grpo.experiments.check import check_runs
     from lit_grpo.experiments.collect import collect
@@ -190,13 +246,13 @@ def _run(plan, args, cli_class: type) -> bool:
     chosen = None
     if not args.report_only:
         try:
-            run_prepare(exp, args.root, exp.threads_per_run, echo=_echo)
+            run_prepare(exp, args.root, exp.threads_per_run, _echo, executor)
         except RuntimeError as err:
             print(f"lit-grpo compare: {exp.name}: {err}; its runs are skipped", file=sys.stderr)
             return True
     if selection:
         try:
-            chosen = _select(exp, prepared, args.root, selection, args)
+            chosen = _select(exp, prepared, args.root, selection, args, executor)
         except ValueError as err:
             print(f"lit-grpo compare: {err}", file=sys.stderr)
             return True
@@ -204,7 +260,9 @@ def _run(plan, args, cli_class: type) -> bool:
         cells = check_runs(exp, runs, prepared, cli_class)  # the arms at their chosen values
     if not args.report_only:
         jobs = args.jobs or default_jobs(exp.threads_per_run)
-        ran, wall = run_grid(runs, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, echo=_echo)
+        ran, wall = run_grid(
+            runs, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, _echo, executor, exp.resources
+        )
         _record_invocation(out, exp, ran, wall, jobs)
     records = collect(exp, runs)
     print(f"report: {write_report(exp, records, cells, out, args.root, chosen)}", flush=True)

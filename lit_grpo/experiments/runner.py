@@ -1,9 +1,10 @@
 """Running the grid: prepare steps once, then each run as its own ``lit-grpo fit`` process.
 
-A run writes ``run.log`` (its output), ``command.txt`` and, when it ends, ``status.json``
-(``{"status": "done" | "failed", "returncode", "seconds", "args"}``). A run whose ``status.json`` says
-done with the same arguments is skipped next time; a failed, unfinished or changed run starts again
-from an empty directory. A crash stays inside its process: it is recorded and the others go on.
+A run writes ``run.log`` (its output), ``command.txt``, ``attempt.json`` and, when it ends, ``status.json``
+(``{"status": "done" | "failed", "returncode", "seconds", "args", "log", "attempt"}``). A run whose
+``status.json`` says done with the same arguments is skipped next time; a failed, unfinished or changed run
+starts again from an empty directory. A crash stays inside its process: it is recorded and the others go on.
+The runs execute on this machine, or on a Ray cluster or Slurm (:mod:`lit_grpo.experiments.executors`).
 """
 
 from __future__ import annotations
@@ -15,15 +16,30 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from lit_grpo.checkpoint import EXIT_INTERRUPTED
+from lit_grpo.experiments.executors import LocalExecutor
 from lit_grpo.experiments.grid import Run, prepare_args, prepare_output, shell_command, substitute
-from lit_grpo.experiments.spec import Experiment, Prepare
+from lit_grpo.experiments.spec import Experiment, Prepare, Resources
 
 STATUS_FILE = "status.json"
+ATTEMPT_FILE = "attempt.json"
 PREPARED_FILE = ".prepared.json"
+#: Starts ``python -m lit_grpo ARGS`` so that Linux kills it when the process that started it dies
+#: (``PR_SET_PDEATHSIG``, kept across exec): a run whose Ray worker or Slurm job dies leaves no orphan writing
+#: the run directory while the run is tried again. argv: the parent's pid, then the lit-grpo arguments.
+_LAUNCH = """import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+except AttributeError:  # not Linux
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("the process that started this run has died")
+os.execv(sys.executable, [sys.executable, "-m", "lit_grpo", *sys.argv[2:]])
+"""
 
 
 def default_jobs(threads_per_run: int) -> int:
@@ -66,7 +82,7 @@ def _call(args: tuple[str, ...], log: Path, threads: int, timeout: float | None)
     with open(log, "w") as out:
         try:
             rc: int | str = subprocess.run(
-                [sys.executable, "-m", "lit_grpo", *args],
+                [sys.executable, "-c", _LAUNCH, str(os.getpid()), *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=_env(threads),
@@ -77,20 +93,38 @@ def _call(args: tuple[str, ...], log: Path, threads: int, timeout: float | None)
     return rc, time.monotonic() - start
 
 
-def run_one(run: Run, threads: int, timeout: float | None = None) -> dict:
+def _attempts(run_dir: Path, token: str) -> int:
+    """How many times this grid (``token``) has started the run: more than 1 after a worker died or a
+    pre-emption."""
+    try:
+        last = json.loads((run_dir / ATTEMPT_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return 0
+    return last["attempt"] if last.get("token") == token else 0
+
+
+def run_one(run: Run, threads: int, timeout: float | None = None, token: str = "") -> dict:
     """Run one grid cell from an empty directory and record its status."""
+    attempt = _attempts(run.run_dir, token) + 1
     if run.run_dir.exists():
         shutil.rmtree(run.run_dir)
     run.run_dir.mkdir(parents=True)
+    (run.run_dir / ATTEMPT_FILE).write_text(json.dumps({"token": token, "attempt": attempt}))
     (run.run_dir / "command.txt").write_text(shell_command(run.args, threads) + "\n")
     rc, seconds = _call(run.args, run.log_path, threads, timeout)
+    return _record(run, rc, seconds, attempt)
+
+
+def _record(run: Run, rc: int | str, seconds: float, attempt: int) -> dict:
     status = {
         "status": "done" if rc == 0 else "failed",
         "returncode": rc,
         "seconds": round(seconds, 2),
         "args": list(run.args),
         "log": str(run.log_path),
+        "attempt": attempt,
     }
+    run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / STATUS_FILE).write_text(json.dumps(status, indent=1))
     return status
 
@@ -100,8 +134,10 @@ def run_prepare(
     root: str | Path = "runs/experiments",
     threads: int = 1,
     echo: Callable[[str], None] = print,
+    executor=None,
 ) -> dict[str, Path]:
-    """Run each prepare step whose output is not cached yet; their output directories by name."""
+    """Run each prepare step whose output is not cached yet, here or as a task of ``executor`` (with the
+    experiment's resources); their output directories by name."""
     outputs = {}
     for step in exp.prepare:
         output = prepare_output(step, exp.quick, root)
@@ -117,7 +153,8 @@ def run_prepare(
         log = Path(f"{output}.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         echo(f"prepare {step.name}: {shell_command(args, threads)}")
-        rc, seconds = _call(args, log, threads, None)
+        call = (args, log, threads, None)
+        rc, seconds = executor.result(executor.submit(exp.resources, _call, *call)) if executor else _call(*call)
         if rc != 0 or not output.is_dir():
             raise RuntimeError(f"prepare step {step.name!r} failed (exit {rc}, no {output}); see {log}")
         reached = _check_requirement(step, exp.quick, output, echo)
@@ -159,20 +196,30 @@ def prepared_outputs(exp: Experiment, root: str | Path = "runs/experiments") -> 
 
 
 class Progress:
-    """One line per finished run: ``[done/total] ok|FAILED run-id (seconds)``, thread-safe."""
+    """One line per finished run: ``[done/total] ok|FAILED run-id (seconds)``, thread-safe; with ``state``, a
+    line of how many runs wait, run, finished and failed, and the cluster's free resources."""
 
     def __init__(self, total: int, done: int, echo: Callable[[str], None] = print) -> None:
-        self.total, self.done, self.echo, self.lock = total, done, echo, threading.Lock()
+        self.total, self.done, self.failed, self.echo, self.lock = total, done, 0, echo, threading.Lock()
 
     def finished(self, run: Run, status: dict) -> None:
         with self.lock:
             self.done += 1
             ok = status["status"] == "done"
+            self.failed += not ok
             tail = "" if ok else f"  exit {status['returncode']}, log: {status['log']}"
+            retried = f", retried: attempt {status['attempt']}" if status.get("attempt", 1) > 1 else ""
             self.echo(
                 f"[{self.done}/{self.total}] {'ok    ' if ok else 'FAILED'} {run.run_id} "
-                f"({status['seconds']:.0f} s){tail}"
+                f"({status['seconds']:.0f} s{retried}){tail}"
             )
+
+    def state(self, pending: list[Run], token: str, free: str) -> None:
+        running = sum(read_status(r.run_dir) is None and _attempts(r.run_dir, token) > 0 for r in pending)
+        self.echo(
+            f"[runs] {len(pending) - running} pending, {running} running, {self.done - self.failed} done, "
+            f"{self.failed} failed{'; ' + free if free else ''}"
+        )
 
 
 def run_grid(
@@ -182,25 +229,40 @@ def run_grid(
     retry_failed: bool = True,
     timeout: float | None = None,
     echo: Callable[[str], None] = print,
+    executor=None,
+    resources: Resources | None = None,
 ) -> tuple[int, float]:
-    """Run every run that needs it, ``jobs`` at a time; returns how many ran and the wall seconds spent."""
+    """Run every run that needs it, ``jobs`` at a time here, or as tasks of ``executor`` (each holding
+    ``resources``); returns how many ran and the wall seconds spent. A run that exits 75 (interrupted, e.g.
+    pre-empted) is submitted again, at most ``executor.retries`` times."""
     todo = [r for r in runs if needs_run(r, retry_failed)]
     progress = Progress(len(runs), len(runs) - len(todo), echo)
+    pool = executor or LocalExecutor(jobs)
+    where = f"{jobs} at a time" if executor is None else f"as {pool.kind}"
     echo(
         f"{len(runs)} runs: {len(runs) - len(todo)} already finished (skipped), {len(todo)} to run, "
-        f"{jobs} at a time with {threads} thread(s) each"
+        f"{where} with {threads} thread(s) each"
     )
-    start = time.monotonic()
-
-    def work(run: Run) -> None:
-        progress.finished(run, run_one(run, threads, timeout))
-
-    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    start, token, resources = time.monotonic(), uuid.uuid4().hex, resources or Resources(cpus=threads)
+    pending = {pool.submit(resources, run_one, r, threads, timeout, token): r for r in todo}
     try:
-        for future in [pool.submit(work, r) for r in todo]:
-            future.result()
-    except BaseException:  # Ctrl-C: the running children get it too; start nothing more
-        pool.shutdown(wait=True, cancel_futures=True)
+        while pending:
+            for handle in pool.wait(pending, pool.progress_every):
+                run = pending.pop(handle)
+                try:
+                    status = pool.result(handle)
+                except Exception as err:  # the task was lost (its worker died once too often, the job failed)
+                    status = _record(run, f"lost: {type(err).__name__}", 0, _attempts(run.run_dir, token))
+                if status["returncode"] == EXIT_INTERRUPTED and status["attempt"] <= pool.retries:
+                    echo(f"requeued {run.run_id}: exit 75 (interrupted, e.g. pre-empted) at attempt {status['attempt']}")
+                    pending[pool.submit(resources, run_one, run, threads, timeout, token)] = run
+                    continue
+                progress.finished(run, status)
+            if pool.progress_every is not None:
+                progress.state(list(pending.values()), token, pool.free())
+    except BaseException:  # Ctrl-C: local children get it too; start nothing more
+        pool.close(pending)
         raise
-    pool.shutdown()
+    if executor is None:
+        pool.close()
     return len(todo), time.monotonic() - start
