@@ -1,6 +1,7 @@
 """Few-step GRPO runs of the committed tiny policy for the multi-process and resume tests.
 
-Run as a script (``torchrun --nproc_per_node 2 tests/scale/train_tiny.py parallel OUT`` or
+Run as a script (``torchrun --nproc_per_node 2 tests/scale/train_tiny.py parallel OUT``, the same on two
+torchrun or srun "nodes" of one process each (tests/scale/test_scale_nodes.py), or
 ``python tests/scale/train_tiny.py kill OUT --kill-at 3``) or imported by the tests for the one-process
 references. Every run writes ``params.pt`` (the full policy state dict) and ``metrics.jsonl`` (one line
 of logged scalars per step) under its own folder.
@@ -163,6 +164,52 @@ class Record(L.Callback):
                 f.write(json.dumps({"step": trainer.global_step, **row}) + "\n")
 
 
+class Layout(L.Callback):
+    """Writes what Lightning and torch.distributed report about this process to ``layout.rank<r>.json`` once
+    training starts: node rank, global and local rank, world size, nodes and devices, the cluster environment."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        dist = torch.distributed
+        row = {
+            "node_rank": trainer.node_rank,
+            "global_rank": trainer.global_rank,
+            "local_rank": trainer.local_rank,
+            "world_size": trainer.world_size,
+            "num_nodes": trainer.num_nodes,
+            "num_devices": trainer.num_devices,
+            "dist_rank": dist.get_rank() if dist.is_initialized() else None,
+            "dist_world_size": dist.get_world_size() if dist.is_initialized() else None,
+            "environment": type(trainer.strategy.cluster_environment).__name__,
+            "group_rank": os.environ.get("GROUP_RANK"),
+        }
+        (self.folder / f"layout.rank{trainer.global_rank}.json").write_text(json.dumps(row))
+
+
+def launch_layout() -> tuple[int, int]:
+    """``(devices, num_nodes)`` for the Trainer from the launcher's environment, in Lightning's order of
+    detection: torchrun (``LOCAL_WORLD_SIZE`` processes on each of ``WORLD_SIZE / LOCAL_WORLD_SIZE`` nodes),
+    then srun (``SLURM_NTASKS_PER_NODE`` on each of ``SLURM_NNODES``); else 2 processes that Lightning starts
+    itself on one node. Lightning does not infer them: under a torchrun of 2 nodes x 1 process, ``devices=1,
+    num_nodes=1`` stops DDP (the product does not match the world size), while ``devices=2, num_nodes=1``, and
+    for FSDP2 (``ModelParallelStrategy`` skips that check) ``devices=1, num_nodes=1`` too, train with
+    ``trainer.num_nodes`` 1 (ranks and world size come from the environment, so the data split is right)."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+    if TorchElasticEnvironment.detect():
+        local, world = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
+    elif SLURMEnvironment.detect():
+        local, world = int(os.environ["SLURM_NTASKS_PER_NODE"]), int(os.environ["SLURM_NTASKS"])
+    else:
+        return 2, 1
+    if world % local:
+        raise ValueError(f"a world of {world} processes is not a whole number of nodes of {local}: Lightning "
+                         "needs the same number of processes on every node")
+    return local, world // local
+
+
 class KillAt(L.Callback):
     """SIGKILL this process in the middle of the step that follows ``step`` (before its optimizer step)."""
 
@@ -258,11 +305,13 @@ def save_streamed(trainer_: L.Trainer, grpo: GRPOModule, out: Path) -> None:
 
 
 def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
-    """Under torchrun with 2 processes: DDP, FSDP2, FSDP2 + LoRA + gradient checkpointing, FSDP2 with
-    sampled generation, FSDP2 with ``filter_degenerate`` (ranks keep different numbers of groups
-    before they agree), FSDP1 (``FSDPStrategy``) plain, with LoRA and with sampled generation in
-    bf16 mixed precision, and DDP and FSDP2 with zero-advantage elision where rank 1 has nothing to train."""
-    fsdp2 = {"data_parallel_size": 2, "tensor_parallel_size": 1, "save_distributed_checkpoint": False}
+    """Under torchrun or srun with 2 processes, on one node or one on each of two (:func:`launch_layout`): DDP,
+    FSDP2, FSDP2 + LoRA + gradient checkpointing, FSDP2 with sampled generation, FSDP2 with ``filter_degenerate``
+    (ranks keep different numbers of groups before they agree), FSDP1 (``FSDPStrategy``) plain, with LoRA and with
+    sampled generation in bf16 mixed precision, and DDP and FSDP2 with zero-advantage elision where rank 1 has
+    nothing to train. Each run's folder also gets every rank's :class:`Layout`."""
+    devices, nodes = launch_layout()
+    fsdp2 = {"data_parallel_size": devices * nodes, "tensor_parallel_size": 1, "save_distributed_checkpoint": False}
     runs = {  # name: (strategy, module options, optimizer steps)
         "ddp": (lambda: DDPStrategy(process_group_backend="gloo"), {}, steps),
         "fsdp2": (lambda: ModelParallelStrategy(**fsdp2), {}, steps),
@@ -296,8 +345,8 @@ def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
         grpo = module(**options)
         precision = "bf16-mixed" if name == "fsdp1_hf" else "32-true"  # FSDP1 mixed precision while generating
         fit = trainer(
-            folder, max_steps, strategy(), devices=2, callbacks=callbacks, plugins=[AtomicCheckpointIO()],
-            precision=precision,
+            folder, max_steps, strategy(), devices=devices, num_nodes=nodes, callbacks=[*callbacks, Layout(folder)],
+            plugins=[AtomicCheckpointIO()], precision=precision,
         )
         fit.fit(grpo, datamodule=PromptDataModule(source(), prompts_per_step=2))
         save_params(fit, grpo, folder)
@@ -308,7 +357,7 @@ def run_parallel(out: Path, steps: int, only: list[str] | None = None) -> None:
             continue
         L.seed_everything(0)
         folder, grpo = out / f"{name}_resumed", module()
-        fit = trainer(folder, steps + 2, runs[name][0](), devices=2)
+        fit = trainer(folder, steps + 2, runs[name][0](), devices=devices, num_nodes=nodes)
         fit.fit(grpo, datamodule=PromptDataModule(source(), prompts_per_step=2),
                 ckpt_path=str(out / name / "ckpt" / "last.ckpt"))
         save_params(fit, grpo, folder)
