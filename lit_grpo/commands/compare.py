@@ -4,7 +4,8 @@
 Every config is read and every distinct run config is built (as LightningCLI would) before any run
 starts, so an unknown estimator, metric, option or file fails at once. Then, per experiment: the
 prepare steps (cached), the runs (finished ones skipped), and the report under
-``<root>/<name>[-quick]/report.md``. The exit code is 1 when a run failed (the report still lists it).
+``<root>/<name>[-quick]/report.md``. The runs execute here, or as Ray tasks or Slurm jobs (``--executor``;
+:mod:`lit_grpo.experiments.executors`, docs/grids.md). The exit code is 1 when a run failed (the report still lists it).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         type=int,
         default=None,
-        help="runs at a time (default: CPU cores // the experiment's threads_per_run)",
+        help="runs at a time with --executor local (default: CPU cores // the experiment's threads_per_run)",
     )
     p.add_argument("--root", default="runs/experiments", help="where runs, prepared models and reports go")
     p.add_argument("--report-only", action="store_true", help="collect and report without running anything")
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _record_invocation(out: Path, exp, ran: int, wall: float, jobs: int) -> None:
+def _record_invocation(out: Path, exp, ran: int, wall: float, jobs: int | str) -> None:
     from lit_grpo.experiments.report import INVOCATIONS_FILE, compare_command
 
     path = out / INVOCATIONS_FILE
@@ -192,7 +193,7 @@ def compare(argv: list[str]) -> int:
         return _report_from_csv(plans[0][0], args)
     try:
         executor = None if args.report_only else _executor(args)
-    except ValueError as err:
+    except (ValueError, ConnectionError) as err:  # ConnectionError: ray.init found no cluster
         print(f"lit-grpo compare: error: {err}", file=sys.stderr)
         return 2
     try:
@@ -263,7 +264,7 @@ def _run(plan, args, cli_class: type, executor) -> bool:
         ran, wall = run_grid(
             runs, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, _echo, executor, exp.resources
         )
-        _record_invocation(out, exp, ran, wall, jobs)
+        _record_invocation(out, exp, ran, wall, jobs if executor is None else executor.kind)
     records = collect(exp, runs)
     print(f"report: {write_report(exp, records, cells, out, args.root, chosen)}", flush=True)
     if args.publish and not exp.quick:

@@ -47,6 +47,8 @@ def _runtime(exp: Experiment, records: list[RunRecord], out: Path) -> list[str]:
         lines.append(
             f"- `{inv['command']}` on {inv['date']}: {inv['ran']} runs in {inv['wall_s'] / 60:.1f} min wall "
             f"time, {inv['jobs']} at a time, {inv['cpus']} CPU cores"
+            if isinstance(inv["jobs"], int)
+            else f"time, as {inv['jobs']} (the driver has {inv['cpus']} CPU cores)"
         )
     return lines
 

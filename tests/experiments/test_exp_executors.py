@@ -13,6 +13,8 @@ import pytest
 
 from lit_grpo.commands.compare import compare
 from lit_grpo.experiments.executors import CLUSTER_ENV
+from lit_grpo.experiments.loader import load_experiment
+from lit_grpo.experiments.spec import Resources
 from tests.experiments.helpers import ROOT, write_experiment
 
 SMALL = [
@@ -75,6 +77,7 @@ def test_a_grid_on_ray_matches_the_local_one_and_resumes(tmp_path, monkeypatch, 
         # and on a Ray worker alike, so the values are compared exactly
         assert run["values"] == other["values"]
     assert _tables(local) == _tables(remote)
+    assert "as Ray tasks (the driver has" in (remote / "degeneracy-quick" / "report.md").read_text()
 
     # stopped before seed1 finished: its status is missing; the finished run is skipped, as with local
     seed0, seed1 = (remote / "degeneracy-quick" / "runs" / "GRPO" / "default" / f"seed{s}" / "status.json" for s in (0, 1))
@@ -159,8 +162,10 @@ def test_a_cluster_out_of_reach_is_named_before_anything_runs(tmp_path, monkeypa
     assert not (tmp_path / "out" / "tiny").exists()
 
 
-def test_bad_resources_and_executor_are_refused(tmp_path, monkeypatch, capsys):
+def test_resources_load_and_bad_ones_or_an_unknown_executor_are_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
+    path = write_experiment(tmp_path / "exp.yaml", threads_per_run=2, resources={"gpus": 1, "memory_gb": 8})
+    assert load_experiment(path).resources == Resources(cpus=2, gpus=1, memory_gb=8)  # cpus: threads_per_run
     path = write_experiment(tmp_path / "exp.yaml", resources={"cpu": 2})
     assert compare(["--config", str(path), "--root", str(tmp_path / "out")]) == 2
     assert "resources: unknown key(s) ['cpu']; allowed: ['cpus', 'gpus', 'memory_gb']" in capsys.readouterr().err
