@@ -59,6 +59,8 @@ def tensorboard_scalars(runs: Path) -> dict:
             final[tag] = acc.Scalars(tag)[-1].value
             if tag == "train/loss":
                 final["steps"] = max(final.get("steps", 0), len(acc.Scalars(tag)))
+    if not final:
+        raise ValueError(f"no TensorBoard scalars under {runs}")
     keys = ("steps", "rollout/reward_mean", "perf/tokens_per_s", "train/loss", "heldout/accuracy_before",
             "heldout/accuracy_after")
     return {"key": {k: final[k] for k in keys if k in final}, "final_scalars": final}

