@@ -34,7 +34,7 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
+mkdir -p "$(dirname "$out")" && out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")" || exit 2
 cd "$root" || exit 2
 
 if [[ -n "${PYTHON:-}" ]]; then py="$PYTHON"
