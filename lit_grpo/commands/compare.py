@@ -17,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from lit_grpo.experiments.executors import EXECUTORS
+#: Where the runs execute (lit_grpo.experiments.executors; importing it here would load torch for every command).
+EXECUTORS = ("local", "ray", "slurm")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,7 +27,6 @@ from typing import Any
 
 from lit_grpo.experiments.spec import Resources
 
-EXECUTORS = ("local", "ray", "slurm")
 #: Seconds between the progress lines of the ray and slurm executors while no run finishes.
 PROGRESS_EVERY = 60.0
 #: submitit's cluster for ``--executor slurm``; ``local`` runs the jobs on this machine (for the tests).
