@@ -173,6 +173,7 @@ def test_without_reasoning_gym_loading_names_the_extra(monkeypatch):
 
 
 @needs_rg
+@pytest.mark.slow
 def test_a_two_step_fit_from_the_tiny_config(tmp_path, monkeypatch):
     from lit_grpo.cli import LitGRPOCLI
 
