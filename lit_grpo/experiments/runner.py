@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -196,23 +195,22 @@ def prepared_outputs(exp: Experiment, root: str | Path = "runs/experiments") -> 
 
 
 class Progress:
-    """One line per finished run: ``[done/total] ok|FAILED run-id (seconds)``, thread-safe; with ``state``, a
-    line of how many runs wait, run, finished and failed, and the cluster's free resources."""
+    """One line per finished run: ``[done/total] ok|FAILED run-id (seconds)``; with ``state``, a line of how
+    many runs wait, run, finished and failed, and the cluster's free resources."""
 
     def __init__(self, total: int, done: int, echo: Callable[[str], None] = print) -> None:
-        self.total, self.done, self.failed, self.echo, self.lock = total, done, 0, echo, threading.Lock()
+        self.total, self.done, self.failed, self.echo = total, done, 0, echo
 
     def finished(self, run: Run, status: dict) -> None:
-        with self.lock:
-            self.done += 1
-            ok = status["status"] == "done"
-            self.failed += not ok
-            tail = "" if ok else f"  exit {status['returncode']}, log: {status['log']}"
-            retried = f", retried: attempt {status['attempt']}" if status.get("attempt", 1) > 1 else ""
-            self.echo(
-                f"[{self.done}/{self.total}] {'ok    ' if ok else 'FAILED'} {run.run_id} "
-                f"({status['seconds']:.0f} s{retried}){tail}"
-            )
+        self.done += 1
+        ok = status["status"] == "done"
+        self.failed += not ok
+        tail = "" if ok else f"  exit {status['returncode']}, log: {status['log']}"
+        retried = f", retried: attempt {status['attempt']}" if status.get("attempt", 1) > 1 else ""
+        self.echo(
+            f"[{self.done}/{self.total}] {'ok    ' if ok else 'FAILED'} {run.run_id} "
+            f"({status['seconds']:.0f} s{retried}){tail}"
+        )
 
     def state(self, pending: list[Run], token: str, free: str) -> None:
         running = sum(read_status(r.run_dir) is None and _attempts(r.run_dir, token) > 0 for r in pending)

@@ -1,6 +1,7 @@
 """``lit-grpo compare --executor ray|slurm``: the grid on a local Ray instance gives the runs, statuses and report
 tables of the local executor; a Ray worker killed mid-run is retried; a stopped grid resumes; submitit's local
-executor runs a grid and requeues a run that exits 75; bad inputs fail before anything runs.
+executor runs a grid and requeues a run that exits 75; run_grid's requeue and lost-task rules with a stand-in
+child; bad inputs fail before anything runs.
 
 Ray and submitit are optional extras (``lit-grpo[ray]``, ``lit-grpo[slurm]``): without them these tests skip."""
 
@@ -12,8 +13,11 @@ from pathlib import Path
 import pytest
 
 from lit_grpo.commands.compare import compare
-from lit_grpo.experiments.executors import CLUSTER_ENV
+from lit_grpo.experiments import runner
+from lit_grpo.experiments.executors import CLUSTER_ENV, LocalExecutor
+from lit_grpo.experiments.grid import Run
 from lit_grpo.experiments.loader import load_experiment
+from lit_grpo.experiments.runner import run_grid
 from lit_grpo.experiments.spec import Resources
 from tests.experiments.helpers import ROOT, write_experiment
 
@@ -135,6 +139,36 @@ def test_submitit_runs_the_grid_and_requeues_a_run_that_exits_75(tmp_path, monke
     assert [(s["status"], s["returncode"]) for s in statuses] == [("done", 0), ("done", 0)]
     assert sorted(s["attempt"] for s in statuses) == [1, 2] and marker.is_file()
     assert list((root / ".submitit").glob("*_log.out"))  # submitit's own files stay beside the runs
+
+
+class _Retrying(LocalExecutor):
+    """The local pool as a remote executor is seen by run_grid: retries, a progress line, free resources."""
+
+    kind, retries, progress_every = "test tasks", 1, 0.0
+
+    def free(self) -> str:
+        return "free: all"
+
+
+def test_run_grid_requeues_exit_75_and_records_a_lost_task(tmp_path, monkeypatch):
+    calls = []
+
+    def call(args, log, threads, timeout):  # stands in for the child: 75 once for run a, an error for run b
+        calls.append(args[1])
+        if args[1] == "b":
+            raise OSError("the node's disk went away")
+        return (75 if calls.count("a") == 1 else 0), 0.1
+
+    monkeypatch.setattr(runner, "_call", call)
+    runs = [Run(name, (), 0, ("fit", name), tmp_path / name) for name in "ab"]
+    lines = []
+    assert run_grid(runs, 1, 2, echo=lines.append, executor=_Retrying(2))[0] == 2
+    assert "2 runs: 0 already finished (skipped), 2 to run, as test tasks with 1 thread(s) each" in lines
+    assert "requeued a/default/seed0: exit 75 (interrupted, e.g. pre-empted) at attempt 1" in lines
+    assert any(re.fullmatch(r"\[\d/2\] ok     a/default/seed0 \(0 s, retried: attempt 2\)", x) for x in lines)
+    assert any(re.fullmatch(r"\[\d/2\] FAILED b/default/seed0 \(0 s\)  exit lost: OSError, log: .*", x) for x in lines)
+    assert lines[-1] == "[runs] 0 pending, 0 running, 1 done, 1 failed; free: all" and calls.count("a") == 2
+    assert json.loads((tmp_path / "a" / "status.json").read_text())["attempt"] == 2
 
 
 @pytest.mark.parametrize(("executor", "module"), [("ray", "ray"), ("slurm", "submitit")])
