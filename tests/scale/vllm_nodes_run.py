@@ -1,7 +1,8 @@
-"""tests/rollout/vllm_sharded_run.py on the launcher's layout: FSDP2 + LoRA with one vLLM engine per rank, started
-as two "nodes" of one process each (tests/scale/test_scale_nodes.py). Every rank writes ``OUT/rank<r>.json``
-(steps, its engine's executor backend, the largest difference between its engine's sampling log-probs and its
-policy's after the last weight sync, the type of a sharded weight) and its :class:`~train_tiny.Layout`.
+"""tests/rollout/vllm_sharded_run.py (FSDP2 + LoRA over 2 ranks, one vLLM engine per rank) on the launcher's
+layout, started as two "nodes" of one process each (tests/scale/test_scale_nodes.py). Every rank writes
+``OUT/rank<r>.json`` as that script does (steps, its engine's executor backend, the largest difference between
+its engine's sampling log-probs and its policy's after the last weight sync, the type of a sharded weight) and
+its :class:`~train_tiny.Layout`.
 
     python -m torch.distributed.run --nnodes 2 --nproc-per-node 1 ... tests/scale/vllm_nodes_run.py OUT
 """
@@ -13,31 +14,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository for tests.*
 
-import lightning as L  # noqa: E402
-from lightning.pytorch.strategies import ModelParallelStrategy  # noqa: E402
-
-from lit_grpo.lora import LoraSettings  # noqa: E402
-from lit_grpo.parallel import release_process_group  # noqa: E402
-from lit_grpo.rollout import VLLMEngine  # noqa: E402
-from tests.helpers import tiny_data, tiny_module, tiny_trainer  # noqa: E402
-from tests.rollout.vllm_sharded_run import ROOT, _Report  # noqa: E402
+from tests.helpers import tiny_trainer  # noqa: E402
+from tests.rollout import vllm_sharded_run  # noqa: E402
 from tests.scale.train_tiny import Layout, launch_layout  # noqa: E402
 
 
-def main(out: Path) -> None:
-    L.seed_everything(0)
+def trainer_on_the_launch_layout(out: Path, **kwargs):
+    """That script's Trainer with ``devices`` and ``num_nodes`` of the launch (it asks for 2 devices on one
+    node) and a :class:`Layout` record."""
     devices, nodes = launch_layout()
-    lora = LoraSettings(r=4, target_modules=["q_proj", "v_proj", "up_proj"])
-    engine = VLLMEngine(dtype="float32", kv_cache_gib=0.25)
-    module = tiny_module(str(ROOT / "assets" / "tiny-arith-sft"), engine=engine, lora=lora, lr=1e-2)
-    strategy = ModelParallelStrategy(data_parallel_size=devices * nodes, tensor_parallel_size=1)
-    trainer = tiny_trainer(out, max_steps=2, strategy=strategy, devices=devices, num_nodes=nodes,
-                           callbacks=[_Report(out), Layout(out)])
-    try:
-        trainer.fit(module, datamodule=tiny_data())
-    finally:
-        release_process_group()
+    callbacks = [*kwargs.pop("callbacks", []), Layout(out)]
+    return tiny_trainer(out, **{**kwargs, "devices": devices, "num_nodes": nodes, "callbacks": callbacks})
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    vllm_sharded_run.tiny_trainer = trainer_on_the_launch_layout
+    vllm_sharded_run.main(Path(sys.argv[1]))
