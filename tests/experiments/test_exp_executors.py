@@ -59,6 +59,7 @@ def _tables(root) -> str:
     return re.sub(r"\| done \| \d+ \|", "| done | s |", report)
 
 
+@pytest.mark.slow
 def test_a_grid_on_ray_matches_the_local_one_and_resumes(tmp_path, monkeypatch, capsys):
     pytest.importorskip("ray", reason="needs the ray extra: pip install 'lit-grpo[ray]'")
     monkeypatch.chdir(ROOT)
@@ -112,6 +113,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_a_run_whose_ray_worker_is_killed_is_retried(tmp_path, monkeypatch, capsys):
     pytest.importorskip("ray", reason="needs the ray extra: pip install 'lit-grpo[ray]'")
     marker, exp = _once(tmp_path, monkeypatch, "SIGKILL", "os.getppid")
@@ -125,6 +127,7 @@ def test_a_run_whose_ray_worker_is_killed_is_retried(tmp_path, monkeypatch, caps
     assert not _alive(int(marker.read_text()))  # its first child died with the worker (no orphan)
 
 
+@pytest.mark.slow
 def test_submitit_runs_the_grid_and_requeues_a_run_that_exits_75(tmp_path, monkeypatch, capsys):
     pytest.importorskip("submitit", reason="needs the slurm extra: pip install 'lit-grpo[slurm]'")
     monkeypatch.setenv(CLUSTER_ENV, "local")  # submitit's local executor: the jobs are processes here
