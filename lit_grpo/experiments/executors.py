@@ -11,7 +11,8 @@ again by :func:`~lit_grpo.experiments.runner.run_grid`, at most ``retries`` time
 
 An executor has ``submit(resources, fn, *args)`` (a handle), ``wait(handles, timeout)`` (those finished),
 ``result(handle)`` (``fn``'s value; an exception when the task was lost), ``free()`` (the cluster's free
-resources, in words) and ``close(pending)`` (cancels those, then lets go of the pool or cluster).
+resources, in words) and ``close(pending)`` (cancels those, then lets go of the pool or cluster); ``kind``
+names its tasks, ``retries`` bounds the resubmissions, ``progress_every`` spaces the progress lines (None: none).
 """
 
 from __future__ import annotations
@@ -135,9 +136,9 @@ class SlurmExecutor:
         self,
         retries: int,
         folder: str | Path,
-        partition: str | None = None,
-        account: str | None = None,
-        minutes: int = 24 * 60,
+        partition: str | None,
+        account: str | None,
+        minutes: int,
         cluster: str = "slurm",
     ) -> None:
         submitit = _import("submitit", "slurm")
@@ -177,14 +178,15 @@ class SlurmExecutor:
 
 def make_executor(
     name: str,
-    retries: int = 2,
-    address: str | None = None,
-    folder: str | Path = "runs/experiments/.submitit",
-    partition: str | None = None,
-    account: str | None = None,
-    minutes: int = 24 * 60,
+    retries: int,
+    address: str | None,
+    folder: str | Path,
+    partition: str | None,
+    account: str | None,
+    minutes: int,
 ) -> RayExecutor | SlurmExecutor:
-    """The ``ray`` or ``slurm`` executor (``local`` is made per grid, for its ``--jobs``)."""
+    """The ``ray`` or ``slurm`` executor of ``lit-grpo compare``'s options (``local`` is made per grid, for its
+    ``--jobs``)."""
     if name == "ray":
         return RayExecutor(retries, address)
     return SlurmExecutor(retries, folder, partition, account, minutes, os.environ.get(CLUSTER_ENV, "slurm"))
