@@ -303,11 +303,13 @@ def _shared_prefix_hidden(model: nn.Module, rollouts: Rollouts, first: Tensor,
     if not layers or any(type(layer) is not DynamicLayer for layer in layers):
         return None, f"{type(model).__name__}'s decoder returns {type(cache).__name__}, not a cache of full " \
                      "attention layers"
-    last = out.last_hidden_state[inverse, -1:]  # [N, 1, H]: predicts completion token 0
+    # index_select, not x[inverse]: the backward of advanced indexing with repeated rows accumulates with atomic
+    # adds over threads on the CPU, in an order that changes from run to run; index_select's (index_add_) does not
+    last = out.last_hidden_state[:, -1:].index_select(0, inverse)  # [N, 1, H]: predicts completion token 0
     if rollouts.completion_ids.shape[1] == 1:
         return last, None
     for layer in layers:  # each row gets its prompt's keys and values; autograd sums their gradients
-        layer.batch_select_indices(inverse)
+        layer.keys, layer.values = layer.keys.index_select(0, inverse), layer.values.index_select(0, inverse)
     rest = decoder(input_ids=rollouts.completion_ids[:, :-1], attention_mask=attn[:, :-1],
                    position_ids=positions[:, tp:-1], past_key_values=cache, use_cache=True).last_hidden_state
     return torch.cat([last, rest], dim=1), None  # [N, T, H]
