@@ -36,7 +36,7 @@ from lit_grpo.data.records import Record
 from lit_grpo.data.sources import Split, StyledSource
 from lit_grpo.data.templates import PromptStyle, check_style
 from lit_grpo.rewards.base import RewardFunction
-from lit_grpo.rewards.pool import ScoringPool, StartMethod
+from lit_grpo.rewards.pool import PooledScorer, StartMethod
 from lit_grpo.rewards.scoring import Counted, Unscorable, score_items
 from lit_grpo.types import RewardOutput
 
@@ -257,7 +257,7 @@ class ReasoningGymSource(StyledSource):
         return ReasoningGymScore()
 
 
-class ReasoningGymScore(RewardFunction):
+class ReasoningGymScore(PooledScorer, RewardFunction):
     """The generator's own ``score_answer(answer, entry)`` of records from :class:`ReasoningGymSource`.
 
     The answer is read as reasoning-gym's ``utils.extract_answer`` reads it: the content of the last
@@ -295,30 +295,11 @@ class ReasoningGymScore(RewardFunction):
     ) -> None:
         if answer_format not in _FORMATS:
             raise ValueError(f"ReasoningGymScore: answer_format={answer_format!r}; use one of {_FORMATS}")
-        if not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"ReasoningGymScore: workers={workers!r} must be an integer >= 0")
         if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < math.inf):
             raise ValueError(f"ReasoningGymScore: timeout_s={timeout_s!r} must be a number of seconds > 0")
+        self.check_pool(workers, start_method)
         self.answer_format = answer_format
-        self.workers = workers
         self.timeout_s = timeout_s
-        self.start_method = start_method
-        self._pool: ScoringPool | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pool": None}  # workers get the settings, never the pool
-
-    @property
-    def pool(self) -> ScoringPool | None:
-        """The worker pool (None with ``workers=0``), created on first use."""
-        if self.workers > 0 and self._pool is None:
-            self._pool = ScoringPool(self.workers, self.timeout_s, self.start_method)
-        return self._pool
-
-    def close(self) -> None:
-        """Stops the worker processes, if any."""
-        if self._pool is not None:
-            self._pool.close()
 
     def answer(self, completion: str) -> str | None:
         """The answer the generator scores, or None when the completion gives none."""

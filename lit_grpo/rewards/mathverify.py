@@ -12,7 +12,7 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 from math_verify.errors import TimeoutException
 
 from lit_grpo.rewards.base import RewardFunction
-from lit_grpo.rewards.pool import ScoringPool, StartMethod
+from lit_grpo.rewards.pool import PooledScorer, StartMethod
 from lit_grpo.rewards.scoring import Counted, Unscorable, score_items
 from lit_grpo.types import RewardOutput
 
@@ -88,7 +88,7 @@ def _parsed_reference(
         return exc
 
 
-class MathVerify(RewardFunction):
+class MathVerify(PooledScorer, RewardFunction):
     """1.0 when the completion's final answer is mathematically equivalent to the reference's.
 
     Completions give their final answer GSM8K-style (``#### 42``), as LaTeX ``\\boxed{...}`` or inside
@@ -132,34 +132,15 @@ class MathVerify(RewardFunction):
             raise ValueError(f"answer_format={answer_format!r} is not supported; use one of {_FORMATS}")
         if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
             raise ValueError(f"timeout_s={timeout_s!r} must be a finite number of seconds > 0, e.g. 5.0")
-        if not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"workers={workers!r} must be an integer >= 0 (0: score in the calling process)")
         if wall_timeout_s is not None and not (math.isfinite(wall_timeout_s) and wall_timeout_s > 0):
             raise ValueError(f"wall_timeout_s={wall_timeout_s!r} must be a number of seconds > 0, or null")
-        if start_method not in ("forkserver", "spawn"):
-            raise ValueError(f"start_method={start_method!r} is not supported; use 'forkserver' or 'spawn'")
+        self.check_pool(workers, start_method)
         self.answer_format = answer_format
         self.timeout_s = timeout_s
-        self.workers = workers
         self.wall_timeout_s = wall_timeout_s
-        self.start_method = start_method
-        self._pool: ScoringPool | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pool": None}  # workers get the settings, never the pool
-
-    @property
-    def pool(self) -> ScoringPool | None:
-        """The worker pool (None with ``workers=0``), created on first use."""
-        if self.workers > 0 and self._pool is None:
-            wall = self.wall_timeout_s if self.wall_timeout_s is not None else 3 * self.timeout_s + 1
-            self._pool = ScoringPool(self.workers, wall, self.start_method)
-        return self._pool
-
-    def close(self) -> None:
-        """Stops the worker processes, if any."""
-        if self._pool is not None:
-            self._pool.close()
+    def pool_timeout_s(self) -> float:
+        return self.wall_timeout_s if self.wall_timeout_s is not None else 3 * self.timeout_s + 1
 
     def _timeout(self) -> int | None:
         """math-verify's timeout argument: whole seconds in the main thread, None (off) elsewhere."""

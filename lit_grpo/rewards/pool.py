@@ -161,6 +161,45 @@ class ScoringPool:
         _stop(executor)
 
 
+class PooledScorer:
+    """What a reward that scores in worker processes shares: with ``workers > 0`` its :attr:`pool` starts on first
+    use with :meth:`pool_timeout_s` seconds an item, never travels to the workers with the reward's settings, and
+    :meth:`close` stops it. The reward sets ``workers`` and ``start_method`` (checked by :meth:`check_pool`)."""
+
+    workers: int = 0
+    start_method: StartMethod = "forkserver"
+    timeout_s: float
+    _pool: ScoringPool | None = None
+
+    def check_pool(self, workers: int, start_method: StartMethod) -> None:
+        if not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"{type(self).__name__}: workers={workers!r} must be an integer >= 0 (0: score in the "
+                             "calling process)")
+        if start_method not in ("forkserver", "spawn"):
+            raise ValueError(f"{type(self).__name__}: start_method={start_method!r} is not supported; use "
+                             "'forkserver' or 'spawn'")
+        self.workers, self.start_method = workers, start_method
+
+    def pool_timeout_s(self) -> float:
+        """Wall-clock seconds an item may run in a worker (here: ``timeout_s``)."""
+        return self.timeout_s
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pool": None}  # workers get the settings, never the pool
+
+    @property
+    def pool(self) -> ScoringPool | None:
+        """The worker pool (None with ``workers=0``), created on first use."""
+        if self.workers > 0 and self._pool is None:
+            self._pool = ScoringPool(self.workers, self.pool_timeout_s(), self.start_method)
+        return self._pool
+
+    def close(self) -> None:
+        """Stops the worker processes, if any."""
+        if self._pool is not None:
+            self._pool.close()
+
+
 class _Flight:
     """Submitted items: ``items`` future -> item index; ``started`` future -> start time of those a
     worker can be working on; ``waiting`` the rest, in submission order (the order workers take them)."""
