@@ -76,15 +76,33 @@ def command(launch: str, node: int, port: int, program: list[str]) -> tuple[list
     return [sys.executable, "-m", "torch.distributed.run", *torchrun(launch, node, port), *program], {}
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, from /proc: torchrun starts each worker in a session of its own, which a
+    signal to the agent's process group would miss."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
+
+
 def _stop(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each launch's process group (the agent and its worker), then SIGKILL what is left after 10 s."""
+    """SIGTERM each launch's processes (a torchrun agent then stops its worker), then SIGKILL what is left
+    after 10 s; the worker's pid is read before its agent can exit."""
+    pids = [q for p in procs if p.poll() is None for q in _tree(p.pid)]
     for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, sig)
-                except ProcessLookupError:
-                    pass
+        for q in pids:
+            try:
+                os.kill(q, sig)
+            except ProcessLookupError:
+                pass
         end = time.monotonic() + wait
         while any(p.poll() is None for p in procs) and time.monotonic() < end:
             time.sleep(0.2)
@@ -115,7 +133,7 @@ def launch_two_nodes(launch: str, out: Path, program: list[str] | None = None) -
         while any(p.poll() is None for p in procs):
             failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
             if failed or time.monotonic() > deadline:
-                _stop(procs)
+                _stop(procs)  # the other node would wait for its peer until torch's own timeouts
                 why = f"node {failed[0]} exited with {procs[failed[0]].returncode}" if failed else \
                     f"still running after {TIMEOUT_S} s"
                 pytest.fail(f"{launch}: {why}; both stopped\n{_logs(out)}")
@@ -128,11 +146,15 @@ def launch_two_nodes(launch: str, out: Path, program: list[str] | None = None) -
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
-    """``launched(launch)``: the output folder of that launch's runs, launched on first use."""
-    folders: dict[str, Path] = {}
+    """``launched(launch)``: the output folder of that launch's runs, launched on first use (a launch that
+    failed fails its other tests at once)."""
+    folders: dict[str, Path | None] = {}
 
     def get(launch: str) -> Path:
+        if launch in folders and folders[launch] is None:
+            pytest.fail(f"{launch}: the launch failed in an earlier test")
         if launch not in folders:
+            folders[launch] = None
             out = tmp_path_factory.mktemp(launch) / "runs"
             launch_two_nodes(launch, out)
             folders[launch] = out
