@@ -88,8 +88,10 @@ def test_ctrl_c_mid_run_saves_after_the_step_and_exits_75(tmp_path):
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == previous  # handlers restored
 
 
-def test_sigterm_with_batches_in_flight_exits_75_and_resumes_exactly(tmp_path):
-    asynchronous = {"model.init_args.engine": {"class_path": "lit_grpo.AsyncRollouts", "init_args": {"max_staleness": 2}}}
+@pytest.mark.parametrize("producer", ["thread", "process"])
+def test_sigterm_with_batches_in_flight_exits_75_and_resumes_exactly(tmp_path, producer):
+    asynchronous = {"model.init_args.engine": {"class_path": "lit_grpo.AsyncRollouts",
+                                               "init_args": {"max_staleness": 2, "producer": producer}}}
     whole = fit(config(tmp_path / "whole", steps=4, **asynchronous), tmp_path / "whole")
     assert whole.status == 0, whole.message
     cfg = config(tmp_path, steps=4, **asynchronous)

@@ -4,6 +4,7 @@ run trains exactly the rollouts the uninterrupted one would."""
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 
 import lightning as L
@@ -13,6 +14,7 @@ import torch
 from lit_grpo import GRPOModule
 from lit_grpo.logprobs import token_logprobs
 from lit_grpo.rollout import AsyncRollouts, HFGenerateEngine
+from lit_grpo.rollout.base import RolloutEngine
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
 
@@ -93,6 +95,12 @@ def test_the_engine_log_probs_are_those_of_the_generating_version(tmp_path, sft_
         assert torch.allclose(forward, rollouts.logprobs, atol=1e-4), (forward - rollouts.logprobs).abs().max()
 
 
+class NotHF(RolloutEngine):
+    def bind(self, policy, tokenizer) -> None: ...
+
+    def generate(self, prompts, n, sampling): ...
+
+
 class Failing(HFGenerateEngine):
     def rollout(self, batch, n, sampling):
         raise RuntimeError("the producer's engine broke")
@@ -127,6 +135,27 @@ def test_bad_settings_are_named():
         AsyncRollouts(max_staleness=-1)
     with pytest.raises(ValueError, match="producer_threads=0 must be >= 1"):
         AsyncRollouts(producer_threads=0)
+    with pytest.raises(ValueError, match="producer='fork'; use 'thread' or 'process'"):
+        AsyncRollouts(producer="fork")
+    with pytest.raises(ValueError, match="Hugging Face engine in its own process; NotHF runs in a thread"):
+        AsyncRollouts(NotHF(), producer="process")
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_a_producer_process_generates_what_the_thread_does(tmp_path, sft_model_path, k):
+    """The same seeds and the weights through shared memory: the same samples, so the same parameters; at k = 0
+    those of the synchronous engine."""
+    reference = _params(_fit(tmp_path / "reference", sft_model_path, 3,
+                             AsyncRollouts(max_staleness=k) if k else None))
+    engine = AsyncRollouts(max_staleness=k, producer="process")
+    process = _params(_fit(tmp_path / "process", sft_model_path, 3, engine))
+    assert all(torch.equal(reference[key], process[key]) for key in reference)
+    assert engine._executor is None and not multiprocessing.active_children()  # the process stopped with the fit
+
+
+def test_a_failing_producer_process_ends_the_run_with_its_error(tmp_path, sft_model_path):
+    with pytest.raises(RuntimeError, match="the producer's engine broke"):
+        _fit(tmp_path, sft_model_path, 3, AsyncRollouts(Failing(), max_staleness=1, producer="process"))
 
 
 def test_resuming_an_asynchronous_checkpoint_with_a_synchronous_engine_says_what_it_skips(tmp_path, sft_model_path,
