@@ -4,12 +4,14 @@
     python bench/async_rollouts.py accuracy --seeds 5 --steps 250    # held-out accuracy per seed and mode (~8 min)
     python bench/async_rollouts.py speed-real --pairs 2 --steps 6    # the real-model workload (~16 min)
     python bench/async_rollouts.py accuracy-tis --seeds 5 --steps 250  # staleness 2 with TruncatedIS (~5 min)
+    python bench/async_rollouts.py speed-process --pairs 6 --steps 200  # the producer in its own process (~4 min)
     python bench/async_rollouts.py --write docs/performance.md       # the doc's tables from the data
 
 Arms (the same config otherwise; ``OMP_NUM_THREADS`` set per process):
 - ``sync``: the synchronous engine with all the cores;
 - ``async-k1`` / ``async-k2``: ``AsyncRollouts(max_staleness=k)``, the cores split: the trainer's thread and the
-  producer's thread one half each.
+  producer's thread one half each;
+- ``async-k1-process``: the same at k = 1 with the producer in a process of its own (``producer: process``).
 
 ``speed`` alternates the arms' processes pair by pair (the order flipped every pair) and records each process's
 median training-step time after its first 20 steps (:class:`soak.SoakProbe`). ``accuracy`` trains each arm
@@ -47,10 +49,15 @@ CRITERION = {"speed_level": 0.95, "accuracy_level": 0.95, "accuracy_margin": 0.0
 #: interval rule as ``speed``, at the level of :data:`CRITERION`. Fixed before its first run.
 REAL = {"config": "configs/real/quickstart.yaml", "warmup_steps": 1,
         "extra": ["--trainer.callbacks=[]", "--trainer.max_time=null"]}
+#: ``speed-process`` asks, fixed before its first run: is async-k1 with the producer in its own process faster than
+#: sync on the quickstart? The rule of ``speed`` (the 95% t-interval of the mean log ratio, alternated pairs).
+SPEED_ARMS = {"speed": "async-k1", "speed-real": "async-k1", "speed-process": "async-k1-process"}
 
 ARMS = {"sync": [], "async-k1": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=1"],
         "async-k2": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2"],
-        "async-k2-tis": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2", "--model.loss.tis=token"]}
+        "async-k2-tis": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2", "--model.loss.tis=token"],
+        "async-k1-process": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=1",
+                             "--model.engine.producer=process"]}
 #: The arms of each accuracy part. ``accuracy-tis`` asks one question, fixed before its first run: does the token-level
 #: truncated importance correction (cap 2) make staleness 2 not worse than sync (the same rule as ``accuracy``, a family
 #: of one comparison, so no adjustment)? Its sync runs are its own, alternated with the asynchronous ones.
@@ -72,30 +79,30 @@ def _fit(arm: str, steps: int, seed: int, folder: Path, extra: list[str],
     return subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
 
 
-def speed(pairs: int, steps: int, real: bool = False) -> dict:
-    """Alternated processes of ``sync`` and ``async-k1``; each one's median step time after the warm-up (the real-model
+def speed(pairs: int, steps: int, real: bool = False, arm: str = "async-k1") -> dict:
+    """Alternated processes of ``sync`` and ``arm``; each one's median step time after the warm-up (the real-model
     workload with ``real``)."""
     config, warmup, extra = (REAL["config"], REAL["warmup_steps"], REAL["extra"]) if real else \
         ("configs/quickstart.yaml", CRITERION["warmup_steps"], [])
     rows = []
     for pair in range(pairs):
-        order = ["sync", "async-k1"] if pair % 2 == 0 else ["async-k1", "sync"]
+        order = ["sync", arm] if pair % 2 == 0 else [arm, "sync"]
         row = {"pair": pair, "order": order}
-        for arm in order:
+        for one in order:
             with tempfile.TemporaryDirectory() as tmp:
                 lines = Path(tmp) / "steps.jsonl"
-                _fit(arm, steps, 0, Path(tmp), [*extra, "--trainer.callbacks+=soak.SoakProbe",
+                _fit(one, steps, 0, Path(tmp), [*extra, "--trainer.callbacks+=soak.SoakProbe",
                                                  f"--trainer.callbacks.out={lines}", "--trainer.callbacks.every=1",
                                                  *([] if real else ["--trainer.val_check_interval=100000"])], config)
                 durations = [json.loads(line)["step_s_median"] for line in lines.read_text().splitlines()]
-            row[arm] = round(statistics.median(durations[warmup:]), 5)
-        row["ratio"] = round(row["async-k1"] / row["sync"], 4)
+            row[one] = round(statistics.median(durations[warmup:]), 5)
+        row["ratio"] = round(row[arm] / row["sync"], 4)
         rows.append(row)
         print(row, flush=True)
     logs = [math.log(r["ratio"]) for r in rows]
     low, high = _t_interval(logs, CRITERION["speed_level"])
     verdict = "async faster" if high < 0 else "async slower" if low > 0 else "undetermined"
-    return {"workload": config, "warmup_steps": warmup, "steps": steps, "pairs": rows, "ratio_geomean": round(math.exp(statistics.fmean(logs)), 4),
+    return {"workload": config, "arm": arm, "warmup_steps": warmup, "steps": steps, "pairs": rows, "ratio_geomean": round(math.exp(statistics.fmean(logs)), 4),
             "ratio_interval": [round(math.exp(low), 4), round(math.exp(high), 4)], "verdict": verdict}
 
 
@@ -150,17 +157,18 @@ def _p_below(values: list[float], bound: float) -> float:
 
 def render() -> str:
     lines = []
-    for name in ("speed", "speed-real"):
+    for name in SPEED_ARMS:
         if not (RESULTS / f"{name}.json").is_file():
             continue
         s = json.loads((RESULTS / f"{name}.json").read_text())
         lines += [""] if lines else []
+        arm = s.get("arm", "async-k1")
         lines += [f"Speed, {s.get('workload', 'configs/quickstart.yaml')} (`{s['command']}`, {len(s['pairs'])} "
                   f"alternated pairs, {s['steps']} steps a process, median step time after "
-                  f"{s.get('warmup_steps', CRITERION['warmup_steps'])}): async-k1 / sync = {s['ratio_geomean']} (geometric "
+                  f"{s.get('warmup_steps', CRITERION['warmup_steps'])}): {arm} / sync = {s['ratio_geomean']} (geometric "
                   f"mean; 95% interval {s['ratio_interval'][0]} to {s['ratio_interval'][1]}): **{s['verdict']}**.", "",
-                  "| pair | order | sync s/step | async-k1 s/step | ratio |", "|---|---|---|---|---|"]
-        lines += [f"| {r['pair']} | {' then '.join(r['order'])} | {r['sync']:.4f} | {r['async-k1']:.4f} | {r['ratio']} |"
+                  f"| pair | order | sync s/step | {arm} s/step | ratio |", "|---|---|---|---|---|"]
+        lines += [f"| {r['pair']} | {' then '.join(r['order'])} | {r['sync']:.4f} | {r[arm]:.4f} | {r['ratio']} |"
                   for r in s["pairs"]]
     for name in PARTS:
         if not (RESULTS / f"{name}.json").is_file():
@@ -180,7 +188,7 @@ def render() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", nargs="?", choices=["speed", "speed-real", *PARTS])
+    parser.add_argument("part", nargs="?", choices=[*SPEED_ARMS, *PARTS])
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
@@ -190,7 +198,7 @@ def main() -> None:
         write_block(args.write, BEGIN, END, render())
         return
     record = accuracy(args.seeds, args.steps, args.part) if args.part in PARTS else \
-        speed(args.pairs, args.steps, real=args.part == "speed-real")
+        speed(args.pairs, args.steps, real=args.part == "speed-real", arm=SPEED_ARMS[args.part])
     record = {"command": command("bench/async_rollouts.py", sys.argv[1:]), "cpus": os.cpu_count(),
               "criterion": CRITERION, **record}
     RESULTS.mkdir(parents=True, exist_ok=True)
