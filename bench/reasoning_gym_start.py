@@ -44,6 +44,10 @@ CELLS: dict[str, tuple[str, dict, str]] = {
     "basic_arithmetic/2x1": ("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1,
                                                   "allow_parentheses": False, "allow_negation": False}, "number"),
     "letter_counting/5-15": ("letter_counting", {}, "number"),
+    # operands of one or two digits: tens of thousands of distinct questions, room for a 1000-prompt test split
+    "basic_arithmetic/2x1-2": ("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2,
+                                                    "allow_parentheses": False, "allow_negation": False}, "number"),
+    "chain_sum/2x1-2": ("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}, "number"),
     "chain_sum/2x1 (tag)": ("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}, "tag"),
 }
 
@@ -151,7 +155,7 @@ def main() -> None:
         if args.cells and name not in args.cells:
             continue
         row = measure(args, dataset, config, reading, engine)
-        row["load"] = round(os.getloadavg()[0], 1)
+        row["load"], row["command"] = round(os.getloadavg()[0], 1), settings["command"]  # cells merge across runs
         print(f"{name:<22} accuracy {row['accuracy']:.3f}  all-wrong groups {row['groups_all_wrong']:.3f}  "
               f"no answer {row['no_answer']:.3f}  truncated {row['truncated']:.3f}  {row['seconds']} s", flush=True)
         if args.out:  # after every cell, merged into what earlier runs wrote
