@@ -6,6 +6,16 @@ from pathlib import Path
 
 import yaml
 
+#: overrides that make a quickstart run a few seconds long (a grid of them is a quick test)
+SMALL = [
+    "--model.group_size=4",
+    "--data.prompts_per_step=4",
+    "--trainer.max_steps=2",
+    "--trainer.val_check_interval=2",
+    "--data.max_val_prompts=8",
+    "--model.sampling.val_samples=1",
+]
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -13,7 +13,7 @@ from lit_grpo.commands import main
 from lit_grpo.commands.compare import compare
 from lit_grpo.experiments.stats import summarize
 from lit_grpo.experiments.tables import fmt
-from tests.experiments.helpers import ROOT, write_experiment
+from tests.experiments.helpers import ROOT, SMALL, write_experiment
 
 CRASH = """
 from lightning import Callback
@@ -23,14 +23,6 @@ class Crash(Callback):
     def on_train_start(self, trainer, pl_module):
         raise RuntimeError("deliberate crash for the test")
 """
-SMALL = [
-    "--model.group_size=4",
-    "--data.prompts_per_step=4",
-    "--trainer.max_steps=2",
-    "--trainer.val_check_interval=2",
-    "--data.max_val_prompts=8",
-    "--model.sampling.val_samples=1",
-]
 METRICS = [
     {"name": "rollout/reward_mean", "reduce": "mean"},
     {"name": "heldout/accuracy_after", "reduce": "last"},

@@ -19,16 +19,8 @@ from lit_grpo.experiments.grid import Run
 from lit_grpo.experiments.loader import load_experiment
 from lit_grpo.experiments.runner import run_grid
 from lit_grpo.experiments.spec import Resources
-from tests.experiments.helpers import ROOT, write_experiment
+from tests.experiments.helpers import ROOT, SMALL, write_experiment
 
-SMALL = [
-    "--model.group_size=4",
-    "--data.prompts_per_step=4",
-    "--trainer.max_steps=2",
-    "--trainer.val_check_interval=2",
-    "--data.max_val_prompts=8",
-    "--model.sampling.val_samples=1",
-]
 #: A callback that, the first time any run of the test reaches the end of a training step, claims ``MARKER``
 #: (its pid in it) and sends ``SIGNAL`` to ``WHO`` (its own process, or its parent: the Ray worker).
 ONCE = """
