@@ -186,3 +186,15 @@ def test_a_two_step_fit_from_the_tiny_config(tmp_path, monkeypatch):
     assert cli.trainer.global_step == 2
     reward = cli.trainer.callback_metrics["rollout/reward_mean"]
     assert 0.0 <= float(reward) <= 1.0
+
+
+@needs_rg
+def test_the_configs_cell_holds_about_500_distinct_questions():
+    """docs/data.md and configs/tasks/reasoning_gym.yaml keep that config's hold-outs small for this reason."""
+    import reasoning_gym
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs/tasks/reasoning_gym.yaml").read_text())
+    source = config["data"]["source"]["init_args"]
+    items = reasoning_gym.create_dataset(source["dataset"], size=20000, seed=0, **source["config"])
+    assert 400 <= len({item["question"] for item in items}) <= 600  # 484 here
