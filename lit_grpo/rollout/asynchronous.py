@@ -171,8 +171,8 @@ class AsyncRollouts(RolloutEngine):
                 "async/producer_wait_s": step["producer_wait_s"]}
 
     def close(self) -> None:
-        """At the end of a fit: drop the batches no step will train (the last checkpoint holds them), let the one
-        in progress finish and stop the producer's thread."""
+        """At the end of a fit: drop the batches no step will train (a checkpoint written at the last step holds
+        them), let the one in progress finish and stop the producer (its thread or process)."""
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
