@@ -135,11 +135,10 @@ def accuracy(seeds: int, steps: int, part: str = "accuracy") -> dict:
 
 
 def _heldout(folder: Path) -> float:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from lit_grpo.experiments.collect import read_scalars
 
     run = next(folder.rglob("events.out.tfevents.*")).parent
-    events = EventAccumulator(str(run), size_guidance={"scalars": 0}).Reload()
-    return round(events.Scalars("heldout/reward_mean_after")[-1].value, 4)
+    return round(read_scalars(run)["heldout/reward_mean_after"][-1][1], 4)
 
 
 def _t_interval(values: list[float], level: float) -> tuple[float, float]:

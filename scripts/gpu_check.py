@@ -49,16 +49,14 @@ def junit_counts(path: Path) -> dict:
 
 def tensorboard_scalars(runs: Path) -> dict:
     """The last value of every scalar the training run logged, and how many optimizer steps it logged."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from lit_grpo.experiments.collect import read_scalars
 
     final: dict[str, float] = {}
-    for events in sorted(runs.rglob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(events.parent), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            final[tag] = acc.Scalars(tag)[-1].value
+    for folder in sorted({events.parent for events in runs.rglob("events.out.tfevents.*")}):
+        for tag, series in read_scalars(folder).items():
+            final[tag] = series[-1][1]
             if tag == "train/loss":
-                final["steps"] = max(final.get("steps", 0), len(acc.Scalars(tag)))
+                final["steps"] = max(final.get("steps", 0), len(series))
     if not final:
         raise ValueError(f"no TensorBoard scalars under {runs}")
     keys = ("steps", "rollout/reward_mean", "perf/tokens_per_s", "train/loss", "heldout/accuracy_before",
