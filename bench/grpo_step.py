@@ -14,8 +14,17 @@ no reward, so every advantage is 0; neither side skips such batches, so every ph
 
 Every measurement is a fresh process (``bench/grpo_step_lit.py``, ``bench/grpo_step_trl.py``) that runs
 warm-up steps and then timed ones; the two trainers alternate (A B A B ...) so drifting background load
-hits both alike. Reported: medians over all timed steps, with the range of the per-process medians;
-tokens/s = completion tokens of a step (EOS included) / wall time between the ends of consecutive steps.
+hits both alike. Reported: medians over all timed steps, with the range of the per-process medians, and the
+ratio of each A/B pair with the median and range of those; tokens/s = completion tokens of a step (EOS
+included) / wall time between the ends of consecutive steps. Both sides take the same prompts in the same
+order (TRL reads them unshuffled in lit-grpo's order) and reseed torch with the same seed before each step's
+generation. The sampled completions still differ: the two sides' logits differ in rounding (lit-grpo
+prefills each prompt once per group, TRL every row) and, once the policies have been updated by different
+code, in value, so the per-step rewards, and with them the work a step needs, are not paired.
+
+The machine's state (load, free memory, the largest other processes) is recorded at the start, the end and
+before every measuring process; a run that writes results refuses a busy machine (``--allow-busy``
+overrides; the rule is in ``bench/grpo_step_machine.py``).
 
 Parts: ``peak`` (square fp32 and bf16 matmuls on the same threads), ``compare`` (lit-grpo vs TRL, both
 sizes and precisions, with the training phase's FLOP/s against the peak), ``memory`` (peak RSS of steps
@@ -31,8 +40,11 @@ forward, both exact; TRL trains every row):
 ``realistic``: (a) ``real``: SmolLM2-135M-Instruct (``lit-grpo models fetch smollm2-135m-instruct``),
 chat prompts "What is a + b? Answer with the number only.", ``LastNumber``, P = 8 x G = 8, 32 new tokens,
 full fine-tune, fp32; (b) ``quickstart``: ``tiny-arith-sft`` on two-digit addition, ``ExactMatch``,
-P = 16 x G = 8, 6 new tokens, lr 1e-4. Alongside throughput: the training tokens each side ran forward and
-backward against the useful ones (the rows of groups whose rewards differ, each prompt once), as FLOPs.
+P = 16 x G = 8, 6 new tokens, lr 1e-4. At least 10 timed steps a process (``plan()``). Alongside throughput:
+the training tokens each side ran forward and backward against the useful ones (the rows of groups whose
+rewards differ, each prompt once), as FLOPs; and the roofline: per phase (generation, training) and for the
+whole step, the useful FLOPs (``grpo_step_report.useful_flops``), their rate and its share of the matmul peak
+measured in the same run (before and after the workloads, the larger).
 ``tta``: wall-clock training time (evaluations excluded) for each trainer to reach held-out greedy
 accuracy 0.70 on the quickstart workload from the same start, evaluated every 25 steps by the same code,
 3 seeds each, alternating.
@@ -56,14 +68,30 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from grpo_step_common import PHASES  # noqa: E402
-from grpo_step_report import LARGE_VOCAB, flop_rates, render, render_realistic, work_flops, write_into  # noqa: E402
+from grpo_step_machine import busy_reasons, other_cpu_s, own_tree, read_cpu, read_state, refusal  # noqa: E402
+from grpo_step_report import (  # noqa: E402
+    LARGE_VOCAB,
+    flop_rates,
+    render,
+    render_realistic,
+    roofline,
+    useful_flops,
+    work_flops,
+    write_into,
+)
 from grpo_step_workloads import WORKLOADS, model_dir  # noqa: E402
 
 TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
 DEVICE = {"name": "cpu"}  # where every measuring process trains: --device (the matmul peak stays on the CPU)
 ALL_PARTS = ("peak", "compare", "memory", "scaling", "realistic", "tta")
 COUNTS = ("useful_rows", "useful_prompt_tokens", "useful_tokens", "mixed_groups", "groups", "trained_rows",
-          "trained_prompt_tokens", "trained_tokens")
+          "trained_prompt_tokens", "trained_tokens", "useful_context", "trained_context", "sampled_prompt_tokens",
+          "sampled_tokens", "sampled_context")
+# Peak RSS (MiB) of a workload's largest trainer process before this run has measured one: TRL's process on
+# ``real`` peaked at 15.7 GiB in the committed run; the memory check uses the larger of this and the largest
+# peak measured so far in the run.
+NEED_MIB = {"real": 16 * 1024, "quickstart": 1024}
+RUN = {"need_mib": 0.0, "allow_busy": False, "busy": []}  # this run: largest peak RSS so far, recorded reasons
 
 
 # ---- plans: how many processes and steps each part runs ---------------------------------------------------
@@ -76,7 +104,7 @@ def plan(quick: bool) -> dict:
             "compare": [("small", "fp32", 1, 1, 2, 8, 8, 16), ("small", "bf16", 1, 0, 1, 2, 2, 4)],
             "memory": {"prompts": 2, "group": 2, "new_tokens": 4, "warmup": 0, "steps": 1},
             "scaling": {"G": [2], "P": [4], "size": ["tiny"], "warmup": 0, "steps": 1},
-            "realistic": [("quickstart", 1, 1, 3)],
+            "realistic": [("quickstart", 1, 1, 3)],  # a smoke run: not the >= 10 timed steps of the real plan
             "tta": {"seeds": [0], "max_steps": 20, "eval_every": 10, "target": 0.99},
         }
     return {
@@ -94,8 +122,9 @@ def plan(quick: bool) -> dict:
             "warmup": 1,
             "steps": 2,
         },
-        # (workload, A/B pairs, warm-up steps, timed steps); the real model's TRL steps take about 90 s
-        "realistic": [("quickstart", 3, 5, 40), ("real", 2, 1, 3)],
+        # (workload, A/B pairs, warm-up steps, timed steps): at least 10 timed steps a process, as the cost of a
+        # step varies about 1.6x with the sampled rewards; the real model's TRL steps take 40-70 s (about 50 min)
+        "realistic": [("quickstart", 3, 5, 40), ("real", 3, 2, 10)],
         "tta": {"seeds": [0, 1, 2], "max_steps": 2000, "eval_every": 25, "target": 0.70},
     }
 
@@ -196,6 +225,8 @@ def measure(
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONWARNINGS": "ignore",
     }
+    need = max(RUN["need_mib"], NEED_MIB.get(workload, 0.0))
+    state, cpu = read_state(), read_cpu()
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -203,6 +234,14 @@ def measure(
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     result = json.loads(lines[-1].removeprefix("RESULT "))
     result["process_s"] = time.perf_counter() - start
+    others_cpu = other_cpu_s(cpu, read_cpu(), own_tree([], os.getpid()), os.sysconf("SC_CLK_TCK"))
+    result["machine_before"] = {**state, "need_mib": need, "others_cpu_s": others_cpu}
+    result["busy"] = busy_reasons(state, need, threads, os.cpu_count() or 1, check_load=False,
+                                  other_cpu=others_cpu, wall_s=result["process_s"])
+    RUN["need_mib"] = max(RUN["need_mib"], result["peak_rss_mib"])
+    RUN["busy"] += [f"{runner} {Path(model).name} ({workload}): {r}" for r in result["busy"]]
+    for reason in result["busy"]:
+        print(f"  busy: {reason}", flush=True)
     print(
         f"  {runner:8s} {Path(model).name:10s} {precision} P={prompts} G={group}: "
         f"{_median(result['steps'], 'tokens_per_s'):7.0f} tokens/s, {_median(result['steps'], 'step_s'):.3f} s/step, "
@@ -221,6 +260,7 @@ def combine(results: list[dict]) -> dict:
     steps = [s for r in results for s in r["steps"]]
     out = {k: _median(steps, k) for k in [*PHASES, "step_s", "tokens", "prompt_tokens", "tokens_per_s", *COUNTS]}
     out["sums"] = {k: sum(s.get(k, 0.0) for s in steps) for k in COUNTS}
+    out["time_sums"] = {k: sum(s.get(k, 0.0) for s in steps) for k in [*PHASES, "step_s"]}
     per = [_median(r["steps"], "tokens_per_s") for r in results]
     out.update(
         tps_min=min(per),
@@ -231,6 +271,8 @@ def combine(results: list[dict]) -> dict:
         processes=len(results),
         steps_timed=len(steps),
         trl=results[0].get("trl"),
+        machine=[r.get("machine_before") for r in results],
+        busy=[reason for r in results for reason in r.get("busy", [])],
     )
     return out
 
@@ -239,17 +281,21 @@ def combine(results: list[dict]) -> dict:
 PEAK_SCRIPT = """
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
+device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
+sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+sizes = (1024, 2048, 4096, 8192) if device == "cuda" else (256, 512, 1024, 2048)
 out = {}
 for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
     best = 0.0
-    for n in (256, 512, 1024, 2048):
-        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    for n in sizes:
+        a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
         slow = False
         for op in (torch.matmul, torch.nn.functional.linear):  # the two reach different kernels in bf16
-            t = time.perf_counter(); op(a, b); once = time.perf_counter() - t
+            op(a, b); sync()
+            t = time.perf_counter(); op(a, b); sync(); once = time.perf_counter() - t
             reps, times = max(3, min(50, int(0.5 / max(once, 1e-6)))), []
             for _ in range(min(reps, 3) if once > 0.5 else reps):
-                t = time.perf_counter(); op(a, b); times.append(time.perf_counter() - t)
+                t = time.perf_counter(); op(a, b); sync(); times.append(time.perf_counter() - t)
             best = max(best, 2 * n**3 / min(times) / 1e9)
             slow = slow or once > 0.5
         if slow:
@@ -260,18 +306,36 @@ print("RESULT", json.dumps(out))
 """
 
 
-def matmul_peak(threads: int) -> dict[str, float]:
-    """GFLOP/s of the best square matmul (``matmul`` or ``linear``, n = 256..2048) in fp32 and bf16."""
+def matmul_peak(threads: int, device: str = "cpu") -> dict[str, float]:
+    """GFLOP/s of the best square matmul (``matmul`` or ``linear``, n = 256..2048 on the CPU, 1024..8192 on a
+    GPU) in fp32 and bf16, on ``device``."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     proc = subprocess.run(
-        [sys.executable, "-c", PEAK_SCRIPT, str(threads)], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", PEAK_SCRIPT, str(threads), device], capture_output=True, text=True, env=env,
+        check=True,
     )
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
     peak = json.loads(line.removeprefix("RESULT "))
     print(
-        f"  matmul peak on {threads} threads: fp32 {peak['fp32']:.1f} GFLOP/s, bf16 {peak['bf16']:.1f} GFLOP/s"
+        f"  matmul peak on {device}, {threads} threads: fp32 {peak['fp32']:.1f} GFLOP/s, bf16 {peak['bf16']:.1f} "
+        "GFLOP/s"
     )
     return peak
+
+
+def same_prompts(runs: dict[str, list[dict]]) -> bool | None:
+    """Whether every process of both sides sampled from the same prompts at every step (``None``: a runner
+    that does not report them)."""
+    digests = [r.get("step_prompts") for rs in runs.values() for r in rs]
+    if any(d is None for d in digests):
+        return None
+    return all(d == digests[0] for d in digests)
+
+
+def ratio_spread(ratios: list[float]) -> dict[str, float]:
+    """Median and range of the per-pair ratios (each pair: one lit-grpo and one TRL process, run one after
+    the other)."""
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "pairs": len(ratios)}
 
 
 # ---- the parts ----------------------------------------------------------------------------------------------
@@ -293,6 +357,7 @@ def part_compare(models: dict[str, str], threads: int, quick: bool) -> list[dict
             "lit": combine(runs["lit-grpo"]),
             "trl": combine(runs["trl"]),
             "pair_ratios": ratios,
+            "pair_ratio": ratio_spread(ratios),
             **kw,
         }
         row["ratio"] = row["lit"]["tokens_per_s"] / row["trl"]["tokens_per_s"]
@@ -347,8 +412,10 @@ def part_scaling(models: dict[str, str], threads: int, quick: bool) -> dict[str,
     return out
 
 
-def part_realistic(threads: int, quick: bool) -> list[dict]:
-    """lit-grpo against TRL on the real workloads, alternating fresh processes."""
+def part_realistic(threads: int, quick: bool, device: str = "cpu") -> tuple[list[dict], dict]:
+    """lit-grpo against TRL on the real workloads, alternating fresh processes; and the matmul peak, measured
+    before and after them (the roofline uses the larger)."""
+    peaks = [matmul_peak(threads, device)]
     rows = []
     for workload, reps, warmup, steps in plan(quick)["realistic"]:
         w = WORKLOADS[workload]
@@ -362,12 +429,26 @@ def part_realistic(threads: int, quick: bool) -> list[dict]:
         ratios = [_median(a["steps"], "tokens_per_s") / _median(b["steps"], "tokens_per_s")
                   for a, b in zip(runs["lit-grpo"], runs["trl"], strict=True)]
         row = {"workload": workload, "model": w.model, "lit": combine(runs["lit-grpo"]),
-               "trl": combine(runs["trl"]), "pair_ratios": ratios, **kw}
+               "trl": combine(runs["trl"]), "pair_ratios": ratios, "pair_ratio": ratio_spread(ratios),
+               "same_prompts": same_prompts(runs), **kw}
         row["ratio"] = row["lit"]["tokens_per_s"] / row["trl"]["tokens_per_s"]
         for side in ("lit", "trl"):
             row[side].update(work_flops(model, row[side]["sums"], row[side]["steps_timed"]))
         rows.append(row)
-    return rows
+    peaks.append(matmul_peak(threads, device))
+    peak = {k: max(p[k] for p in peaks) for k in ("fp32", "bf16")}
+    for row in rows:
+        for side in ("lit", "trl"):
+            add_roofline(row[side], model_dir(row["model"]), peak["fp32"])  # the realistic workloads run fp32
+    return rows, {**peak, "before": peaks[0], "after": peaks[1], "device": device}
+
+
+def add_roofline(side: dict, model: str, peak_gflops: float) -> None:
+    """The useful FLOPs of one side's phases, their rate and fraction of the peak (``side["roofline"]``)."""
+    n = side["steps_timed"]
+    gflop = useful_flops(model, side["sums"], n)
+    if gflop is not None:
+        side["roofline"] = roofline(gflop, {k: v / n for k, v in side["time_sums"].items()}, peak_gflops)
 
 
 def part_tta(threads: int, quick: bool) -> dict:
@@ -412,7 +493,11 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="replace the generated block of this markdown file")
     parser.add_argument("--json", type=Path, help="also save the raw results here")
     parser.add_argument("--render", type=Path, help="measure nothing: write the tables of this saved --json")
+    parser.add_argument("--allow-busy", action="store_true",
+                        help="measure and publish even when other processes hold the memory or cores the trainers "
+                        "need (bench/grpo_step_machine.py: the rule); the report records the machine's state")
     args = parser.parse_args()
+    RUN["allow_busy"] = args.allow_busy
     if args.render:
         report = json.loads(args.render.read_text())
         publish(report, [p for p in ALL_PARTS if p in report], args.write, None)
@@ -426,6 +511,13 @@ def main() -> None:
     import transformers
 
     DEVICE["name"] = args.device
+    machine_start = read_state()
+    if args.write or args.json:  # results that will be published: refuse a busy machine before measuring
+        need = max([NEED_MIB.get(w, 0.0) for w, *_ in plan(args.quick)["realistic"] if "realistic" in parts] or [0.0])
+        reasons = busy_reasons(machine_start, need, args.threads, os.cpu_count() or 1)
+        if reasons and not args.allow_busy:
+            raise SystemExit(refusal(reasons, "measure for --write/--json"))
+        RUN["busy"] += [f"at the start: {r}" for r in reasons]
     start, load_before = time.perf_counter(), _load()
     report: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -443,7 +535,7 @@ def main() -> None:
         if "scaling" in parts:
             report["scaling"] = part_scaling(models, args.threads, args.quick)
         if "realistic" in parts:
-            report["realistic"] = part_realistic(args.threads, args.quick)
+            report["realistic"], report["realistic_peak"] = part_realistic(args.threads, args.quick, args.device)
         if "tta" in parts:
             report["tta"] = part_tta(args.threads, args.quick)
     command = "python bench/grpo_step.py" + "".join(f" {a}" for a in sys.argv[1:])
@@ -459,6 +551,10 @@ def main() -> None:
         "load_before": load_before,
         "load_after": _load(),
         "elapsed_min": (time.perf_counter() - start) / 60,
+        "machine_start": machine_start,
+        "machine_end": read_state(),
+        "busy": RUN["busy"],
+        "allow_busy": args.allow_busy,
     }
     if trl_version:
         report["meta"]["trl"] = trl_version
@@ -476,6 +572,9 @@ def publish(report: dict, parts: list[str], write: Path | None, save: Path | Non
         print("\n" + text)
     if save:
         save.write_text(json.dumps(report, indent=1))
+    busy = report.get("meta", {}).get("busy") or []
+    if write and busy and not RUN["allow_busy"]:
+        raise SystemExit(refusal(busy, f"write into {write}") + (f" The results are saved in {save}." if save else ""))
     if write:
         for name, text in blocks.items():
             write_into(write, text, name)

@@ -7,6 +7,7 @@ it imports nothing beyond the standard library.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -44,6 +45,12 @@ def bench_prompts(n: int, seed: int = 0) -> list[str]:
     """``n`` two-digit addition prompts (``"12+34="``), the same on both sides."""
     rng = random.Random(seed)
     return [f"{rng.randrange(100)}+{rng.randrange(100)}=" for _ in range(n)]
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The torch seed both runners set right before step ``step``'s (0-based, warm-up included) generation, so
+    that both sample each step from the same random state whatever either consumed before."""
+    return seed * 1_000_003 + step
 
 
 class StepClock:
@@ -99,31 +106,55 @@ class StepClock:
         self._phases, self._tokens, self._prompt_tokens, self._last = defaultdict(float), 0, 0, now
 
 
+def causal_context(prompt_len: int, completion_len: int, prompt: bool = True) -> int:
+    """Keys attended by a sequence's tokens under a causal mask (token ``i``, 0-based, attends to ``i + 1``):
+    ``p (p + 1) / 2`` over the prompt (``prompt``) plus ``t p + t (t + 1) / 2`` over the completion."""
+    p, t = prompt_len, completion_len
+    return (p * (p + 1) // 2 if prompt else 0) + t * p + t * (t + 1) // 2
+
+
 def group_counts(rewards: list[float], prompt_lens: list[int], completion_lens: list[int], group: int,
                  trained_rows: list[bool] | None = None, prompt_once: bool = False) -> dict[str, float]:
     """Token counts of one step's ``N`` rows (group-major, ``group`` rows a prompt). Useful work: the rows of
     groups whose rewards are not all equal (the only rows with a non-zero group-centred advantage), their
     completions and each such group's prompt once. Executed work: the rows a trainer ran forward and backward
     (``trained_rows``; default all), with the prompt once per group that has any (``prompt_once``) or once per
-    row."""
+    row. Sampled work (generation): every group's prompt once and every sampled token. Each ``*_context`` is
+    the causal attention context of those tokens (:func:`causal_context`), for the FLOP count."""
     useful = {"useful_rows": 0.0, "useful_prompt_tokens": 0.0, "useful_tokens": 0.0, "mixed_groups": 0.0,
-              "groups": 0.0, "trained_rows": 0.0, "trained_prompt_tokens": 0.0, "trained_tokens": 0.0}
+              "groups": 0.0, "trained_rows": 0.0, "trained_prompt_tokens": 0.0, "trained_tokens": 0.0,
+              "useful_context": 0.0, "trained_context": 0.0, "sampled_prompt_tokens": 0.0, "sampled_tokens": 0.0,
+              "sampled_context": 0.0}
     trained_rows = trained_rows if trained_rows is not None else [True] * len(rewards)
     for start in range(0, len(rewards), group):
         rows = range(start, start + group)
+        p = prompt_lens[start]
+        context = [causal_context(p, completion_lens[i], prompt=False) for i in rows]  # completions only
         scores = {rewards[i] for i in rows if rewards[i] == rewards[i]}  # NaN (unscorable) left out
         useful["groups"] += 1
+        useful["sampled_prompt_tokens"] += p
+        useful["sampled_tokens"] += sum(completion_lens[i] for i in rows)
+        useful["sampled_context"] += causal_context(p, 0) + sum(context)
         if len(scores) > 1:
             useful["mixed_groups"] += 1
             useful["useful_rows"] += group
-            useful["useful_prompt_tokens"] += prompt_lens[start]
+            useful["useful_prompt_tokens"] += p
             useful["useful_tokens"] += sum(completion_lens[i] for i in rows)
+            useful["useful_context"] += causal_context(p, 0) + sum(context)
         trained = [i for i in rows if trained_rows[i]]
+        prompts = (1 if trained else 0) if prompt_once else len(trained)  # how often the prompt is encoded
         useful["trained_rows"] += len(trained)
-        useful["trained_prompt_tokens"] += (prompt_lens[start] if trained else 0) if prompt_once else sum(
-            prompt_lens[i] for i in trained)
+        useful["trained_prompt_tokens"] += (p if trained else 0) if prompt_once else sum(prompt_lens[i] for i in trained)
         useful["trained_tokens"] += sum(completion_lens[i] for i in trained)
+        useful["trained_context"] += prompts * causal_context(p, 0) + sum(context[i - start] for i in trained)
     return useful
+
+
+def prompts_digest(prompts: list[str]) -> str:
+    """A short digest of one step's distinct prompts, in order: equal on both sides when they sampled from
+    the same prompts."""
+    distinct = list(dict.fromkeys(prompts))
+    return hashlib.sha1("\n".join(distinct).encode()).hexdigest()[:10]
 
 
 def rss_mib() -> float:

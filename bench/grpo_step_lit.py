@@ -3,7 +3,8 @@
     python bench/grpo_step_lit.py --model DIR --steps 6 --warmup 2 [--precision bf16] [--full-logits]
 
 Same settings as ``bench/grpo_step_trl.py`` (see ``bench/grpo_step.py``): HF generate engine, the prompts and
-reward of ``--workload`` (``bench/grpo_step_workloads.py``) with ``filter_degenerate`` off (no batch is skipped);
+reward of ``--workload`` (``bench/grpo_step_workloads.py``; torch reseeded with ``step_seed`` at the start of
+every step, the digest of each step's prompts reported as ``step_prompts``) with ``filter_degenerate`` off (no batch is skipped);
 on the ``zero`` workload ``elide_zero_advantage`` off (every completion is trained, as TRL does;
 ``--module-options`` may turn it on), elsewhere the module's defaults. Token-mean loss, ``beta=0``,
 ``num_iterations=1``, AdamW at a constant learning rate, clipping at 1, ``precision="bf16-mixed"`` for
@@ -22,7 +23,16 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step_common import PHASES, StepClock, add_worker_args, emit, group_counts, rss_mib  # noqa: E402
+from grpo_step_common import (  # noqa: E402
+    PHASES,
+    StepClock,
+    add_worker_args,
+    emit,
+    group_counts,
+    prompts_digest,
+    rss_mib,
+    step_seed,
+)
 
 
 def full_logits_engine():
@@ -78,10 +88,14 @@ def main() -> None:
     evals: list[dict] = []
     held_out = GreedyEval(args.workload, args.model, args.new_tokens) if args.eval_every else None
 
+    step_prompts: list[str] = []
+
     class Collect(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if batch_idx == 0:
                 clock.begin()  # the first step's time excludes the trainer's setup
+            torch.manual_seed(step_seed(args.seed, len(clock.steps)))  # the step's generation starts from here
+            step_prompts.append(prompts_digest(batch.prompts))
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             metrics = trainer.callback_metrics
@@ -146,6 +160,7 @@ def main() -> None:
         workload=args.workload,
         options=options,
         evals=evals,
+        step_prompts=step_prompts,
     )
 
 

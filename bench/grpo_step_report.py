@@ -7,23 +7,62 @@ import statistics
 from pathlib import Path
 
 from grpo_step_common import PHASES
+from grpo_step_machine import describe
 
 LARGE_VOCAB = 151_936  # Qwen2/2.5's vocabulary size
 
 
 # ---- FLOPs --------------------------------------------------------------------------------------------------
-def forward_flops(model_dir: str, prompt_tokens: float, completion_tokens: float, sequences: int) -> float:
-    """Model FLOPs of one forward over a step's real tokens (``2 * matmul weights`` per token through the
-    blocks, ``2 * V * H`` per completion token through the LM head, ``4 * L * H * context`` per token for
-    attention scores and values, context = the causal average over a mean-length sequence)."""
-    c = json.loads((Path(model_dir) / "config.json").read_text())
+def model_config(model: str | dict) -> dict:
+    """A model's ``config.json`` (``model``: its directory, or the config itself)."""
+    return model if isinstance(model, dict) else json.loads((Path(model) / "config.json").read_text())
+
+
+def forward_flops(model: str | dict, prompt_tokens: float, completion_tokens: float, sequences: int,
+                  context: float | None = None) -> float:
+    """Model FLOPs of one forward over a step's real tokens: ``2 * matmul weights`` per token through the
+    blocks (q, k, v, o and the gated MLP: ``L (2 H Hq + 2 H Hkv + 3 H F)``, ``Hq`` = heads x head dim, ``Hkv`` =
+    key-value heads x head dim), ``2 * V * H`` per completion token through the LM head (one logits row per
+    completion token), and ``4 * L * Hq`` per attended key for attention scores and values. ``context``: the
+    keys attended over all those tokens (``*_context`` of ``group_counts``); without it, the causal average
+    over ``sequences`` mean-length sequences."""
+    c = model_config(model)
     h, layers, ffn, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
-    kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
-    block = layers * (2 * h * h + 2 * h * kv + 3 * h * ffn)
+    head = c.get("head_dim") or h // c["num_attention_heads"]
+    q, kv = head * c["num_attention_heads"], head * c["num_key_value_heads"]
+    block = layers * (2 * h * q + 2 * h * kv + 3 * h * ffn)
     tokens = prompt_tokens + completion_tokens
-    length = tokens / max(sequences, 1)
-    attention = 4 * layers * h * tokens * (length + 1) / 2
-    return 2 * block * tokens + 2 * vocab * h * completion_tokens + attention
+    if context is None:
+        length = tokens / max(sequences, 1)
+        context = tokens * (length + 1) / 2
+    return 2 * block * tokens + 2 * vocab * h * completion_tokens + 4 * layers * q * context
+
+
+def useful_flops(model: str | dict, sums: dict[str, float], steps: int) -> dict[str, float] | None:
+    """Useful GFLOP per step of each phase, from the counts of ``steps`` steps summed (``None`` for a run that
+    did not count the attention context). ``generation``: one forward over every group's prompt once (its
+    prefill) and every sampled token (its decode; one position a row more than strictly needed, as the last
+    sampled token is never fed back), the LM head on every sampled token; ``training``: forward + backward = 3
+    forwards over the useful rows (groups whose rewards differ) with each prompt once; ``step``: both."""
+    if "sampled_context" not in sums:
+        return None
+    gen = forward_flops(model, sums["sampled_prompt_tokens"], sums["sampled_tokens"], 0, sums["sampled_context"])
+    train = 3 * forward_flops(model, sums["useful_prompt_tokens"], sums["useful_tokens"], 0, sums["useful_context"])
+    per_step = 1e9 * max(steps, 1)
+    return {"generation": gen / per_step, "training": train / per_step, "step": (gen + train) / per_step}
+
+
+def roofline(gflop: dict[str, float], seconds: dict[str, float], peak_gflops: float | None) -> dict[str, dict]:
+    """Per phase: useful GFLOP per step, GFLOP/s over the phase's time per step (``generation``: ``generate_s``,
+    ``training``: ``forward_s + backward_s``, ``step``: ``step_s``) and the fraction of the matmul peak
+    (``None`` without a peak)."""
+    times = {"generation": seconds["generate_s"], "training": seconds["forward_s"] + seconds["backward_s"],
+             "step": seconds["step_s"]}
+    out = {}
+    for phase, flop in gflop.items():
+        rate = flop / times[phase] if times[phase] > 0 else 0.0
+        out[phase] = {"gflop": flop, "gflops": rate, "peak_frac": rate / peak_gflops if peak_gflops else None}
+    return out
 
 
 def flop_rates(model_dir: str, row: dict, sequences: int) -> dict[str, float]:
@@ -41,9 +80,10 @@ def flop_rates(model_dir: str, row: dict, sequences: int) -> dict[str, float]:
 def work_flops(model_dir: str, sums: dict[str, float], steps: int) -> dict[str, float]:
     """Training GFLOP per step (forward + backward = 3 forwards) over the tokens a trainer ran (``executed``)
     and over the useful ones (rows of groups whose rewards differ, each prompt once), from the summed counts
-    of ``steps`` steps."""
+    of ``steps`` steps (with the exact attention context where the run counted it)."""
     def gflop(prefix: str, rows: str) -> float:
-        fwd = forward_flops(model_dir, sums[f"{prefix}_prompt_tokens"], sums[f"{prefix}_tokens"], sums[rows])
+        fwd = forward_flops(model_dir, sums[f"{prefix}_prompt_tokens"], sums[f"{prefix}_tokens"], sums[rows],
+                            sums.get(f"{prefix}_context"))
         return 3 * fwd / max(steps, 1) / 1e9
 
     return {
@@ -58,7 +98,19 @@ def _measured(m: dict) -> str:
     """The line that says when, how and on what a report was measured."""
     return (f"Measured {m['date']} with `{m['command']}` on {m['cpu']}, {m['threads']} threads; torch "
             f"{m['torch']}, transformers {m['transformers']}, TRL {m.get('trl', 'not run')}. Load average "
-            f"(1 min) {m['load_before']} before and {m['load_after']} after; {m['elapsed_min']:.1f} min in all.")
+            f"(1 min) {m['load_before']} before and {m['load_after']} after; {m['elapsed_min']:.1f} min in all.\n\n"
+            f"Machine at the start: {describe(m.get('machine_start'))}; at the end: {describe(m.get('machine_end'))}. "
+            f"Busy by the rule of `bench/grpo_step_machine.py` (before the run or during a measuring process): "
+            f"{_busy(m)}.")
+
+
+def _busy(m: dict) -> str:
+    if "busy" not in m:
+        return "not recorded"
+    if not m["busy"]:
+        return "never"
+    forced = " (published with --allow-busy)" if m.get("allow_busy") else ""
+    return f"{len(m['busy'])} times{forced}: " + "; ".join(m["busy"])
 
 
 def render(report: dict) -> str:
@@ -159,6 +211,32 @@ def render(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _roofline_table(rows: list[dict], peak: dict | None) -> list[str]:
+    """Useful GFLOP per step of each phase, its GFLOP/s and its share of the matmul peak of the same run."""
+    top = f"fp32 {peak['fp32']:.1f} GFLOP/s on {peak['device']}" if peak else "not recorded"
+    lines = [
+        "",
+        "**Roofline** (useful FLOPs per step and their rate over each phase's time, against the matmul peak "
+        f"measured in the same run: {top}; generation = a forward over every prompt once and every sampled "
+        "token; training = 3 forwards over the useful rows, each prompt once; step = both over the whole step):",
+        "",
+        "| workload | trainer | generation GFLOP | GFLOP/s | % of peak | training GFLOP | GFLOP/s | % of peak | "
+        "step GFLOP | GFLOP/s | % of peak |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r, name, x in _sides(rows):
+        cells = []
+        for phase in ("generation", "training", "step"):
+            y = (x.get("roofline") or {}).get(phase)
+            if y is None:
+                cells += ["not recorded"] * 3
+                continue
+            share = f"{100 * y['peak_frac']:.1f}%" if y["peak_frac"] is not None else "not recorded"
+            cells += [f"{y['gflop']:.2f}", f"{y['gflops']:.1f}", share]
+        lines.append(f"| {r['workload']} | {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def write_into(path: Path, text: str, name: str = "grpo_step.py") -> None:
     """Replace what lies between the begin and end markers ``<!-- {name}:begin/end -->`` in ``path`` (appended
     when absent)."""
@@ -176,7 +254,10 @@ def _throughput_cells(r: dict) -> str:
     """The cells both throughput tables share: tokens/s of each side with its range, the ratio, the ratio per A/B
     pair, seconds per step of each side."""
     lit, trl = r["lit"], r["trl"]
-    pairs = ", ".join(f"{x:.2f}" for x in r["pair_ratios"])
+    ratios = r["pair_ratios"]
+    pairs = ", ".join(f"{x:.2f}" for x in ratios)
+    if len(ratios) > 1:
+        pairs += f" (median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-{max(ratios):.2f})"
     return (f"{lit['tokens_per_s']:.0f} [{lit['tps_min']:.0f}-{lit['tps_max']:.0f}] | {trl['tokens_per_s']:.0f} "
             f"[{trl['tps_min']:.0f}-{trl['tps_max']:.0f}] | **{r['ratio']:.2f}x** | {pairs} | {lit['step_s']:.3f} | "
             f"{trl['step_s']:.3f}")
@@ -196,7 +277,8 @@ def render_realistic(report: dict) -> str:
     if rows:
         lines += [
             "**Throughput** (completion tokens per second over whole steps; median, range of the per-process "
-            "medians in brackets):",
+            "medians in brackets; the ratio of the medians, and per A/B pair the ratio of the pair's two process "
+            "medians with their median and range):",
             "",
             "| workload | P x G x new tokens | lit-grpo tokens/s | TRL tokens/s | ratio | ratio per A/B pair | "
             "lit-grpo s/step | TRL s/step |",
@@ -207,6 +289,12 @@ def render_realistic(report: dict) -> str:
                 f"| {r['workload']}: {r['model']} ({r['lit']['params'] / 1e6:.1f}M) | {r['prompts']} x {r['group']} x "
                 f"{r['new_tokens']} | {_throughput_cells(r)} |"
             )
+        agree = {True: "yes", False: "**no**", None: "not recorded"}
+        lines += [
+            "",
+            "The same prompts at every step in every process of both sides (each step's generation from the same "
+            "torch seed): " + ", ".join(f"{r['workload']} {agree[r.get('same_prompts')]}" for r in rows) + ".",
+        ]
         lines += [
             "",
             "**Phases** (median seconds per step; peak RSS of the process):",
@@ -240,6 +328,7 @@ def render_realistic(report: dict) -> str:
                 f"{x['executed_gflop']:.2f} | {x['useful_gflop']:.2f} | "
                 f"{x['executed_gflop'] / max(x['useful_gflop'], 1e-12):.2f} |"
             )
+        lines += _roofline_table(rows, report.get("realistic_peak"))
     tta = report.get("tta")
     if tta:
         seeds = [r["seed"] for r in tta["runs"]["lit-grpo"]]

@@ -9,7 +9,9 @@ Settings match the lit-grpo side of the benchmark: one optimizer step = ``P`` pr
 completions generated in one batch with ``transformers`` ``generate`` (no vLLM), temperature 1, no KL
 (``beta=0``), one update per batch (``num_iterations=1``), token-mean loss over the batch
 (``loss_type="dapo"``: the masked token losses summed and divided by the batch's completion tokens), the
-prompts and reward of ``--workload`` (``bench/grpo_step_workloads.py``, the same code as the lit-grpo side), TRL's default optimizer (fused
+prompts and reward of ``--workload`` (``bench/grpo_step_workloads.py``, the same code as the lit-grpo side; the
+prompts in the order lit-grpo draws them, unshuffled, and torch reseeded with ``step_seed`` before each step's
+generation), TRL's default optimizer (fused
 AdamW, as lit-grpo's) at a constant learning rate, gradient clipping at 1, no gradient checkpointing (TRL's default turns it on; lit-grpo's is off),
 ``bf16`` autocast only for ``--precision bf16``, no logging or saving during the run.
 
@@ -27,7 +29,15 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step_common import StepClock, add_worker_args, emit, group_counts, rss_mib  # noqa: E402
+from grpo_step_common import (  # noqa: E402
+    StepClock,
+    add_worker_args,
+    emit,
+    group_counts,
+    prompts_digest,
+    rss_mib,
+    step_seed,
+)
 
 
 def main() -> None:
@@ -43,7 +53,7 @@ def main() -> None:
     import transformers
     import trl
     from datasets import Dataset
-    from grpo_step_workloads import GreedyEval, reward, source
+    from grpo_step_workloads import GreedyEval, reward, train_order
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -52,6 +62,7 @@ def main() -> None:
     held_out = GreedyEval(args.workload, args.model, args.new_tokens) if args.eval_every else None
     scorer = reward(args.workload)
     last: dict[str, list] = {}  # the current step's rows: prompt and completion lengths, rewards
+    step_prompts: list[str] = []
 
     class TimedGRPOTrainer(GRPOTrainer):
         def _generate_single_turn(self, *a, **kw):
@@ -92,7 +103,7 @@ def main() -> None:
         return scores
 
     total_steps = args.warmup + args.steps
-    records = source(args.workload, args.model).load("train")
+    records = train_order(args.workload, args.model, args.prompts, total_steps, args.seed)  # lit-grpo's order
     dataset = Dataset.from_list([{"prompt": r["prompt"], "reference": r["reference"]} for r in records])
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
@@ -108,6 +119,7 @@ def main() -> None:
             top_k=0,
             beta=0.0,
             num_iterations=1,
+            shuffle_dataset=False,  # the records are already in lit-grpo's order
             loss_type="dapo",
             scale_rewards="group",
             use_vllm=False,
@@ -150,6 +162,8 @@ def main() -> None:
         original_generate = trainer._generate
 
         def counted_generate(prompts_):
+            torch.manual_seed(step_seed(args.seed, len(clock.steps)))  # as the lit-grpo runner at its step start
+            step_prompts.append(prompts_digest([str(p) for p in prompts_]))
             result = original_generate(prompts_)
             # completion tokens (EOS included) and prompt tokens
             last["prompt_lens"] = [len(ids) for ids in result[0]]
@@ -172,6 +186,7 @@ def main() -> None:
         torch=torch.__version__,
         workload=args.workload,
         evals=evals,
+        step_prompts=step_prompts,
     )
 
 

@@ -1,6 +1,8 @@
 """The workloads of ``bench/grpo_step.py``: prompts, references, reward and held-out evaluation, the same for
 both runners (``grpo_step_lit.py`` and ``grpo_step_trl.py`` import this; TRL's environment has lit-grpo
-installed, so both sides score with the same reward code and read the same prompts).
+installed, so both sides score with the same reward code and read the same prompts). Both sides also take the
+same prompts in the same order step by step: lit-grpo draws them through ``PromptDataModule``, and TRL reads
+them, unshuffled, in that order (:func:`train_order`).
 
 - ``zero``: two-digit addition prompts (``"12+34="``) and a reward that is always 0, so every advantage is 0
   and no trainer can skip anything: the same arithmetic on both sides.
@@ -64,6 +66,24 @@ def source(workload: str, model: str):
                     for i, p in enumerate(bench_prompts(4096 if split == "train" else 8))]
 
     return Prompts()
+
+
+def train_order(workload: str, model: str, prompts: int, steps: int, seed: int = 0) -> list[dict]:
+    """The training records of ``steps`` steps of ``prompts`` prompts in the order lit-grpo's
+    ``PromptDataModule`` (seeded with ``seed``) deals them, epoch after epoch: TRL's dataset, read without
+    shuffling, so that step ``k`` of both trainers samples the same prompts."""
+    from lit_grpo import PromptDataModule
+
+    data = PromptDataModule(source(workload, model), prompts_per_step=prompts, seed=seed)
+    data.setup("fit")
+    out: list[dict] = []
+    while len(out) < prompts * steps:
+        for batch in data.train_dataloader():  # one data epoch per pass, as Lightning iterates it
+            out += [{"prompt": p, "reference": r, "id": i}
+                    for p, r, i in zip(batch.prompts, batch.references, batch.ids, strict=True)]
+            if len(out) >= prompts * steps:
+                break
+    return out[: prompts * steps]
 
 
 def reward(workload: str):

@@ -12,8 +12,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from grpo_step_common import group_counts  # noqa: E402
-from grpo_step_report import render_realistic  # noqa: E402
+from grpo_step_common import causal_context, group_counts  # noqa: E402
+from grpo_step_report import forward_flops, render_realistic, roofline, useful_flops  # noqa: E402
+
+# one layer, H = 4, two query heads and one key-value head of dim 2, F = 8, V = 10: per token through the block
+# 2 x (q 4x4 + k 2x4 + v 2x4 + o 4x4 + gate, up, down 3 x 4x8) = 2 x 144 FLOPs; LM head 2 x 40 a completion token;
+# attention 4 x L x (heads x head dim) = 16 a key attended
+TINY = {"hidden_size": 4, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "intermediate_size": 8, "vocab_size": 10}
 
 
 def test_useful_work_is_the_rows_of_groups_whose_rewards_differ_with_their_prompt_once():
@@ -49,3 +55,123 @@ def test_the_docs_tables_are_the_committed_run_rendered():
     assert block == render_realistic(json.loads(data.read_text())), (
         "docs/performance.md differs from its data: python bench/grpo_step.py --render "
         "docs/results/grpo_step_realistic.json --write docs/performance.md")
+
+
+def test_causal_context_counts_the_keys_each_token_attends():
+    # prompt of 3 (1 + 2 + 3 keys), completion of 2 after it (4 + 5 keys)
+    assert causal_context(3, 2) == 15 and causal_context(3, 2, prompt=False) == 9 and causal_context(0, 3) == 6
+
+
+def test_forward_flops_by_hand_on_a_one_layer_model():
+    # one sequence, 3 prompt + 2 completion tokens: 2 x 144 x 5 + 2 x 40 x 2 + 16 x 15
+    assert forward_flops(TINY, 3, 2, 1, context=15) == 1440 + 160 + 240
+    assert forward_flops(TINY, 3, 2, 1) == 1440 + 160 + 16 * 5 * 6 / 2  # the mean-length estimate: 5 x (5+1)/2
+
+
+def test_useful_flops_of_generation_and_training_by_hand():
+    # group 1: prompt 3, completions 2 and 1, rewards differ; group 2: prompt 2, completions 1 and 1, equal
+    counts = group_counts([1.0, 0.0, 0.0, 0.0], [3, 3, 2, 2], [2, 1, 1, 1], group=2)
+    assert counts["sampled_prompt_tokens"] == 5 and counts["sampled_tokens"] == 5
+    assert counts["sampled_context"] == (6 + 9 + 4) + (3 + 3 + 3)  # each prompt once, every completion
+    assert counts["useful_context"] == 6 + 9 + 4
+    assert counts["trained_context"] == 2 * 6 + 9 + 4 + 2 * 3 + 3 + 3  # every row with its own prompt
+    gflop = useful_flops(TINY, counts, steps=1)
+    # generation: 2 x 144 x (5 + 5) + 2 x 40 x 5 + 16 x 28; training: 3 x (2 x 144 x (3 + 3) + 2 x 40 x 3 + 16 x 19)
+    assert gflop["generation"] * 1e9 == pytest.approx(2880 + 400 + 448)
+    assert gflop["training"] * 1e9 == pytest.approx(3 * (1728 + 240 + 304))
+    assert gflop["step"] == pytest.approx(gflop["generation"] + gflop["training"])
+    assert useful_flops(TINY, {k: 2 * v for k, v in counts.items()}, steps=2) == pytest.approx(gflop)  # per step
+    assert useful_flops(TINY, {"useful_tokens": 1.0}, steps=1) is None  # a run from before the context counts
+
+
+def test_roofline_divides_each_phase_by_its_time_and_the_peak():
+    seconds = {"generate_s": 1.0, "score_s": 9.0, "forward_s": 1.0, "backward_s": 2.0, "optimizer_s": 9.0,
+               "step_s": 4.0}
+    out = roofline({"generation": 2.0, "training": 6.0, "step": 8.0}, seconds, peak_gflops=10.0)
+    assert {k: (v["gflops"], v["peak_frac"]) for k, v in out.items()} == {
+        "generation": (2.0, 0.2), "training": (2.0, 0.2), "step": (2.0, 0.2)}
+    assert roofline({"step": 8.0}, seconds, None)["step"]["peak_frac"] is None
+
+
+def test_reports_without_the_new_fields_render_them_as_not_recorded():
+    report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+    text = render_realistic(report)
+    assert "Machine at the start: not recorded" in text and "workload | trainer | generation GFLOP" in text
+    assert "| real | TRL | " + " | ".join(["not recorded"] * 9) + " |" in text
+    assert "(median 3.85, range 3.73-3.98)" in text  # the pair ratios' spread, from the committed pair ratios
+
+
+def test_a_report_with_the_new_fields_renders_them():
+    report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+    state = {"load": [0.1, 0.2, 0.3], "mem_total_mib": 24576.0, "mem_available_mib": 20480.0,
+             "others_rss_mib": 512.0, "top_others": [{"pid": 9, "name": "sshd", "rss_mib": 512.0}]}
+    report["meta"].update(machine_start=state, machine_end=state, busy=[])
+    report["realistic_peak"] = {"fp32": 100.0, "bf16": 50.0, "device": "cpu"}
+    phase = {"gflop": 12.0, "gflops": 40.0, "peak_frac": 0.4}
+    for r in report["realistic"]:
+        r["same_prompts"] = True
+        for side in ("lit", "trl"):
+            r[side]["roofline"] = {"generation": phase, "training": phase, "step": phase}
+    text = render_realistic(report)
+    assert "Machine at the start: load 0.10/0.20/0.30, MemAvailable 20.0 of 24.0 GiB" in text
+    assert "during a measuring process): never." in text
+    assert "fp32 100.0 GFLOP/s on cpu" in text and "| real | lit-grpo | " + " | ".join(["12.00 | 40.0 | 40.0%"] * 3) in text
+    assert "quickstart yes, real yes" in text
+
+
+def test_the_realistic_plan_times_at_least_ten_steps_a_process():
+    import grpo_step
+
+    assert all(steps >= 10 and pairs >= 2 for _, pairs, _, steps in grpo_step.plan(False)["realistic"])
+
+
+def test_publishing_a_report_recorded_busy_is_refused_unless_allowed(tmp_path, monkeypatch):
+    import grpo_step
+
+    report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+    report["meta"]["busy"] = ["trl smollm2 (real): other processes hold 9000 MiB resident"]
+    doc = tmp_path / "performance.md"
+    monkeypatch.setitem(grpo_step.RUN, "allow_busy", False)
+    with pytest.raises(SystemExit, match="(?s)refusing to write into .*9000 MiB.*--allow-busy"):
+        grpo_step.publish(report, ["realistic", "tta"], doc, tmp_path / "saved.json")
+    assert (tmp_path / "saved.json").exists() and not doc.exists()  # the data is kept, the docs untouched
+    monkeypatch.setitem(grpo_step.RUN, "allow_busy", True)
+    grpo_step.publish(report, ["realistic", "tta"], doc, None)
+    assert "1 times (published with --allow-busy)" not in doc.read_text()  # not forced: allow_busy not in meta
+    assert "other processes hold 9000 MiB" in doc.read_text()
+
+
+def test_the_trl_runner_reads_the_prompts_in_the_order_lit_grpo_draws_them(monkeypatch):
+    """train_order against the batches a Lightning fit of the same data module draws, across data epochs."""
+    import grpo_step_workloads
+    import lightning as L
+    import torch
+
+    from lit_grpo import PromptDataModule
+    from lit_grpo.data.sources import PromptSource
+
+    class Ten(PromptSource):
+        def load(self, split):
+            return [{"prompt": f"{split} {i}", "reference": str(i), "id": f"{split}-{i}", "columns": {}}
+                    for i in range(10 if split == "train" else 0)]
+
+    monkeypatch.setattr(grpo_step_workloads, "source", lambda workload, model: Ten())
+    seen: list[str] = []
+
+    class Record(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def training_step(self, batch, batch_idx):
+            seen.extend(batch.prompts)
+            return (self.w * 0).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, accelerator="cpu")
+    trainer.fit(Record(), datamodule=PromptDataModule(Ten(), prompts_per_step=4, seed=3))
+    order = grpo_step_workloads.train_order("any", "any", prompts=4, steps=5, seed=3)
+    assert len(seen) == 20 and [r["prompt"] for r in order] == seen  # 2 batches an epoch: 3 data epochs
