@@ -1,0 +1,502 @@
+"""Every table of docs/results.md against its committed data, at the digits it prints.
+
+Each experiment's statistics are recomputed from its ``docs/results/<name>/runs.csv`` with the functions
+``lit-grpo compare`` writes its report with (``analyse``, ``summarize``); section 7's come from the fidelity
+CSVs. A table's rows are read structurally (label cells, then every number of the other cells in order) and
+each row is mapped below to the list of data values it prints (``None``: a number that is no measurement, such
+as a margin or a config's size). A doc edit that changes a number, a row without a mapping, or a data change
+that moves a printed digit fails the test. The published reports are checked to be their runs.csv rebuilt, so
+the doc, the reports and the data cannot drift apart."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from lit_grpo.experiments.loader import load_experiment
+from lit_grpo.experiments.results_csv import read_runs_csv
+from lit_grpo.experiments.stats import summarize
+from lit_grpo.experiments.tables import analyse, crossing_section, family_section, metric_section
+from tests.docs.doc_tables import Pct, mismatches, numbers, table
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results"
+DOC = (ROOT / "docs" / "results.md").read_text()
+
+#: the experiments docs/results.md quotes (each with runs.csv and report.md under docs/results/<name>/)
+EXPERIMENTS = ("degeneracy", "sign_vs_drgrpo", "sign_starvation", "real_sign_vs_drgrpo", "softmax_budget",
+               "gradient_rank", "passk_crossing", "sign_balance_skill")
+
+
+class Data:
+    """One experiment's runs.csv, analysed as the compare tool's report analyses it."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+        self.records = read_runs_csv(self.exp, RESULTS / name / "runs.csv")
+        self.analysis = analyse(self.exp, self.records)
+
+    def metric(self, key: str):
+        found = [mt for mt in self.analysis.metrics if mt.metric.key.startswith(key)]
+        assert len(found) == 1, f"{self.name}: {len(found)} metrics start with {key!r}"
+        return found[0]
+
+    def cell(self, key: str, arm: str, setting: str = "default"):
+        return next(c for c in self.metric(key).cells if c.arm == arm and c.setting == setting)
+
+    def values(self, key: str, arm: str, setting: str = "default") -> list[float]:
+        return self.cell(key, arm, setting).values
+
+    def s(self, key: str, arm: str, setting: str = "default") -> dict[str, float]:
+        """The summary row of the report: n, mean, sd, ci_low, ci_high."""
+        return summarize(self.values(key, arm, setting))
+
+    def mci(self, key: str, arm: str, setting: str = "default") -> list[float]:
+        s = self.s(key, arm, setting)
+        return [s["mean"], s["ci_low"], s["ci_high"]]
+
+    def pair(self, key: str, a: str, b: str, setting: str = "default") -> dict[str, float]:
+        """The report's paired test of a against b (Holm and BH where in the family), with the 95% paired t
+        interval of a − b."""
+        for x, y, r in self.metric(key).pairs:
+            if x.setting == y.setting == setting and {x.arm, y.arm} == {a, b}:
+                flip, test = x.arm != a, r
+                break
+        else:
+            raise AssertionError(f"{self.name}: no pair {a} - {b} of {key!r} at {setting}")
+        va, vb = (y, x) if flip else (x, y)
+        d = summarize([u - v for u, v in zip(va.values, vb.values, strict=True)])
+        return {**test, "diff": d["mean"], "lo": d["ci_low"], "hi": d["ci_high"],
+                "ahead": test["n"] - test["ahead"] if flip else test["ahead"]}  # fmt: skip
+
+    def one_sample(self, key: str, arm: str, setting: str = "default") -> dict[str, float]:
+        return next(r for c, r in self.metric(key).one_sample if c.arm == arm and c.setting == setting)
+
+    def tost(self, key: str, arm: str, setting: str = "default") -> dict[str, float]:
+        return next(r for c, r in self.metric(key).tost if c.arm == arm and c.setting == setting)
+
+    def pooled(self, key: str, pool: str) -> dict:
+        return next(r for r in self.metric(key).pooled if r["pool"] == pool)
+
+    def interaction(self, key: str, axis: str) -> dict:
+        return next(r for r in self.metric(key).anova if r["axis"] == axis)
+
+    @property
+    def family(self) -> int:
+        return self.analysis.family_size
+
+    def runtime(self) -> tuple[int, int, float]:
+        """From the published report: runs in all, runs of the timed invocation, its wall minutes."""
+        report = (RESULTS / self.name / "report.md").read_text()
+        runs = int(re.search(r"^- runs: (\d+)", report, re.M).group(1))
+        timed, wall = re.search(r"(\d+) runs in ([\d.]+) min wall time", report).groups()
+        return runs, int(timed), float(wall)
+
+    def seconds(self) -> list[float]:
+        return [r.seconds for r in self.records if r.status == "done"]
+
+
+@functools.cache
+def data(name: str) -> Data:
+    return Data(name)
+
+
+def _fidelity(name: str) -> tuple[dict[tuple[str, str, str], dict[str, float]], list[dict[str, str]]]:
+    bins = {(r["estimator"], r["objective"], r["bin"]): {k: float(v) for k, v in r.items() if k in ("cos", "norm_ratio", "snr", "prompts")}
+            for r in csv.DictReader(open(RESULTS / name / "bins.csv"))}  # fmt: skip
+    return bins, list(csv.DictReader(open(RESULTS / name / "prompts.csv")))
+
+
+def _within(prompts: list[dict[str, str]], min_correct: int = 0) -> Pct:
+    """The largest relative distance of a measured omega from the i.i.d. curve omega(p)."""
+    return Pct(max(abs(float(r["omega"]) / float(r["omega_predicted"]) - 1) for r in prompts
+                   if int(r["correct"]) >= min_correct))  # fmt: skip
+
+
+# ---- the mapping: each table's rows, keyed by the start of their first cell, to the values they print ---------
+
+
+def claims() -> dict[str, list]:
+    """The "Claims at a glance" table: the ours, statistics and verdict columns (the paper's are not ours)."""
+    deg, svd, st, real = data("degeneracy"), data("sign_vs_drgrpo"), data("sign_starvation"), data("real_sign_vs_drgrpo")
+    sm, gr, pk, sb = data("softmax_budget"), data("gradient_rank"), data("passk_crossing"), data("sign_balance_skill")
+    acc4, unb = "sampled test accuracy after training (4 samples", "observed D minus the unbiased"
+    excess = deg.s("rollout/degenerate_excess (mean)", "GRPO")
+    stable = [svd.pair(acc4, "Sign", "NormDrGRPO", f"lr={lr},policy={p}") for lr in ("5e-5", "1e-4") for p in ("weak", "strong")]
+    at3 = {p: svd.pair(acc4, "Sign", "NormDrGRPO", f"lr=3e-4,policy={p}") for p in ("weak", "strong")}
+    sign_3e4 = svd.values(acc4, "Sign", "lr=3e-4,policy=weak")
+    st_pair, ablation = st.pair(acc4, "Sign", "DrGRPO"), st.pair(acc4, "Sign-zero-all-wrong", "Sign")
+    sampled, greedy = real.pair("sampled test", "Sign", "DrGRPO"), real.pair("greedy test", "Sign", "DrGRPO")
+    exact, sm_acc = sm.pair("budget/exact_share_0.0-0.2", "SoftmaxGRPO-tau0.1", "GRPO"), sm.pair(acc4, "SoftmaxGRPO-tau0.1", "GRPO")
+    p1 = [f"G={g},P=1" for g in (2, 4, 8)]
+    tost_holm = [gr.tost(k, "GRPO", s)["holm"] for k in ("grad/erank", "grad/dedup_erank") for s in p1]
+    arms5 = ("Sign", "GRPO", "DrGRPO")
+    crossed = {arm: _crossing(arm)[0] for arm in arms5}
+    skill, entropy = sb.pair("test skill after", "SignBalance", "GRPO"), sb.pair("entropy of the sampled test answers after", "SignBalance", "GRPO")
+    ratio = {arm: _entropy_ratios(arm) for arm in ("GRPO", "SignBalance")}
+    tiny, real7 = _fidelity("fidelity")[1], _fidelity("fidelity_real")[1]
+    return {
+        "degenerate share": [
+            deg.s("rollout/degenerate_frac", "GRPO")["mean"], excess["mean"], excess["ci_low"], excess["ci_high"],
+            deg.s(unb, "GRPO")["mean"], deg.metric(unb).metric.equivalence[1],
+            excess["n"], deg.family, deg.one_sample("rollout/degenerate_excess (mean)", "GRPO")["holm"],
+            deg.tost(unb, "GRPO")["holm"],
+            None],  # "(1 − p)^G"
+        "Sign above normalised Dr. GRPO": [
+            min(p["diff"] for p in stable), max(p["diff"] for p in stable), None, None,
+            svd.pooled(acc4, "lr=5e-5")["diff"], svd.pooled(acc4, "lr=1e-4")["diff"], None,
+            at3["weak"]["diff"], sum(v < 0.05 for v in sign_3e4), len(sign_3e4), at3["strong"]["diff"],  # collapse: below 0.05
+            len(sign_3e4), None, svd.family, min(p["holm"] for p in [*stable, *at3.values()]),
+            svd.pooled(acc4, "lr=5e-5")["holm"], svd.pooled(acc4, "lr=1e-4")["holm"], svd.interaction(acc4, "lr")["holm"],
+            None],  # the criterion's +0.05
+        "Sign above Dr. GRPO where most groups": [
+            st_pair["diff"], st_pair["lo"], st_pair["hi"], Pct(st.s("share of all-wrong groups at the first", "Sign")["mean"]),
+            st_pair["n"], None, st.family,
+            None, None, ablation["diff"], ablation["lo"], ablation["hi"], ablation["holm"]],
+        "Sign above Dr. GRPO on a pretrained": [
+            sampled["diff"], sampled["lo"], sampled["hi"], greedy["diff"], greedy["lo"], greedy["hi"], None,
+            Pct(real.s("share of all-wrong groups at the first", "Sign")["mean"]),
+            sampled["n"], None, real.family, sampled["holm"]],
+        "SoftmaxGRPO moves the budget": [
+            None, sm.s("budget/exact_share_0.0-0.2", "SoftmaxGRPO-tau0.1")["mean"],
+            sm.s("budget/exact_share_0.0-0.2", "GRPO")["mean"], exact["diff"], exact["lo"], exact["hi"],
+            sm_acc["diff"], sm_acc["lo"], sm_acc["hi"],
+            exact["n"], None, sm.family, exact["holm"], sm_acc["holm"]],
+        "gradient effective rank": [
+            *[gr.s("grad/erank", "GRPO", s)["mean"] for s in p1], None, None, None,
+            *[gr.s("grad/dedup_erank", "GRPO", s)["mean"] for s in p1],
+            gr.metric("grad/erank").metric.equivalence[1], len(gr.values("grad/erank", "GRPO", p1[0])), gr.family,
+            min(tost_holm), max(tost_holm),
+            None, *[v for s in p1[1:] for v in (_measured_rows(s), int(s[2]))]],
+        "search compression": [
+            *[pk.s("gain in pass@1 ", arm)["mean"] for arm in arms5], *[pk.s("gain in pass@256", arm)["mean"] for arm in arms5],
+            *crossed.values(), len(pk.values("gain in pass@1 ", "Sign")),
+            len(pk.values("gain in pass@1 ", "Sign")), None, None, pk.family,
+            None, None, None, pk.s("gain in pass@256", "GRPO")["mean"], None],
+        "SignBalance reaches more skill": [
+            skill["diff"], skill["lo"], skill["hi"], sb.s("test skill after", "SignBalance")["mean"],
+            sb.s("test skill after", "GRPO")["mean"], sb.s("test skill of the starting", "GRPO")["mean"],
+            Pct(statistics.mean(ratio["SignBalance"])), Pct(statistics.mean(ratio["GRPO"])),
+            Pct(sb.s("share of the most common", "SignBalance")["mean"]), Pct(sb.s("share of the most common", "GRPO")["mean"]),
+            skill["n"], None, sb.family, skill["holm"], entropy["holm"],
+            None],  # the criterion's +0.03
+        "each estimator's mean update": [
+            _within(tiny), _within(real7, 8), len({r["prompt"] for r in real7 if int(r["correct"]) >= 8}),
+            len({r["prompt"] for r in real7}),
+            len(tiny), len(real7), None, None],  # the Holm families: every prompt x estimator pair; "1 correct in 256"
+    }
+
+
+def _crossing(arm: str) -> tuple[int, list[float]]:
+    """As the report's crossing table computes them: the runs whose trained pass@k curve fell to the start's,
+    the k of each crossing and their median (the doc prints no number for a run that never crossed)."""
+    from lit_grpo.diagnostics.passk import curve_crossing
+    from lit_grpo.experiments.spec import Metric
+
+    pk = data("passk_crossing")
+    profile = next(p for p in pk.exp.profiles if p.baseline)
+    how = profile.reduces[-1]
+    runs = [r for r in pk.records if r.run.arm == arm and r.status == "done"]
+    cross = [curve_crossing(list(profile.x), [r.values[Metric(m, how).key] - r.values[Metric(b, how).key]
+                                              for m, b in zip(profile.metrics, profile.baseline, strict=True)],
+                            profile.log2) for r in runs]  # fmt: skip
+    crossed = [c for c in cross if c == c]
+    median = [sorted(crossed)[len(crossed) // 2]] if len(crossed) == len(cross) else []
+    return len(crossed), crossed + median
+
+
+def _measured_rows(setting: str) -> float:
+    """Distinct rows of a measured step (15 measurements a run; an all-zero matrix logs 0 rows and is counted
+    in ``measurements skipped``): mean x 15 / (15 - skipped), averaged over the runs."""
+    gr = data("gradient_rank")
+    rows = gr.values("rows after de-duplication", "GRPO", setting)
+    skipped = gr.values("measurements skipped", "GRPO", setting)
+    return statistics.mean(r * 15 / (15 - k) for r, k in zip(rows, skipped, strict=True))
+
+
+def _entropy_ratios(arm: str) -> list[float]:
+    sb = data("sign_balance_skill")
+    after = sb.values("entropy of the sampled test answers after", arm)
+    start = sb.values("entropy of the sampled test answers of the starting", arm)
+    return [a / s for a, s in zip(after, start, strict=True)]
+
+
+def status() -> dict[str, list]:
+    """The table of measured status and runtimes: numbers of the status, runs and wall time columns (wall
+    times from the published reports' Runtime sections, run seconds from runs.csv)."""
+    acc4 = "sampled test accuracy after training (4 samples"
+    svd, st, real = data("sign_vs_drgrpo"), data("sign_starvation"), data("real_sign_vs_drgrpo")
+    stable = [svd.pair(acc4, "Sign", "NormDrGRPO", f"lr={lr},policy={p}") for lr in ("5e-5", "1e-4") for p in ("weak", "strong")]
+    st_pair, real_pair = st.pair(acc4, "Sign", "DrGRPO"), real.pair("sampled test", "Sign", "DrGRPO")
+    selection = len(list(csv.DictReader(open(RESULTS / "sign_starvation" / "select.csv"))))
+
+    def timed(name: str) -> list[float]:
+        runs, _, wall = data(name).runtime()
+        return [runs, wall]
+
+    svd_runs, svd_timed, svd_wall = svd.runtime()
+    return {
+        "`degeneracy`": [None, *timed("degeneracy")],
+        "`gradient_rank`": [None, *timed("gradient_rank")],
+        "`sign_vs_drgrpo`": [None, min(p["diff"] for p in stable), max(p["diff"] for p in stable), svd_runs,
+                             None, svd_wall, svd_timed, statistics.mean(svd.seconds())],  # about 26: the estimate
+        "`softmax_budget`": [None, *timed("softmax_budget")],
+        "`sign_starvation`": [st_pair["diff"], st_pair["lo"], st_pair["hi"], st_pair["holm"], selection,
+                              len(st.records), min(st.seconds()), statistics.median(st.seconds()), None, None],
+        "`real_sign_vs_drgrpo`": [real_pair["diff"], real_pair["lo"], real_pair["hi"], real_pair["holm"],
+                                  *timed("real_sign_vs_drgrpo"), min(real.seconds()), max(real.seconds()), None],
+        # 12.3 = the 3.0-minute SFT (its time is in no committed file) + the runs' 9.3
+        "`sign_balance_skill`": [None, data("sign_balance_skill").pair(
+            "test skill after", "SignBalance", "GRPO")["diff"], data("sign_balance_skill").runtime()[0], None, None,
+            data("sign_balance_skill").runtime()[2]],
+        "`passk_crossing`": [None, None, data("passk_crossing").s("gain in pass@256", "GRPO")["mean"],
+                             *timed("passk_crossing")],
+        "`rg_sign_vs_drgrpo`": [None, None, None],  # not run: the grid's size and an estimate
+        # the fidelity runs' wall times are in the section 7 text only
+        "`lit-grpo fidelity`": [len({r["prompt"] for r in _fidelity("fidelity")[1]}),
+                                len({r["prompt"] for r in _fidelity("fidelity_real")[1]}), None, None, None],
+    }
+
+
+def degeneracy() -> dict[str, list]:
+    """Section 1: mean, sd, 95% t interval and n per metric; two metrics to a row print mean / mean, sd / sd."""
+    deg = data("degeneracy")
+
+    def row(*keys: str, ci: tuple[str, ...] | None = None) -> list:
+        s = [deg.s(k, "GRPO") for k in keys]
+        ci = keys if ci is None else ci
+        return [*[x["mean"] for x in s], *[x["sd"] for x in s],
+                *[v for k in ci for v in (deg.s(k, "GRPO")["ci_low"], deg.s(k, "GRPO")["ci_high"])], s[0]["n"]]
+
+    return {
+        "observed degenerate share D": row("rollout/degenerate_frac"),
+        "pooled i.i.d. prediction": [None, *row("rollout/degenerate_iid_pred")],  # the label's "(1 − p̄)"
+        "**excess D − pooled prediction**": row("rollout/degenerate_excess (mean)"),
+        "excess at the first step": [None, *row("rollout/degenerate_excess (first)", "rollout/degenerate_excess (tail)")],
+        "unbiased per-prompt prediction": [None, *row("rollout/degenerate_resample_pred")],  # "16 fresh samples"
+        "**D − unbiased per-prompt prediction**": row("observed D minus the unbiased"),
+        "p̄ of the fresh samples": row("p-bar of the resampled", "rollout/degenerate_resample_pooled_pred", ci=()),
+        "per-prompt moving-average": row("rollout/degenerate_ema_pred", "rollout/degenerate_ema_excess",
+                                         ci=("rollout/degenerate_ema_excess",)),
+        "all-correct share": row("rollout/all_correct_frac", "rollout/all_wrong_frac", ci=()),
+        "sampled held-out accuracy before": [None, *row("heldout/reward_mean_before", "heldout/reward_mean_after", ci=())],
+    }
+
+
+def sign_vs_drgrpo() -> dict[str, list]:
+    """Section 2, keyed by "lr | policy"."""
+    svd, acc4 = data("sign_vs_drgrpo"), "sampled test accuracy after training (4 samples"
+    out = {}
+    for lr in ("5e-5", "1e-4", "3e-4"):
+        for p in ("weak", "strong"):
+            s = f"lr={lr},policy={p}"
+            pair = svd.pair(acc4, "Sign", "NormDrGRPO", s)
+            out[f"{lr} | {p}"] = [float(lr), *svd.mci(acc4, "Sign", s), *svd.mci(acc4, "NormDrGRPO", s), pair["diff"],
+                                  pair["p_t"], pair["holm"], pair["ahead"], pair["n"]]
+    return out
+
+
+ARMS_2B = {"Sign": "Sign", "Dr. GRPO": "DrGRPO", "normalised Dr. GRPO": "NormDrGRPO",
+           "GRPO + filter_degenerate": "GRPO-filter", "Sign, all-wrong groups at 0": "Sign-zero-all-wrong"}  # fmt: skip
+
+
+def sign_starvation_arms() -> dict[str, list]:
+    st, acc4 = data("sign_starvation"), "sampled test accuracy after training (4 samples"
+    return {doc: [float(st.cell(acc4, arm).chosen.split("=")[1]), *st.mci(acc4, arm), *st.mci("greedy test", arm)]
+            for doc, arm in ARMS_2B.items()}  # fmt: skip
+
+
+def sign_starvation_pairs() -> dict[str, list]:
+    st, acc4 = data("sign_starvation"), "sampled test accuracy after training (4 samples"
+    out = {}
+    for doc, arm in list(ARMS_2B.items())[1:]:
+        p = st.pair(acc4, "Sign", arm)
+        out[doc.replace(" groups", "")] = [p["diff"], p["lo"], p["hi"], p["ahead"], p["n"], p["p_t"], p["p_flip"], p["holm"], p["bh"]]
+    return out
+
+
+def real_sign_vs_drgrpo() -> dict[str, list]:
+    real = data("real_sign_vs_drgrpo")
+
+    def row(key: str, family: bool) -> list:
+        p = real.pair(key, "Sign", "DrGRPO")
+        return [*real.values(key, "Sign"), *real.values(key, "DrGRPO"), p["diff"], p["lo"], p["hi"], p["p_t"],
+                *([p["holm"]] if family else [])]
+
+    return {
+        "sampled test accuracy": [None, None, *row("sampled test", True)],  # "(1 × 1000)"
+        "greedy test accuracy": [None, *row("greedy test", True)],
+        "training reward over the 12 steps": [None, *row("training reward over", False)],
+        "completion length at the last step": row("mean completion length at the last", False),
+    }
+
+
+def softmax_budget() -> dict[str, list]:
+    sm, acc4 = data("softmax_budget"), "sampled test accuracy after training (4 samples"
+    arms = ("GRPO", "SoftmaxGRPO-tau0.1", "SoftmaxGRPO-tau0.3")
+
+    def row(key: str, holm: bool = False, ci: bool = False) -> list:
+        p = sm.pair(key, "SoftmaxGRPO-tau0.1", "GRPO")
+        return [*[sm.s(key, a)["mean"] for a in arms], p["diff"], *([p["lo"], p["hi"]] if ci else []), p["p_t"],
+                *([p["holm"]] if holm else [])]
+
+    proxy = [f"budget/share_{b} " for b in ("0.0-0.2", "0.2-0.5", "0.5-0.7", "0.7-0.9", "0.9-1.0")]
+    return {
+        "**exact budget share, pass rate < 0.2**": [None, *row("budget/exact_share_0.0-0.2", True, True)],
+        "exact budget share, pass rate ≥ 0.9": [None, *row("budget/exact_share_0.9-1.0")],
+        "proxy share": [None, None, None, None, None, None, None, None,  # the bins' edges in the label
+                        *[sm.s(k, a)["mean"] for a in arms for k in proxy],
+                        sm.pair(proxy[0], "SoftmaxGRPO-tau0.1", "GRPO")["diff"], None],
+        "share of prompts with pass rate < 0.2": [None, *row("budget/prompt_share_0.0-0.2")],
+        "**sampled test accuracy**": [None, None, *row(acc4, True, True)],  # "(4 × 1000, primary)"
+        "greedy test accuracy": [None, *row("greedy test", False)],
+    }
+
+
+def gradient_rank() -> dict[str, list]:
+    gr = data("gradient_rank")
+    out = {}
+    for g in (2, 4, 8):
+        for p in (1, 16):
+            s = f"G={g},P={p}"
+            tost = [gr.tost("grad/erank", "GRPO", s)["p"], gr.tost("grad/erank", "GRPO", s)["holm"]] if p == 1 else []
+            dedup_tost = [gr.tost("grad/dedup_erank", "GRPO", s)["p"]] if p == 1 else []
+            out[f"G={g}, P={p}"] = [
+                g, p, *gr.mci("grad/erank", "GRPO", s), *tost, gr.s("grad/dedup_erank", "GRPO", s)["mean"], *dedup_tost,
+                *[gr.s(k, "GRPO", s)["mean"] for k in ("distinct completions", "rows (completions", "rows after de-dup",
+                                                          "grad/stable_rank", "sampled held-out accuracy after")]]  # fmt: skip
+    return out
+
+
+def passk_crossing() -> dict[str, list]:
+    pk = data("passk_crossing")
+    out = {}
+    for doc, arm in {"Sign": "Sign", "GRPO": "GRPO", "Dr. GRPO": "DrGRPO"}.items():
+        crossed, ks = _crossing(arm)
+        gains = [v for k in ("gain in pass@1 ", "gain in pass@256") for v in
+                 (*pk.mci(k, arm), pk.one_sample(k, arm)["holm"])]  # fmt: skip
+        out[doc] = [*gains, crossed, len(pk.values("gain in pass@1 ", arm)), *ks]
+    return out
+
+
+def sign_balance_skill() -> dict[str, list]:
+    sb, arms = data("sign_balance_skill"), ("GRPO", "SignBalance")
+    skill, ent = sb.pair("test skill after", "SignBalance", "GRPO"), sb.pair("entropy of the sampled test answers after", "SignBalance", "GRPO")
+
+    def plain(key: str) -> list:
+        p = sb.pair(key, "SignBalance", "GRPO")
+        return [*[sb.s(key, a)["mean"] for a in arms], p["diff"], p["p_t"]]
+
+    ratios = {a: _entropy_ratios(a) for a in arms}
+    return {
+        "**test skill**": [sb.s("test skill of the starting", "GRPO")["mean"], *sb.mci("test skill after", "GRPO"),
+                           *sb.mci("test skill after", "SignBalance"), skill["diff"], skill["lo"], skill["hi"],
+                           skill["ahead"], skill["n"], skill["holm"]],
+        "**entropy of the sampled answers, nats**": [
+            sb.s("entropy of the sampled test answers of the starting", "GRPO")["mean"],
+            *sb.mci("entropy of the sampled test answers after", "GRPO"),
+            *sb.mci("entropy of the sampled test answers after", "SignBalance"), ent["diff"], ent["holm"]],
+        "its ratio to the start's, per seed": [min(ratios["GRPO"]), max(ratios["GRPO"]), min(ratios["SignBalance"]),
+                                               max(ratios["SignBalance"]), sum(r >= 0.9 for r in ratios["SignBalance"]),
+                                               len(ratios["SignBalance"]), None],  # the criterion's 0.90
+        "share of the most common sampled answer": plain("share of the most common"),
+        "sampled test accuracy": [sb.s("sampled test accuracy of the starting", "GRPO")["mean"],
+                                  *plain("sampled test accuracy after")],
+        "greedy test accuracy": plain("greedy test accuracy after"),
+        "advantage of a lone correct completion": [sb.s("advantage of a lone", a)["mean"] for a in arms],
+    }
+
+
+#: the estimators of section 7 and the objective each targets (its norm ratio is to that objective's gradient)
+TARGETS = {"GRPO": "reward", "DrGRPO": "reward", "RLOO": "reward", "Sign": "reward", "MaxRL": "maxrl",
+           "SoftmaxGRPO (tau 0.1)": "maxrl", "PassAtK (k 4)": "pass@k"}  # fmt: skip
+
+
+def fidelity(name: str, snr_bins: tuple[str, ...]) -> dict[str, list]:
+    bins = _fidelity(name)[0]
+    out = {}
+    for doc, target in TARGETS.items():
+        est = doc.split(" (")[0]
+        cos = [bins[est, obj, "all"]["cos"] for obj in ("reward", "maxrl", "pass@k")]
+        ratio = [bins[est, target, "all"]["norm_ratio"], *([None, None] if est == "DrGRPO" else [])]  # (G − 1)/G = 0.875
+        out[doc] = [*([None] if "(" in doc else []), *cos, *ratio,
+                    *[bins[est, "reward", b]["snr"] for b in snr_bins]]  # None: the label's tau or k
+    return out
+
+
+TABLES = {  # header start -> (label columns, the mapping)
+    "claim (section)": (2, claims),  # the claim and the paper's numbers are not ours
+    "experiment | claim": (2, status),
+    "per run: mean over the 300 steps": (0, degeneracy),
+    "lr | policy": (0, sign_vs_drgrpo),
+    "arm | chosen lr": (1, sign_starvation_arms),
+    "Sign − | mean difference": (1, sign_starvation_pairs),
+    "per seed (0, 1, 2, 3)": (0, real_sign_vs_drgrpo),
+    "mean over steps, then seeds (n = 5)": (0, softmax_budget),
+    "setting | erank": (0, gradient_rank),
+    "n = 5 | gain in pass@1": (1, passk_crossing),
+    "after training (mean [95% t], n = 10": (0, sign_balance_skill),
+    "estimator | cos to grad p (all 32)": (0, lambda: fidelity("fidelity", ("0.0-0.2", "0.2-0.5", "0.5-0.7", "all"))),
+    "estimator | cos to grad p (all 8)": (0, lambda: fidelity("fidelity_real", ("all",))),
+}
+
+
+def _check(header: str) -> list[str]:
+    label_columns, mapping = TABLES[header]
+    expected = mapping()
+    _, rows = table(DOC, header)
+    problems = []
+    for row in rows:
+        key = " | ".join(row)
+        found = [k for k in expected if row[0] == k or " | ".join(row[:2]) == k]  # an exact label first
+        found = found or [k for k in expected if key.startswith(k)]
+        if len(found) != 1:
+            problems.append(f"row {row[0]!r}: {len(found)} mappings (add it to {mapping.__name__})")
+            continue
+        values = expected[found[0]]
+        if label_columns == 2 and mapping is claims:  # the ours, statistics and verdict columns
+            cells = row[2:5]
+        else:
+            cells = row[label_columns:]
+        problems += mismatches([n for c in cells for n in numbers(c)], values, f"{header!r} row {row[0][:40]!r}")
+    unmatched = [k for k in expected if not any(" | ".join(r).startswith(k) for r in rows)]
+    return problems + [f"mapped row {k!r} is not in the doc" for k in unmatched]
+
+
+@pytest.mark.parametrize("header", list(TABLES))
+def test_each_table_of_the_results_doc_prints_its_data(header):
+    problems = _check(header)
+    assert not problems, "docs/results.md differs from its data:\n" + "\n".join(problems)
+
+
+def test_the_tables_headers_print_their_data():
+    gr = data("gradient_rank")
+    before = [v for s in ("G=2,P=1", "G=4,P=1", "G=8,P=1", "G=2,P=16", "G=4,P=16", "G=8,P=16")
+              for v in gr.values("sampled held-out accuracy before", "GRPO", s)]  # fmt: skip
+    assert f"(before {statistics.mean(before):.3f})" in table(DOC, "setting | erank")[0][-1]
+    counts = {b: int(_fidelity("fidelity")[0]["GRPO", "reward", b]["prompts"]) for b in ("0.0-0.2", "0.2-0.5", "0.5-0.7", "all")}
+    head = " | ".join(table(DOC, "estimator | cos to grad p (all 32)")[0])
+    assert f"(all {counts['all']})" in head and f"p < 0.2 ({counts['0.0-0.2']})" in head
+    assert f"0.2-0.5 ({counts['0.2-0.5']})" in head and f"0.5-0.7 ({counts['0.5-0.7']})" in head
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_each_published_report_is_its_runs_csv_rebuilt(name):
+    """The tables of docs/results/<name>/report.md are what the compare tool computes from runs.csv today (the
+    doc's sections point readers to those reports for every table)."""
+    d = data(name)
+    lines = [*family_section(d.exp, d.analysis)]
+    for mt in d.analysis.metrics:
+        lines += metric_section(d.exp, mt)
+    for profile in d.exp.profiles:
+        if profile.baseline:
+            lines += crossing_section(d.exp, profile, d.records)
+    report = (RESULTS / name / "report.md").read_text()
+    missing = [line for line in lines if line.strip() and line not in report]
+    assert not missing, f"docs/results/{name}/report.md is not its runs.csv rebuilt: {missing[:3]}"
