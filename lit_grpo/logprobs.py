@@ -229,7 +229,7 @@ _refused_models: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDict
 
 def shared_prefix_logprobs(
     policy: nn.Module, rollouts: Rollouts, temperature: float = 1.0, with_entropy: bool = False,
-    entropy_grad: bool = False,
+    entropy_grad: bool = False, packed: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """What :func:`sequence_logprobs` returns, each distinct prompt of ``rollouts`` encoded once.
 
@@ -239,6 +239,14 @@ def shared_prefix_logprobs(
     prompt pass's tensors, so gradients flow back into it, summed over the rows that share the prompt: log-probs
     and gradients equal the plain path's up to float summation order. The first completion token's log-prob
     comes from the prompt's last position, the others from the completion pass over all but the last token.
+
+    With ``packed`` the completion pass runs on the tokens that exist: the completions of a prompt are packed
+    end to end into as few rows as the longest one fills (:func:`pack_rows`), each attending to its prompt and
+    its own earlier tokens only (a block-diagonal mask, position ids continuing its prompt's), and the LM head
+    runs on the completion tokens only, not on right padding. Positions past a row's completion (its padding)
+    then hold log-prob and entropy 0 instead of the plain path's values there, which every reader masks out.
+    Needs the ``sdpa`` or ``eager`` attention of transformers (whose masks can be given); other attention
+    implementations run unpacked.
 
     Falls back to :func:`sequence_logprobs` (with one log message per reason) where this cannot be exact: a
     sharded policy, logits that are not ``lm_head(decoder(...))``, gradient checkpointing in training mode
@@ -254,9 +262,12 @@ def shared_prefix_logprobs(
         if len(unique) < n:
             first = torch.full((len(unique),), n, device=inverse.device).scatter_reduce(
                 0, inverse, torch.arange(n, device=inverse.device), "amin")  # [U] a row of each prompt
-            hidden, reason = _shared_prefix_hidden(model, rollouts, first, inverse)  # [N, T, H]
+            hidden, reason = _shared_prefix_hidden(model, rollouts, first, inverse, packed)  # [N, T, H] or [M, H]
             if reason is not None:
                 _refused_models[model] = reason
+            if hidden is not None and hidden.dim() == 2:  # packed: the completion tokens only
+                return _scattered_head_logprobs(model, hidden, rollouts.completion_ids, rollouts.completion_mask,
+                                                temperature, with_entropy, entropy_grad)
             if hidden is not None:
                 rows = _head_chunk_rows(model, n * t)
                 return _head_logprobs(model, hidden, rollouts.completion_ids, temperature, rows, with_entropy,
@@ -286,11 +297,12 @@ def _shared_prefix_refusal(policy: nn.Module, model: nn.Module) -> str | None:
     return None
 
 
-def _shared_prefix_hidden(model: nn.Module, rollouts: Rollouts, first: Tensor,
-                          inverse: Tensor) -> tuple[Tensor | None, str | None]:
-    """The decoder's hidden states ``[N, T, H]`` that predict the completion tokens: the prompts ``first [U]``
-    (one row of each) run once, the completions against row ``inverse [N]`` of their keys and values. None
-    and the reason when the decoder returns no plain dynamic cache."""
+def _shared_prefix_hidden(model: nn.Module, rollouts: Rollouts, first: Tensor, inverse: Tensor,
+                          packed: bool = False) -> tuple[Tensor | None, str | None]:
+    """The decoder's hidden states that predict the completion tokens: the prompts ``first [U]`` (one row of
+    each) run once, the completions against row ``inverse [N]`` of their keys and values. ``[N, T, H]``, or with
+    ``packed`` (where :func:`_packing_refusal` allows) ``[M, H]`` for the ``M`` completion tokens in row-major
+    order. None and the reason when the decoder returns no plain dynamic cache."""
     from transformers.cache_utils import DynamicLayer
 
     decoder = model.get_decoder()
@@ -303,6 +315,9 @@ def _shared_prefix_hidden(model: nn.Module, rollouts: Rollouts, first: Tensor,
     if not layers or any(type(layer) is not DynamicLayer for layer in layers):
         return None, f"{type(model).__name__}'s decoder returns {type(cache).__name__}, not a cache of full " \
                      "attention layers"
+    if packed and _packing_refusal(model, rollouts) is None:
+        return _packed_hidden(decoder, cache, out.last_hidden_state[:, -1], rollouts, inverse, attn[first, :tp],
+                              positions[:, tp:]), None
     # index_select, not x[inverse]: the backward of advanced indexing with repeated rows accumulates with atomic
     # adds over threads on the CPU, in an order that changes from run to run; index_select's (index_add_) does not
     last = out.last_hidden_state[:, -1:].index_select(0, inverse)  # [N, 1, H]: predicts completion token 0
@@ -313,3 +328,91 @@ def _shared_prefix_hidden(model: nn.Module, rollouts: Rollouts, first: Tensor,
     rest = decoder(input_ids=rollouts.completion_ids[:, :-1], attention_mask=attn[:, :-1],
                    position_ids=positions[:, tp:-1], past_key_values=cache, use_cache=True).last_hidden_state
     return torch.cat([last, rest], dim=1), None  # [N, T, H]
+
+
+# ---- packed completions --------------------------------------------------------------------------------
+def _packing_refusal(model: nn.Module, rollouts: Rollouts) -> str | None:
+    """Why the completions of ``rollouts`` cannot run packed through ``model`` (None when they can)."""
+    implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if implementation not in ("sdpa", "eager"):
+        return f"attention implementation {implementation!r} takes no block-diagonal mask"
+    mask = rollouts.completion_mask
+    if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < mask.sum(-1, keepdim=True)):
+        return "a completion mask with holes"
+    return None
+
+
+def pack_rows(owners: list[int], lengths: list[int], capacity: int) -> list[tuple[int, list[tuple[int, int]]]]:
+    """Rows of ``lengths`` tokens packed end to end into bins of ``capacity`` tokens, a bin holding only rows of
+    one owner (``owners``: each row's prompt): first fit, longest rows first. Returns each bin's owner and its
+    ``(row, offset)`` pairs; rows of length 0 are left out."""
+    bins: list[tuple[int, list[tuple[int, int]]]] = []
+    room: list[int] = []
+    for row in sorted(range(len(lengths)), key=lambda r: (owners[r], -lengths[r], r)):
+        if lengths[row] == 0:
+            continue
+        fit = next((b for b in range(len(bins)) if bins[b][0] == owners[row] and room[b] >= lengths[row]), None)
+        if fit is None:
+            bins.append((owners[row], []))
+            room.append(capacity)
+            fit = len(bins) - 1
+        bins[fit][1].append((row, capacity - room[fit]))
+        room[fit] -= lengths[row]
+    return bins
+
+
+def _packed_hidden(decoder: nn.Module, cache, last: Tensor, rollouts: Rollouts, inverse: Tensor,
+                   prompt_mask: Tensor, positions: Tensor) -> Tensor:
+    """Hidden states ``[M, H]`` that predict the ``M`` completion tokens of ``rollouts`` (row-major): token 0 of
+    row ``r`` from ``last [U, H]`` (its prompt's last position), the others from one decoder pass over the
+    completions' inputs packed by :func:`pack_rows`, against the prompt keys and values in ``cache`` (``U`` rows,
+    ``prompt_mask [U, Tp]``). ``positions [N, T]``: each completion token's position id."""
+    ids, mask = rollouts.completion_ids, rollouts.completion_mask  # [N, T]
+    n, t = ids.shape
+    device = ids.device
+    inputs = (mask.sum(-1) - 1).clamp(min=0).tolist()  # tokens 0..L-2 of each row predict tokens 1..L-1
+    bins = pack_rows(inverse.tolist(), inputs, max(t - 1, 1))
+    c = max(t - 1, 1)
+    source = torch.full((n, t), len(last), dtype=torch.long)  # [N, T] each token's row in cat([last, packed])
+    source[:, 0] = inverse.cpu()
+    if not bins:
+        flat = last
+    else:
+        bin_ids = torch.zeros(len(bins), c, dtype=torch.long, device=device)  # [B, C]
+        bin_pos = torch.zeros(len(bins), c, dtype=torch.long, device=device)
+        segment = torch.full((len(bins), c), -1, dtype=torch.long)  # [B, C] which packed row, -1 for padding
+        for b, (_, rows) in enumerate(bins):
+            for k, (row, offset) in enumerate(rows):
+                length = inputs[row]
+                bin_ids[b, offset : offset + length] = ids[row, :length]
+                bin_pos[b, offset : offset + length] = positions[row, :length]
+                segment[b, offset : offset + length] = k
+                source[row, 1 : length + 1] = len(last) + b * c + offset + torch.arange(length)
+        owner = torch.tensor([u for u, _ in bins], device=device)  # [B]
+        for layer in cache.layers:  # each bin gets its prompt's keys and values; autograd sums their gradients
+            layer.keys, layer.values = layer.keys.index_select(0, owner), layer.values.index_select(0, owner)
+        causal = torch.ones(c, c, dtype=torch.bool).tril()  # [C, C]
+        own = (segment[:, :, None] == segment[:, None, :]) & (segment[:, None, :] >= 0) & causal  # [B, C, C]
+        allowed = torch.cat([prompt_mask.bool().index_select(0, owner)[:, None, :].expand(-1, c, -1),
+                             own.to(device)], dim=-1)[:, None]  # [B, 1, C, Tp + C]
+        if decoder.config._attn_implementation == "eager":  # eager attention adds its mask to the scores
+            allowed = torch.zeros(allowed.shape, device=device).masked_fill(~allowed, torch.finfo(torch.float32).min)
+        packed = decoder(input_ids=bin_ids, attention_mask=allowed, position_ids=bin_pos, past_key_values=cache,
+                         use_cache=True).last_hidden_state  # [B, C, H]
+        flat = torch.cat([last, packed.reshape(-1, packed.shape[-1])])  # [U + B*C, H]
+    return flat.index_select(0, source.to(device)[mask])  # [M, H]
+
+
+def _scattered_head_logprobs(model: nn.Module, hidden: Tensor, ids: Tensor, mask: Tensor, temperature: float,
+                             with_entropy: bool, entropy_grad: bool) -> tuple[Tensor, Tensor | None]:
+    """Log-probs (and entropy) ``[N, T]`` of ``ids`` from the hidden states ``hidden [M, H]`` of its ``M`` tokens
+    under ``mask [N, T]``; 0 elsewhere."""
+    rows = _head_chunk_rows(model, len(hidden))
+    logp, entropy = _head_logprobs(model, hidden[None], ids[mask][None], temperature, rows, with_entropy,
+                                   entropy_grad)  # [1, M]
+    where = mask.reshape(-1).nonzero()[:, 0]  # [M]
+
+    def scatter(values: Tensor) -> Tensor:
+        return values.new_zeros(mask.numel()).index_copy(0, where, values[0]).view(mask.shape)
+
+    return scatter(logp), None if entropy is None else scatter(entropy)

@@ -324,9 +324,12 @@ class GRPOModule(PolicyModule):
 
     def _logprobs(self, policy, rollouts: Rollouts, **entropy) -> tuple[Tensor, Tensor | None]:
         """Log-probs ``[n, t]`` of ``rollouts`` under ``policy`` at the sampling temperature (and the entropy when
-        asked: ``with_entropy``, ``entropy_grad``), each prompt encoded once with ``shared_prefix``."""
-        forward = shared_prefix_logprobs if self.batching.shared_prefix else sequence_logprobs
-        return forward(policy, rollouts, self.sampling.temperature, **entropy)
+        asked: ``with_entropy``, ``entropy_grad``), each prompt encoded once with ``shared_prefix`` (its completions
+        packed with ``packed``)."""
+        if self.batching.shared_prefix:
+            return shared_prefix_logprobs(policy, rollouts, self.sampling.temperature, packed=self.batching.packed,
+                                          **entropy)
+        return sequence_logprobs(policy, rollouts, self.sampling.temperature, **entropy)
 
     def _elides(self) -> bool:
         """Whether zero-advantage completions leave the forward and backward (``elide_zero_advantage``, when exact)."""

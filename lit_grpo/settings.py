@@ -137,6 +137,11 @@ class Batching:
             transformed after the LM head) the plain forward runs, and a log message says why once. Micro-batches
             then hold whole groups (sorted by their longest row) rather than rows sorted by length. Measured in
             docs/performance.md.
+        packed: With ``shared_prefix``, run the completions of a prompt packed end to end into as few rows as the
+            longest fills, each attending to its prompt and its own tokens only, and the LM head on the completion
+            tokens only: the forward and backward run on the tokens that exist instead of padding every completion
+            to the longest. The same log-probs and gradients up to float summation order. Needs transformers'
+            ``sdpa`` or ``eager`` attention (other implementations run unpacked).
         gradient_checkpointing: Recompute block activations in the backward pass to save memory (about a third
             more compute); generation keeps its KV cache.
     """
@@ -144,6 +149,7 @@ class Batching:
     micro_batch_size: int | None = None
     elide_zero_advantage: bool = True
     shared_prefix: bool = True
+    packed: bool = True
     gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
