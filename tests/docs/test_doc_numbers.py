@@ -1,0 +1,212 @@
+"""The measurements in README.md and docs/*.md that have committed data, against that data at the digits
+printed (docs/results.md has its own module; docs/performance.md and the rendered blocks of README, agents.md,
+data.md and conformance.md are compared whole with their renderers in tests/bench/)."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+from tests.docs.doc_tables import Pct, agrees, mismatches, numbers, table
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results"
+
+
+def _doc(name: str) -> str:
+    return (ROOT / name).read_text().replace("−", "-")
+
+
+def _json(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _table_problems(doc: str, header: str, expected: dict[str, list], label_columns: int = 1) -> list[str]:
+    _, rows = table(doc, header)
+    problems = [f"row {r[0]!r} has no mapping" for r in rows if r[0] not in expected]
+    problems += [f"mapped row {k!r} is not in the table" for k in expected if k not in {r[0] for r in rows}]
+    for row in rows:
+        if row[0] in expected:
+            printed = [n for cell in row[label_columns:] for n in numbers(cell)]
+            if expected[row[0]] is not None:  # None: the caller checks that row itself
+                problems += mismatches(printed, expected[row[0]], f"{header!r} row {row[0]!r}")
+    return problems
+
+
+def _says(text: str, pattern: str, *values) -> list[str]:
+    """``pattern`` (a regex with one group per value) is in ``text`` and prints each value at its digits."""
+    found = re.search(pattern, text)
+    if found is None:
+        return [f"no {pattern!r}"]
+    return mismatches(list(found.groups()), list(values), pattern)
+
+
+# ---- the real quickstart: README.md and docs/real_model.md against docs/results/real_quickstart.json ----------
+
+QUICK = _json("real_quickstart.json")
+HELD = QUICK["heldout"]
+SUMMARY = QUICK["summary"]
+#: the run's wall time and peak RSS, as its note records them ("wall 63 min 53 s", "peak RSS 10.4 GiB")
+WALL_MIN, WALL_S = (int(x) for x in re.search(r"wall (\d+) min (\d+) s", QUICK["note"]).groups())
+PEAK_GIB = float(re.search(r"peak RSS ([\d.]+) GiB", QUICK["note"]).group(1))
+
+
+def test_the_readme_prints_the_real_quickstart_run():
+    readme = _doc("README.md")
+    problems = _says(readme, r"accuracy +before ([\d.]+) +after ([\d.]+)", HELD["heldout/accuracy_before"],
+                     HELD["heldout/accuracy_after"])  # fmt: skip
+    problems += _says(readme, r"reward_mean +before ([\d.]+) +after ([\d.]+)", HELD["heldout/reward_mean_before"],
+                      HELD["heldout/reward_mean_after"])  # fmt: skip
+    problems += _says(readme, r"one run, (\d+) steps, (\d+) minutes wall in all", QUICK["steps"], WALL_MIN)
+    problems += _says(readme, r"RSS ([\d.]+) GiB\):", PEAK_GIB)
+    problems += _says(readme, r"passes \+(\d+) points after (\d+) steps \(under (\d+) minutes", 10,
+                      SUMMARY["gain_0.1_at_step"], None)  # fmt: skip
+    assert SUMMARY["gain_0.1_training_min"] < int(re.search(r"under (\d+) minutes of training", readme).group(1))
+    assert not problems, "README.md differs from docs/results/real_quickstart.json:\n" + "\n".join(problems)
+
+
+def test_real_model_doc_prints_the_real_quickstart_run():
+    doc = _doc("docs/real_model.md")
+    problems = _table_problems(doc, "held-out, 500 prompts", {
+        "greedy accuracy": [HELD["heldout/accuracy_before"], HELD["heldout/accuracy_after"]],
+        "sampled accuracy (temperature 1, one sample each)": [HELD["heldout/reward_mean_before"],
+                                                              HELD["heldout/reward_mean_after"]],
+    })  # fmt: skip
+    s, mean = SUMMARY, QUICK["perf_mean"]
+
+    def phase(name: str) -> list[float]:
+        return [s[f"perf/{name}"]["first_10"], s[f"perf/{name}"]["last_10"], mean[f"perf/{name}"]]
+
+    problems += _table_problems(doc, "phase | steps 1-10", {
+        "generate (HF, 64 completions, adapters folded)": phase("generate_s"),
+        "forward": phase("forward_s"),
+        "backward": phase("backward_s"),
+        "optimizer": [mean["perf/optimizer_s"]],
+        "step": phase("step_s"),
+        "share of completions elided (advantage 0)": phase("elided_frac"),
+    })  # fmt: skip
+    gain = HELD["heldout/reward_mean_after"] - HELD["heldout/reward_mean_before"]
+    problems += _says(doc, r"accuracy rises by (\d+) points", Pct(gain))
+    problems += _says(doc, r"first exceeds\s+([\d.]+) at step (\d+), after ([\d.]+) minutes of training",
+                      HELD["heldout/reward_mean_before"] + 0.1, s["gain_0.1_at_step"], s["gain_0.1_training_min"])
+    problems += _says(doc, r"\(`max_steps`; (\d+) minutes of training\), (\d+) min (\d+) s wall", s["training_min"],
+                      WALL_MIN, WALL_S)  # fmt: skip
+    problems += _says(doc, r"Peak RSS ([\d.]+) GiB", PEAK_GIB)
+    steps = QUICK["per_step"]
+    truncated, no_answer = steps["rollout/truncated_frac"], steps["reward/no_answer"]
+    problems += _says(doc, r"at the start (\d+)-(\d+) %\s+of\s+sampled completions", Pct(min(truncated[:2])),
+                      Pct(max(truncated[:2])))  # fmt: skip
+    problems += _says(doc, r"and (\d+)-(\d+) of\s+64 hold no number", min(no_answer[:2]), max(no_answer[:2]))
+    lengths = steps["rollout/len_mean"]
+    problems += _says(doc, r"completions shrink from (\d+) to (\d+) tokens", lengths[0], min(lengths))
+    assert not problems, "docs/real_model.md differs from docs/results/real_quickstart.json:\n" + "\n".join(problems)
+
+
+def test_real_model_doc_prints_the_task_and_engine_measurements():
+    doc = _doc("docs/real_model.md")
+    add30 = _json("real_tasks.json")["tasks"]["add30"]
+    greedy, sampled = add30["greedy"], add30["sampled_t1"]
+    problems = _table_problems(doc, "task | prompt (chat template)", {
+        "`add30`": [add30["prompts"], greedy["accuracy"], sampled["accuracy"], sampled["no_number"],
+                    sampled["truncated"], greedy["len_mean"], sampled["len_mean"]],
+    }, label_columns=3)  # after the task, its prompt and its reward  # fmt: skip
+    problems += _says(doc, r"load average (\d+) on the 2 cores: (\d+) s for the 1000", add30["measured"]["load"],
+                      add30["seconds"])  # fmt: skip
+    problems += _says(doc, r"Its sampled\naccuracy \(([\d.]+)\).*?greedy accuracy \(([\d.]+)\)", sampled["accuracy"],
+                      greedy["accuracy"])  # fmt: skip
+    problems += _says(doc, r"temperature 1, (\d+) % of the completions run past 32 tokens and (\d+) % contain no",
+                      Pct(sampled["truncated"]), Pct(sampled["no_number"]))  # fmt: skip
+    problems += _says(doc, r"\(([\d.]+) tokens on average, (\d+) % truncated\)", greedy["len_mean"],
+                      Pct(greedy["truncated"]))  # fmt: skip
+    problems += _says(doc, r"about (\d+) % of the groups\s+have no correct sample", Pct((1 - round(sampled["accuracy"], 1)) ** 8))  # 0.9^8, as the doc says
+
+    engines = _json("real_engines.json")
+    hf, vllm = engines["hf"], engines["vllm"]
+
+    def row(e: dict) -> list:
+        return [e["tokens_per_s"], e["batch_s"], e["logp_diff_mean"], e["logp_diff_max"], e["logp_kl_k3"]]
+
+    problems += _table_problems(doc, "engine | tokens/s", {
+        "HF generate": row(hf),
+        "vLLM (CPU build)": [*row(vllm), vllm["startup_s"], vllm["sync_full_s"], vllm["sync_lora_s"]],
+    })  # fmt: skip
+    meta = engines["meta"]
+    problems += _says(doc, r"at load average\n([\d.]+) to ([\d.]+) on 2 cores", min(meta["load_before"], meta["load_after"]),
+                      max(meta["load_before"], meta["load_after"]))  # fmt: skip
+
+    lora = _json("real_lora_folding.json")
+    folded, unfolded = lora["hf_lora_folded"], lora["hf_lora_unfolded"]
+    problems += _says(doc, r"folded ([\d.]+) tokens/s \(([\d.]+) s a batch\),\nunfolded ([\d.]+) tokens/s \(([\d.]+) s\), "
+                      r"([\d.]+)x; the sampling log-probs match the trainer's forward to ([\d.e-]+) mean /\n([\d.e-]+) max",
+                      folded["tokens_per_s"], folded["batch_s"], unfolded["tokens_per_s"], unfolded["batch_s"],
+                      folded["tokens_per_s"] / unfolded["tokens_per_s"],
+                      max(folded["logp_diff_mean"], unfolded["logp_diff_mean"]),
+                      max(folded["logp_diff_max"], unfolded["logp_diff_max"]))  # fmt: skip
+    problems += _says(doc, r"load average ([\d.]+) to ([\d.]+) with another job", lora["meta"]["load_before"],
+                      lora["meta"]["load_after"])  # fmt: skip
+    assert not problems, "docs/real_model.md differs from its data:\n" + "\n".join(problems)
+
+
+# ---- docs/pairing.md against docs/results/crn_agreement/ ------------------------------------------------------
+
+
+def _agreement(name: str) -> list[float]:
+    return [s["identical_completions"] for s in _json(f"crn_agreement/{name}.json")["steps"]]
+
+
+def _windows(name: str) -> list[float]:
+    shares = _agreement(name)
+    assert len(shares) == 200 and all(s["same_prompts"] for s in _json(f"crn_agreement/{name}.json")["steps"])
+    return [shares[0], *[statistics.mean(shares[i:i + 50]) for i in range(0, 200, 50)], min(shares)]
+
+
+def test_the_pairing_doc_prints_the_crn_agreement_runs():
+    doc = _doc("docs/pairing.md")
+    problems = _table_problems(doc, "arms | engine", {
+        "GRPO vs Sign": None,  # two rows share the label: matched by engine below
+        "GRPO vs DrGRPO": [*_windows("hf_grpo_vs_drgrpo")],
+        "GRPO vs Sign, independent random numbers (Sign with `seed_everything` 1)": [
+            *_windows("hf_grpo_vs_sign_independent_sampling")],
+    }, label_columns=2)  # fmt: skip
+    problems = [p for p in problems if "'GRPO vs Sign'" not in p]
+    _, rows = table(doc, "arms | engine")
+    by_engine = {r[1]: r for r in rows if r[0] == "GRPO vs Sign"}
+    problems += mismatches([n for c in by_engine["HF generate"][2:] for n in numbers(c)], _windows("hf_grpo_vs_sign"), "HF")
+    problems += mismatches([n for c in by_engine["vLLM (CPU, in process)"][2:] for n in numbers(c)],
+                           _windows("vllm_grpo_vs_sign"), "vLLM")  # fmt: skip
+    paired = [w for name in ("hf_grpo_vs_sign", "hf_grpo_vs_drgrpo", "vllm_grpo_vs_sign") for w in _windows(name)[1:5]]
+    problems += _says(doc, r"with them, (\d+)-(\d+)%\ndo after 200 steps", Pct(min(paired)), Pct(max(paired)))
+    fast = _agreement("hf_grpo_vs_sign_lr1e-3")
+    problems += _says(doc, r"part within a few steps: ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+)\n"
+                      r"identical at steps 0 to 4, and at most ([\d.]+) from step (\d+) on", *fast[:5], max(fast[6:]), 6)
+    assert not problems, "docs/pairing.md differs from docs/results/crn_agreement/:\n" + "\n".join(problems)
+
+
+# ---- docs/data.md's prose against the rendered table's data, docs/results/reasoning_gym/start.json ---------------
+
+
+def test_the_data_doc_reads_the_reasoning_gym_cells_from_their_data():
+    """The prose under the rendered table (which tests/bench/test_reasoning_gym_start.py checks whole)."""
+    doc = _doc("docs/data.md")
+    cells = _json("reasoning_gym/start.json")["cells"]
+    problems = []
+    for name in ("basic_arithmetic/2x1", "chain_sum/2x1", "basic_arithmetic/2x1-2", "chain_sum/2x1-2"):
+        problems += _says(doc, rf"`{re.escape(name)}` \(([\d.]+), (\d+)%", cells[name]["accuracy"],
+                          Pct(cells[name]["groups_all_wrong"]))  # fmt: skip
+    letters = cells["letter_counting/5-15"]
+    problems += _says(doc, r"`letter_counting` \(([\d.]+)\) sits just below, mostly because (\d+)% of its completions",
+                      letters["accuracy"], Pct(letters["no_answer"]))  # fmt: skip
+    problems += _says(doc, r"sums are near 0 \(([\d.]+), ([\d.]+)\)", cells["chain_sum/2x2"]["accuracy"],
+                      cells["chain_sum/3x1"]["accuracy"])  # fmt: skip
+    basic = cells["basic_arithmetic/2x1"]
+    completions = basic["prompts"] * basic["samples"]
+    problems += _says(doc, r"Wilson 95% interval of (\d+) in (\d+)", round(basic["accuracy"] * completions), completions)
+    problems += _says(doc, r"the measurement took ([\d.]+) minutes", sum(c["seconds"] for c in cells.values()) / 60)
+    assert not problems, "docs/data.md differs from docs/results/reasoning_gym/start.json:\n" + "\n".join(problems)
+
+
+def test_no_check_passes_a_wrong_digit():
+    assert agrees("0.322", 0.322) and not agrees("0.323", 0.322) and agrees("72%", Pct(0.72)) and agrees("+8.1", 8.1)
+    assert not agrees("+0.002", -0.01) and agrees("2.7e-6", 2.69e-6) and agrees("-0.143", -0.14346)
