@@ -104,6 +104,21 @@ def test_the_last_number_reading_for_models_that_answer_in_prose():
 
 
 @needs_rg
+def test_partial_credit_off_makes_the_reward_binary():
+    source = ReasoningGymSource("basic_arithmetic", SMALL, num_train=0, num_val=6, num_test=0, style="plain")
+    b = batch(source)
+    padded = [f"{ref}1" for ref in b.references]  # contains the reference: basic_arithmetic's partial credit
+    exact = [f"so {ref}" for ref in b.references]
+    completions, references = padded + exact, b.references * 2
+    columns = {k: v * 2 for k, v in b.columns.items()}
+    partial = ReasoningGymScore("last_number")(completions, references, **columns).scores
+    assert ((partial > 0) & (partial < 1)).any() and (partial[6:] == 1).all()
+    binary = ReasoningGymScore("last_number", partial_credit=False)
+    assert binary.binary is True and ReasoningGymScore().binary is None
+    assert binary(completions, references, **columns).scores.tolist() == (partial == 1).float().tolist()
+
+
+@needs_rg
 def test_entries_rebuild_from_the_columns_or_regenerate(monkeypatch):
     source = ReasoningGymSource("chain_sum", SMALL, num_train=0, num_val=2, num_test=0, style="plain")
     b = batch(source)
