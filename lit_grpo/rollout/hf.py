@@ -1,9 +1,11 @@
-"""Rollouts with Hugging Face ``generate`` on the policy module itself."""
+"""Rollouts from the policy module itself: the project's own decoding loop, or Hugging Face ``generate``."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from typing import Literal
 
 import torch
 from torch import nn
@@ -11,6 +13,7 @@ from torch import nn
 from lit_grpo.logprobs import token_logprobs
 from lit_grpo.lora import base_model, merged_for_inference
 from lit_grpo.parallel import generation_view
+from lit_grpo.rollout import decode as own
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import (
     completion_mask,
@@ -22,24 +25,39 @@ from lit_grpo.rollout.functional import (
 from lit_grpo.rollout.prefill import prompt_cache
 from lit_grpo.types import Rollouts, SamplingParams
 
+logger = logging.getLogger(__name__)
+
+_refusals_logged: set[str] = set()
+
 
 class HFGenerateEngine(RolloutEngine):
-    """Batched ``model.generate`` with left padding, ``n`` samples per prompt.
+    """Batched sampling on the policy with left padding, ``n`` samples per prompt, by the project's decoding loop
+    (:mod:`lit_grpo.rollout.decode`) or Hugging Face ``model.generate``.
 
     Generation runs on the trained policy itself, so there are no weights to sync. Sampling
     log-probabilities are those of the tempered distribution (``logits / temperature``), before
     top-p/top-k filtering, which is the distribution the training forward reproduces.
 
     Args:
-        batch_size: Completions generated per ``generate`` call (``None``: all at once). Lower it
+        decoder: ``own``: the project's decoding loop (a key/value cache allocated once per batch and written in
+            place, no per-token concatenation; with ``shrink``, finished rows leave the batch); it draws the same
+            tokens as ``generate`` from the same seed (without ``shrink``). ``generate``: Hugging Face
+            ``model.generate``. Models the loop cannot serve exactly (no key/value cache, attention other than full
+            on every layer, a generation config that adds processors such as ``repetition_penalty``) use
+            ``generate``, saying why once.
+        shrink: With ``decoder=own``, drop rows that emitted EOS from the batch, so later forwards run only on
+            unfinished rows (faster when lengths vary). Fewer rows then draw from the random generator, so the
+            samples differ from ``generate``'s for the same seed; they come from the same distribution and their
+            log-probs are those of the training forward. Ignored with ``decoder=generate``.
+        batch_size: Completions generated per call (``None``: all at once). Lower it
             when generation runs out of memory.
-        use_cache: Use the KV cache while generating.
+        use_cache: Use the KV cache while generating (the own loop needs it; without it, ``generate`` runs).
         merge_lora: Generate from a LoRA policy with its adapters folded into copies of the adapted weights
             (:func:`~lit_grpo.lora.merged_for_inference`) instead of running the adapter branches at every
             decoded token (faster; docs/real_model.md measures it), for one extra copy of the adapted weights
             during generation; the trained weights are not changed. Sampling log-probs then differ from the
             unfolded forward's by float rounding only (about 1e-6). Sharded policies (FSDP) generate unfolded.
-        shared_prefill: Prefill each distinct prompt of a ``generate`` call once, over all but its last token,
+        shared_prefill: Prefill each distinct prompt of a call once, over all but its last token,
             and start its ``n`` samples from copies of that key/value cache
             (:func:`~lit_grpo.rollout.prefill.prompt_cache`), instead of prefilling every row's prompt. Log-probs
             equal the plain path's up to float rounding (about 1e-5), so the same seed draws the same samples
@@ -48,10 +66,15 @@ class HFGenerateEngine(RolloutEngine):
             config naming another cache) generate the plain way, saying why once.
     """
 
-    def __init__(self, batch_size: int | None = None, use_cache: bool = True, merge_lora: bool = True,
+    def __init__(self, decoder: Literal["own", "generate"] = "own", shrink: bool = False,
+                 batch_size: int | None = None, use_cache: bool = True, merge_lora: bool = True,
                  shared_prefill: bool = True) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1 (or null for one call)")
+        if decoder not in ("own", "generate"):
+            raise ValueError(f"decoder={decoder!r} is not a decoder; choose 'own' (the project's loop) or 'generate'")
+        self.decoder = decoder
+        self.shrink = shrink
         self.batch_size = batch_size
         self.use_cache = use_cache
         self.merge_lora = merge_lora
@@ -137,13 +160,27 @@ class HFGenerateEngine(RolloutEngine):
 
     def _generate(self, ids, mask, rows, sampling: SamplingParams):
         """Completions and their log-probs for the rows ``rows [n]`` of the prompts ``ids, mask [P, Tp]``."""
-        recorder = SampledLogprobs(sampling.temperature or 1.0)
-        with generation_view(self.policy) as model, self._folded(model):
+        with generation_view(self.policy) as model, self._folded(model), _diverged():
             cache = self._prompt_cache(base_model(model), ids, mask, rows)
+            if self.decoder == "own" and self._serves(base_model(model)):
+                try:
+                    return own.decode(base_model(model), ids[rows], mask[rows], sampling, self.eos_ids(),
+                                      self.tokenizer.pad_token_id, prefix=cache, shrink=self.shrink)
+                except own.NotServed as refused:  # found before any random number was drawn
+                    _log_once(str(refused))
+                    own.remember_refusal(base_model(model), str(refused))
+            recorder = SampledLogprobs(sampling.temperature or 1.0)
             with recorder.attached(base_model(model)):
                 out = self._call_generate(model, ids[rows], mask[rows], cache, sampling)
         new = out.sequences[:, ids.shape[1] :]  # [n, T]
         return new, recorder.finish(new)
+
+    def _serves(self, model: nn.Module) -> bool:
+        """Whether the own loop can sample ``model`` (the HF model); says once why not."""
+        reason = own.refusal(model, self.use_cache)
+        if reason is not None:
+            _log_once(reason)
+        return reason is None
 
     def _prompt_cache(self, model: nn.Module, ids, mask, rows):
         """The shared prompt cache for ``rows`` (None for the plain path)."""
@@ -155,16 +192,7 @@ class HFGenerateEngine(RolloutEngine):
     def _call_generate(self, model: nn.Module, ids, mask, cache, sampling: SamplingParams):
         greedy = sampling.temperature == 0
         given = {} if cache is None else {"past_key_values": cache}  # only the last prompt token left to run
-        try:
-            return self._sample(model, ids, mask, given, sampling, greedy)
-        except RuntimeError as err:
-            if "probability tensor contains" not in str(err):
-                raise
-            raise FloatingPointError(
-                "sampling stopped: the policy's next-token probabilities are not finite (inf or NaN logits), so its "
-                "weights have diverged. Resume from an earlier checkpoint with a lower optim.lr or optim.max_grad_norm "
-                f"(torch said: {err})"
-            ) from err
+        return self._sample(model, ids, mask, given, sampling, greedy)
 
     def _sample(self, model: nn.Module, ids, mask, given: dict, sampling: SamplingParams, greedy: bool):
         return model.generate(  # base_model(model)'s forward is the one generate calls
@@ -184,6 +212,27 @@ class HFGenerateEngine(RolloutEngine):
 
     def _folded(self, model: nn.Module):
         return merged_for_inference(model) if self.merge_lora else nullcontext()
+
+
+def _log_once(reason: str) -> None:
+    if reason not in _refusals_logged:
+        _refusals_logged.add(reason)
+        logger.info("decoder='own': generating with generate instead: %s", reason)
+
+
+@contextmanager
+def _diverged() -> Iterator[None]:
+    """Turn torch's complaint about non-finite sampling probabilities into an error that says what to do."""
+    try:
+        yield
+    except RuntimeError as err:
+        if "probability tensor contains" not in str(err):
+            raise
+        raise FloatingPointError(
+            "sampling stopped: the policy's next-token probabilities are not finite (inf or NaN logits), so its "
+            "weights have diverged. Resume from an earlier checkpoint with a lower optim.lr or optim.max_grad_norm "
+            f"(torch said: {err})"
+        ) from err
 
 
 class SampledLogprobs:

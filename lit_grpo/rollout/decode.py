@@ -1,0 +1,223 @@
+"""The HF engine's own decoding loop: sampling from a Hugging Face causal LM without ``generate``.
+
+What ``generate`` does for the engine's settings, step for step, so that the same seed draws the same tokens:
+the last position's logits cast to float32, then temperature, top-k and top-p in that order (the processors
+``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``), ``torch.multinomial`` on the softmax
+(``argmax`` when greedy), pad tokens for rows that already emitted EOS, and a stop when every row has emitted one
+or ``max_new_tokens`` are out. What it does differently:
+
+- the key/value cache is allocated once per batch (:class:`BufferCache`, room for the prompt and every new token),
+  written in place at each step, where ``generate``'s dynamic cache concatenates every layer's whole keys and
+  values at every token. The attention reads views of the filled part, so it sees the same keys and values, of the
+  same shape, as with the dynamic cache (same float results, which the tests check bit for bit);
+- the prompt cache shared by a group's rows (:func:`~lit_grpo.rollout.prefill.prompt_cache`) is copied in once;
+- the attention mask and the output tensors are allocated once too, and filled in place;
+- with ``shrink``, rows that emitted EOS leave the batch (their cache rows are dropped), so later forwards run
+  only on unfinished rows. Fewer rows then draw from the generator, so the samples differ from ``generate``'s
+  for the same seed; they come from the same distribution.
+
+The log-probs are those the engine always returned: of the sampled token under the raw logits divided by the
+temperature, before top-k/top-p (:func:`~lit_grpo.logprobs.token_logprobs`).
+
+Models the loop cannot serve exactly (:func:`refusal`) keep ``generate``.
+
+Shapes: ``N`` rows, ``Tp`` prompt tokens, ``T`` new tokens, ``V`` vocabulary, ``H`` key/value heads, ``D`` head size.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+
+import torch
+from torch import Tensor, nn
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+from lit_grpo.logprobs import token_logprobs
+from lit_grpo.types import SamplingParams
+
+#: Generation-config fields that make ``generate`` add a logits processor, stopping criterion or decoding mode
+#: beyond temperature/top-k/top-p, EOS and max_new_tokens, with the values that leave it out.
+_NEUTRAL: dict[str, tuple] = {
+    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0),
+    "encoder_no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,), "sequence_bias": (None,),
+    "guidance_scale": (None, 1.0), "min_length": (None, 0), "min_new_tokens": (None, 0),
+    "forced_bos_token_id": (None,), "forced_eos_token_id": (None,), "remove_invalid_values": (None, False),
+    "exponential_decay_length_penalty": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
+    "top_h": (None,), "min_p": (None,), "typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0), "watermarking_config": (None,), "renormalize_logits": (None, False),
+    "max_time": (None,), "stop_strings": (None,), "num_beams": (None, 1), "penalty_alpha": (None,),
+    "cache_implementation": (None,), "prompt_lookup_num_tokens": (None,),
+}
+
+
+_refused_models: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # found at run time
+
+
+class NotServed(RuntimeError):
+    """The model's forward did not use the cache it was given (found at the first forward, before any sampling)."""
+
+
+def remember_refusal(model: nn.Module, reason: str) -> None:
+    """Let :func:`refusal` give ``reason`` for ``model`` from now on (a refusal found while decoding)."""
+    _refused_models[model] = reason
+
+
+def refusal(model: nn.Module, use_cache: bool) -> str | None:
+    """Why the loop cannot sample ``model`` exactly as ``generate`` would (None when it can)."""
+    name = type(model).__name__
+    if not use_cache:
+        return "use_cache=False: the loop always decodes with a key/value cache"
+    if model in _refused_models:
+        return _refused_models[model]
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False):
+        return f"{name} is not a decoder-only Hugging Face model"
+    parameters = inspect.signature(model.forward).parameters
+    if not {"input_ids", "attention_mask", "position_ids", "past_key_values"} <= set(parameters):
+        return f"{name}.forward takes no input_ids, attention_mask, position_ids and past_key_values"
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"}:
+        return f"{name} has layers with {sorted(kinds - {'full_attention'})} attention, which the loop's cache lacks"
+    generation = getattr(model, "generation_config", None)
+    extra = sorted(key for key, neutral in _NEUTRAL.items() if getattr(generation, key, None) not in neutral)
+    if extra:
+        return f"{name}'s generation config sets {', '.join(f'{k}={getattr(generation, k)!r}' for k in extra)}, " \
+               "which generate applies and the loop does not"
+    return None
+
+
+class BufferLayer(DynamicLayer):
+    """One layer's keys and values in buffers ``[N, H, capacity, D]`` allocated at the first update and written in
+    place; ``update`` returns views of the filled part, the same shape the dynamic cache's concatenation returns."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        n, h, _, d = key_states.shape
+        self.key_buffer = key_states.new_empty(n, h, self.capacity, d)  # [N, H, capacity, D]
+        self.value_buffer = value_states.new_empty(n, h, self.capacity, value_states.shape[-1])
+        self.is_initialized = True
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"the decode cache holds {self.capacity} positions; a forward asked for {end}")
+        self.key_buffer[:, :, self.length : end].copy_(key_states)
+        self.value_buffer[:, :, self.length : end].copy_(value_states)
+        self.length = end
+        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]  # [N, H, end, D] views
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        """Keep the rows ``indices`` (new buffers of those rows: once per shrink, not per token)."""
+        if self.is_initialized:
+            self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
+            self.keys, self.values = self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length]
+
+
+class BufferCache(Cache):
+    """A cache of :class:`BufferLayer` s, one per layer, each with room for ``capacity`` positions."""
+
+    def __init__(self, num_layers: int, capacity: int) -> None:
+        super().__init__(layers=[BufferLayer(capacity) for _ in range(num_layers)])
+
+    @classmethod
+    def of(cls, model: nn.Module, capacity: int, prefix: DynamicCache | None = None) -> BufferCache:
+        """A cache for ``model`` (as many layers as its dynamic cache), holding a copy of ``prefix`` when given."""
+        cache = cls(len(DynamicCache(config=model.config).layers), capacity)
+        if prefix is not None:
+            for layer, (keys, values) in zip(cache.layers, ((p.keys, p.values) for p in prefix.layers), strict=True):
+                layer.update(keys, values)
+        return cache
+
+
+def filtered_scores(logits: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
+    """``generate``'s sampling processors on float32 scores ``[n, V]``, in its order and with its ops: divide by the
+    temperature (unless 1), keep the ``top_k`` largest (unless 0), then the smallest set of largest scores whose
+    probability reaches ``top_p`` (unless 1); filtered scores become -inf."""
+    scores = logits if temperature == 1.0 else logits / temperature
+    if top_k:
+        k = min(top_k, scores.size(-1))
+        scores = scores.masked_fill(scores < torch.topk(scores, k)[0][..., -1, None], -float("inf"))
+    if top_p < 1.0:
+        ordered, order = torch.sort(scores, descending=False)  # [n, V]
+        remove = ordered.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)
+        remove[..., -1:] = 0  # keep at least one token
+        scores = scores.masked_fill(remove.scatter(1, order, remove), -float("inf"))
+    return scores
+
+
+def next_tokens(logits: Tensor, sampling: SamplingParams) -> Tensor:
+    """The tokens ``[n]`` drawn from the last position's logits ``[n, V]``: greedy at temperature 0."""
+    scores = logits.to(copy=True, dtype=torch.float32)  # [n, V]
+    if sampling.temperature == 0:
+        return torch.argmax(scores, dim=-1)
+    scores = filtered_scores(scores, sampling.temperature, sampling.top_k, sampling.top_p)
+    return torch.multinomial(nn.functional.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+
+
+def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams, eos_ids: list[int], pad_id: int,
+           prefix: DynamicCache | None = None, shrink: bool = False) -> tuple[Tensor, Tensor]:
+    """Sample up to ``sampling.max_new_tokens`` tokens after the left-padded prompts ``ids, mask [N, Tp]``.
+
+    Returns ``(tokens [N, T], logprobs [N, T])``, ``T`` the steps run (as ``generate``: until every row emitted one
+    of ``eos_ids`` or ``max_new_tokens``); a row's tokens after its EOS are ``pad_id``. ``prefix`` is the cache of
+    every row's prompt but its last token (:func:`~lit_grpo.rollout.prefill.prompt_cache`); without it the first
+    forward runs the whole prompts. With ``shrink``, finished rows leave the batch. Raises :class:`NotServed`,
+    before drawing any random number, when the model ignores the cache it is given.
+    """
+    n, tp = ids.shape
+    steps = sampling.max_new_tokens
+    temperature = sampling.temperature or 1.0
+    tokens = ids.new_full((n, steps), pad_id)  # [N, T]
+    logprobs = torch.zeros(n, steps, dtype=torch.float32, device=ids.device)  # [N, T]
+    # generate drops an all-ones mask (no padding), which selects other attention kernels: do the same
+    attention = None if bool(mask.all()) else torch.cat([mask.long(), mask.new_ones(n, steps, dtype=torch.long)], 1)
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(~mask.bool(), 0)  # [N, Tp], as generate: padding at 0
+    cache = BufferCache.of(model, tp + steps, prefix)
+    first = 0 if prefix is None else tp - 1
+    step_ids, step_positions = ids[:, first:], positions[:, first:]  # [N, Tp - first]
+    eos = torch.as_tensor(eos_ids, dtype=torch.long, device=ids.device)  # [E]
+    unfinished = torch.ones(n, dtype=torch.bool, device=ids.device)  # [N] (rows still in the batch)
+    rows = torch.arange(n, device=ids.device)  # [n] original row of each batch row
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    t = 0
+    for t in range(steps):
+        length = tp + t  # keys the forward attends to
+        out = model(input_ids=step_ids, attention_mask=None if attention is None else attention[:, :length],
+                    position_ids=step_positions, past_key_values=cache, use_cache=True, return_dict=True, **keep)
+        if t == 0 and (out.past_key_values is not cache or cache.get_seq_length() != length):
+            raise NotServed(f"{type(model).__name__}'s forward returns {type(out.past_key_values).__name__}, not "
+                            "the cache it was given")
+        logits = out.logits[:, -1]  # [n, V]
+        sampled = next_tokens(logits, sampling)  # [n]
+        if eos.numel():  # as generate: rows that are done get pad tokens
+            sampled = sampled.masked_fill(~unfinished, pad_id)  # with shrink every row in the batch is unfinished
+            done = torch.isin(sampled, eos)  # [n]
+            unfinished = unfinished & ~done
+        step_logp = token_logprobs(logits, sampled, temperature)  # [n]
+        if shrink:
+            tokens[rows, t], logprobs[rows, t] = sampled, step_logp
+        else:
+            tokens[:, t], logprobs[:, t] = sampled, step_logp
+        if t + 1 == steps or (eos.numel() and not bool(unfinished.any())):
+            break
+        step_ids, step_positions = sampled[:, None], step_positions[:, -1:] + 1  # [n, 1]
+        if shrink and eos.numel() and not bool(unfinished.all()):
+            stay = unfinished.nonzero().squeeze(1)  # [n'] batch rows that go on
+            cache.batch_select_indices(stay)
+            rows, unfinished = rows[stay], unfinished[stay]
+            step_ids, step_positions = step_ids[stay], step_positions[stay]
+            attention = None if attention is None else attention[stay]
+    return tokens[:, : t + 1], logprobs[:, : t + 1]
