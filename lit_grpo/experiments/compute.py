@@ -103,8 +103,9 @@ def matched_section(exp: Experiment, curve: Curve, records: list[RunRecord]) -> 
     """Markdown: per setting and metric, each arm's values at the matched budget (mean, 95% t interval,
     the step at which the runs reached it) and the paired differences between arms by seed (descriptive:
     not in the report's family of tests)."""
+    from lit_grpo.experiments.pairing import arm_pairs
     from lit_grpo.experiments.stats import summarize
-    from lit_grpo.experiments.tables import _arm_pairs, _row, fmt, fmt_p, paired
+    from lit_grpo.experiments.tables import _row, fmt, fmt_p, paired
 
     what = X_LABELS[curve.x]
 
@@ -135,7 +136,7 @@ def matched_section(exp: Experiment, curve: Curve, records: list[RunRecord]) -> 
     paired_rows = []
     for row in rows:
         by_seed = {arm: {seed: v for seed, v, _ in runs if math.isfinite(v)} for arm, runs in row["arms"].items()}
-        for a, b in _arm_pairs(exp, list(by_seed)):
+        for a, b in arm_pairs(exp, list(by_seed)):
             seeds = [s for s in by_seed[a] if s in by_seed[b]]
             if len(seeds) < 2:
                 continue

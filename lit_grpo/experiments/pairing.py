@@ -72,16 +72,22 @@ def shared(a: Pairing, b: Pairing) -> dict[str, str]:
     return out
 
 
+def arm_pairs(exp: Experiment, arms: list[str]) -> list[tuple[str, str]]:
+    """Every pair of arms, or each arm against ``exp.reference``."""
+    if exp.reference is not None:
+        return [(exp.reference, a) for a in arms if a != exp.reference]
+    return list(itertools.combinations(arms, 2))
+
+
 def cell_pairs(exp: Experiment, keys: list[tuple[str, str]]) -> list[tuple[tuple[str, str], tuple[str, str]]]:
     """The (arm, setting) pairs the report compares: arms within a setting (each against ``reference`` when
-    set) and/or settings one sweep axis apart within an arm, as ``exp.tests`` asks."""
+    set) and/or settings one sweep axis apart (``G=2,P=1`` and ``G=2,P=16``) within an arm, as ``exp.tests``
+    asks."""
     pairs = []
     arms = list(dict.fromkeys(a for a, _ in keys))
     settings = list(dict.fromkeys(s for _, s in keys))
     if exp.tests in ("arms", "both"):
-        arm_pairs = ([(exp.reference, a) for a in arms if a != exp.reference] if exp.reference
-                     else list(itertools.combinations(arms, 2)))  # fmt: skip
-        pairs += [((a, s), (b, s)) for s in settings for a, b in arm_pairs if (a, s) in keys and (b, s) in keys]
+        pairs += [((a, s), (b, s)) for s in settings for a, b in arm_pairs(exp, arms) if (a, s) in keys and (b, s) in keys]
     if exp.tests in ("settings", "both"):
         for arm in arms:
             mine = [s for s in settings if (arm, s) in keys]

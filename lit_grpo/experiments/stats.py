@@ -265,12 +265,25 @@ def sign_flip_test(
     differences it is the exact paired permutation test (:func:`paired_sign_flip_test`); its smallest
     possible p is ``2 / 2^n`` (0.0020 for 10 pairs).
     """
-    d = _deviations(values, mu, 1, "sign_flip_test")  # [n]
-    signs, exact = sign_patterns(d.numel(), n_resamples, seed)  # [M, n]
-    means = (signs * d).mean(-1)  # [M]
-    observed = abs(d.mean().item())
-    tol = 1e-9 * (d.abs().max().item() + 1.0)
-    hits = int((means.abs() >= observed - tol).sum())
+    return stratified_sign_flip_test([_deviations(values, mu, 1, "sign_flip_test")], n_resamples, seed)
+
+
+def stratified_sign_flip_test(
+    strata: Sequence[Sequence[float] | Tensor], n_resamples: int = 10000, seed: int = 0
+) -> float:
+    """Two-sided sign-flip test that paired differences are centred on 0 in every stratum, pooled.
+
+    The statistic is the mean over strata of each stratum's mean difference; every difference's sign
+    is flipped independently (all ``2^N`` patterns when ``N <= MAX_EXACT_FLIPS``, else ``n_resamples``
+    random ones, ``p = (1 + hits) / (1 + n_resamples)``). One stratum is :func:`sign_flip_test`.
+    """
+    parts = [_values(s, f"stratum {i}", 1) for i, s in enumerate(strata)]
+    d = torch.cat(parts)  # [N]
+    w = torch.cat([torch.full_like(x, 1 / (len(parts) * x.numel())) for x in parts])  # [N]
+    signs, exact = sign_patterns(d.numel(), n_resamples, seed)  # [M, N]
+    stats = signs @ (w * d)  # [M]
+    observed = abs(float((w * d).sum()))
+    hits = int((stats.abs() >= observed - 1e-9 * (d.abs().max().item() + 1.0)).sum())
     return hits / signs.shape[0] if exact else (1 + hits) / (1 + n_resamples)
 
 

@@ -8,24 +8,21 @@ Everything is computed first (:func:`analyse`), then the family's p-values are a
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
-import torch
-
 from lit_grpo.experiments.collect import RunRecord
+from lit_grpo.experiments.pairing import arm_pairs, cell_pairs
 from lit_grpo.experiments.spec import Experiment, Metric
 from lit_grpo.experiments.stats import (
     benjamini_hochberg_adjust,
     binomial_se,
     holm_adjust,
     one_sample_t_test,
-    paired_t_test,
     permutation_test,
     sign_flip_test,
-    sign_patterns,
     stratified_permutation_test,
+    stratified_sign_flip_test,
     summarize,
     tost_test,
     two_way_anova,
@@ -149,64 +146,18 @@ def pairwise(a: list[float], b: list[float]) -> dict[str, float]:
 
 
 def paired(a: list[float], b: list[float]) -> dict[str, float]:
-    """Paired (same seeds): mean difference, paired t, exact sign-flip and Wilcoxon signed-rank p,
-    the pairs where a is ahead; ``p`` is the paired t's (the sign-flip's when t is undefined)."""
+    """Paired (same seeds): the :func:`one_sample` tests of the differences ``a - b`` against 0, their
+    Wilcoxon signed-rank p and the pairs where a is ahead."""
     d = [x - y for x, y in zip(a, b, strict=True)]
-    out = {"n": float(len(d)), "diff": sum(d) / len(d), "ahead": float(sum(x > 0 for x in d))}
-    out["t"], out["df"], out["p_t"] = paired_t_test(a, b) if len(d) >= 2 else (math.nan,) * 3
-    out["p_flip"] = sign_flip_test(d)
+    out = {"n": float(len(d)), "ahead": float(sum(x > 0 for x in d)), **one_sample(d, 0.0)}
     out["p_wilcoxon"] = wilcoxon_signed_rank_test(d)[1]
-    out["p"] = out["p_t"] if not math.isnan(out["p_t"]) else out["p_flip"]
     return out
 
 
-def stratified_sign_flip_test(strata: list[list[float]], n_resamples: int = 10000, seed: int = 0) -> float:
-    """Two-sided sign-flip test that paired differences are centred on 0 in every stratum, pooled.
-
-    The statistic is the mean over strata of each stratum's mean difference; every difference's sign
-    is flipped independently (all ``2^N`` patterns when ``N <= MAX_EXACT_FLIPS``, else ``n_resamples``
-    random ones, ``p = (1 + hits) / (1 + n_resamples)``). One stratum is :func:`sign_flip_test`.
-    """
-    d = torch.tensor([x for s in strata for x in s], dtype=torch.float64)  # [N]
-    w = torch.tensor([1 / (len(strata) * len(s)) for s in strata for _ in s], dtype=torch.float64)  # [N]
-    signs, exact = sign_patterns(d.numel(), n_resamples, seed)  # [M, N]
-    stats = signs @ (w * d)  # [M]
-    observed = abs(float((w * d).sum()))
-    hits = int((stats.abs() >= observed - 1e-9 * (d.abs().max().item() + 1.0)).sum())
-    return hits / signs.shape[0] if exact else (1 + hits) / (1 + n_resamples)
-
-
-def _one_axis_apart(a: str, b: str) -> bool:
-    """Two setting labels (``G=2,P=1``) that differ in exactly one sweep axis."""
-    return sum(x != y for x, y in zip(a.split(","), b.split(","), strict=True)) == 1
-
-
-def _arm_pairs(exp: Experiment, arms: list[str]) -> list[tuple[str, str]]:
-    """Every pair of arms, or each arm against ``exp.reference``."""
-    if exp.reference is not None:
-        return [(exp.reference, a) for a in arms if a != exp.reference]
-    return list(itertools.combinations(arms, 2))
-
-
 def _pairs(exp: Experiment, cell_list: list[Cell]) -> list[tuple[Cell, Cell]]:
-    """Arms within a setting; settings one sweep axis apart within an arm (as ``exp.tests`` asks)."""
-    pairs = []
-    if exp.tests in ("arms", "both"):
-        by_key = {(c.setting, c.arm): c for c in cell_list}
-        arms = list(dict.fromkeys(c.arm for c in cell_list))
-        for setting in dict.fromkeys(c.setting for c in cell_list):
-            pairs += [(by_key[setting, a], by_key[setting, b]) for a, b in _arm_pairs(exp, arms)]
-    if exp.tests in ("settings", "both"):
-        by_arm: dict[str, list[Cell]] = {}
-        for c in cell_list:
-            by_arm.setdefault(c.arm, []).append(c)
-        pairs += [
-            (a, b)
-            for group in by_arm.values()
-            for a, b in itertools.combinations(group, 2)
-            if _one_axis_apart(a.setting, b.setting)
-        ]
-    return pairs
+    """The pairs of cells :func:`~lit_grpo.experiments.pairing.cell_pairs` compares."""
+    by_key = {(c.arm, c.setting): c for c in cell_list}
+    return [(by_key[a], by_key[b]) for a, b in cell_pairs(exp, list(by_key))]
 
 
 def compare_cells(a: Cell, b: Cell) -> dict[str, float]:
@@ -241,7 +192,7 @@ def pooled_tests(exp: Experiment, cell_list: list[Cell]) -> list[dict]:
     by_key = {(c.setting, c.arm): c for c in cell_list}
     arms = list(dict.fromkeys(c.arm for c in cell_list))
     out = []
-    for a, b in _arm_pairs(exp, arms):
+    for a, b in arm_pairs(exp, arms):
         for name, group in _pools(settings).items():
             cells_ = [(by_key[s, a], by_key[s, b]) for s in group if by_key[s, a].values and by_key[s, b].values]
             if len(cells_) < 2:
