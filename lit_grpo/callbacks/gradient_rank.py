@@ -20,8 +20,7 @@ from lit_grpo.callbacks._common import (
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.gradients import (
     LinearTarget,
-    per_completion_gradients,
-    project_rows,
+    gradient_row_blocks,
     rows_spectrum_summary,
     take_rows,
 )
@@ -163,30 +162,14 @@ class GradientRank(Callback):
     def matrix(self, pl_module: LightningModule, rollouts, coef: torch.Tensor):
         """The rows ``coef_i * grad log pi(y_i)`` of ``rollouts``, projected if asked: ``[n, D]``; with
         ``per_layer`` also each target's block ``[n, D_target]`` (else None)."""
-        step = self.probe.micro_batch_size or len(rollouts)
-        parts, layer_parts = [], []
         with fork_rng(pl_module):
-            for start in range(0, len(rollouts), step):
-                mb = take_rows(rollouts, list(range(start, min(start + step, len(rollouts)))))
-                blocks = per_completion_gradients(
-                    pl_module.policy,
-                    mb,
-                    coef[start : start + step],
-                    self.targets,
-                    pl_module.sampling.temperature,
-                )
-                if self.probe.projection_dim is not None:
-                    blocks = [
-                        sum(
-                            project_rows(b, self.probe.projection_dim, self.probe.seed, stream=j)
-                            for j, b in enumerate(blocks)
-                        )
-                    ]
-                if self.per_layer:
-                    layer_parts.append([b.detach() for b in blocks])
-                parts.append(torch.cat(blocks, dim=1).detach())
-        layers = [torch.cat(col) for col in zip(*layer_parts, strict=True)] if self.per_layer else None
-        return torch.cat(parts), layers
+            blocks = gradient_row_blocks(
+                pl_module.policy, rollouts, coef, self.targets, pl_module.sampling.temperature,
+                self.probe.projection_dim, self.probe.seed, self.probe.micro_batch_size,
+            )  # fmt: skip
+            rows = torch.cat([b for _, b in blocks])
+        layers = list(rows.split([t.numel for t in self.targets], dim=1)) if self.per_layer else None
+        return rows, layers
 
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer) -> None:
         if not self.weights or not self._weights_pending:
