@@ -12,7 +12,7 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
-from lit_grpo.callbacks._common import fork_rng, require_run
+from lit_grpo.callbacks._common import fork_rng, log_scalars, require_run
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.passk import pass_at_k_ks, pass_at_k_per_prompt
 from lit_grpo.types import PromptBatch, SamplingParams
@@ -175,22 +175,15 @@ class TestSplitReport(Callback):
             return
         self.start = self.score(trainer, pl_module)
         metrics = {f"test/before/{k}": v for k, v in self.summary(self.start).items()}
-        self._log(trainer, metrics, trainer.global_step)
+        log_scalars(trainer, metrics, trainer.global_step)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         result = self.score(trainer, pl_module)
         metrics = {f"test/{k}": v for k, v in self.summary(result).items()}
-        self._log(trainer, metrics, trainer.global_step)
+        log_scalars(trainer, metrics, trainer.global_step)
         self.write(trainer, result)
         lines = [f"  {k:<24} {v:.4f}" for k, v in metrics.items()]
         rank_zero_only(print)(f"Test split ({len(result['id'])} prompts):\n" + "\n".join(lines))
-
-    @staticmethod
-    def _log(trainer: Trainer, metrics: dict[str, float], step: int) -> None:
-        finite = {k: v for k, v in metrics.items() if math.isfinite(v)}
-        if trainer.is_global_zero:
-            for logger in trainer.loggers:
-                logger.log_metrics(finite, step=step)
 
     def write(self, trainer: Trainer, result: dict[str, list]) -> Path | None:
         """``test_prompts.csv`` in the first logger's directory (rank 0 only)."""
