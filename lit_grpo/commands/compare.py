@@ -28,67 +28,42 @@ def build_parser() -> argparse.ArgumentParser:
         "and write a report per experiment: tables over seeds, tests, figures, the commands.",
     )
     p.add_argument(
-        "--config",
-        nargs="+",
-        action="extend",
-        required=True,
-        metavar="YAML",
+        "--config", nargs="+", action="extend", required=True, metavar="YAML",
         help="experiment config(s): files, or built-in experiments by name, e.g. degeneracy (`lit-grpo configs "
         "list`); several run one after another",
     )
     p.add_argument("--quick", action="store_true", help="smoke size: each config's `quick` section (for CI)")
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        help="runs at a time with --executor local (default: CPU cores // the experiment's threads_per_run)",
-    )
+    p.add_argument("--jobs", type=int, default=None,
+                   help="runs at a time with --executor local (default: CPU cores // the experiment's threads_per_run)")
     p.add_argument("--root", default="runs/experiments", help="where runs, prepared models and reports go")
     p.add_argument("--report-only", action="store_true", help="collect and report without running anything")
-    p.add_argument(
-        "--dry-run", action="store_true", help="check the configs and print the commands, run nothing"
-    )
+    p.add_argument("--dry-run", action="store_true", help="check the configs and print the commands, run nothing")
     p.add_argument("--skip-failed", action="store_true", help="do not retry runs that failed before")
+    p.add_argument("--run-timeout", type=float, default=None, help="seconds after which a run is stopped (failed)")
     p.add_argument(
-        "--run-timeout", type=float, default=None, help="seconds after which a run is stopped (failed)"
-    )
-    p.add_argument(
-        "--executor",
-        choices=EXECUTORS,
-        default="local",
+        "--executor", choices=EXECUTORS, default="local",
         help="where the runs execute: local (this machine, --jobs at a time), ray (a Ray task per run with the "
         "experiment's `resources`; extra lit-grpo[ray]) or slurm (a job per run via submitit; extra lit-grpo[slurm]). "
         "ray and slurm need the results directory (--root) on a filesystem every node sees; docs/grids.md",
     )
+    p.add_argument("--ray-address", metavar="HOST:PORT", default=None,
+                   help="with --executor ray: join this running Ray cluster (default: start Ray on this machine)")
     p.add_argument(
-        "--ray-address",
-        metavar="HOST:PORT",
-        default=None,
-        help="with --executor ray: join this running Ray cluster (default: start Ray on this machine)",
-    )
-    p.add_argument(
-        "--max-retries",
-        type=int,
-        default=2,
+        "--max-retries", type=int, default=2,
         help="with --executor ray or slurm: times a run is tried again when its worker dies (ray) or it exits "
         "75, interrupted (pre-empted)",
     )
     p.add_argument("--partition", default=None, help="with --executor slurm: the jobs' Slurm partition")
     p.add_argument("--account", default=None, help="with --executor slurm: the jobs' Slurm account")
+    p.add_argument("--slurm-time", type=int, default=24 * 60, metavar="MINUTES",
+                   help="with --executor slurm: each job's time limit")
     p.add_argument(
-        "--slurm-time", type=int, default=24 * 60, metavar="MINUTES", help="with --executor slurm: each job's time limit"
-    )
-    p.add_argument(
-        "--publish",
-        metavar="DIR",
-        default=None,
+        "--publish", metavar="DIR", default=None,
         help="also copy the report, runs.csv (select.csv) and figures to DIR/<name>/, e.g. docs/results "
         "(full mode only), so that the numbers quoted from them can be recomputed from the repository",
     )
     p.add_argument(
-        "--from-csv",
-        metavar="CSV",
-        default=None,
+        "--from-csv", metavar="CSV", default=None,
         help="with --report-only and one config: rebuild the report's tables from a runs.csv (e.g. "
         "docs/results/<name>/runs.csv) instead of the run directories (no curves)",
     )
@@ -100,16 +75,9 @@ def _record_invocation(out: Path, exp, ran: int, wall: float, jobs: int | str) -
 
     path = out / INVOCATIONS_FILE
     history = json.loads(path.read_text()) if path.is_file() else []
-    history.append(
-        {
-            "command": compare_command(exp),
-            "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "ran": ran,
-            "wall_s": round(wall, 1),
-            "jobs": jobs,
-            "cpus": os.cpu_count(),
-        }
-    )
+    date = datetime.datetime.now().isoformat(timespec="seconds")
+    history.append({"command": compare_command(exp), "date": date, "ran": ran, "wall_s": round(wall, 1),
+                    "jobs": jobs, "cpus": os.cpu_count()})
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(history, indent=1))
 

@@ -66,18 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lit-grpo curves", description="Draw estimator weight curves omega(p) before spending compute."
     )
-    parser.add_argument(
-        "--estimators",
-        nargs="+",
-        default=["GRPO", "DrGRPO", "Sign", "MaxRL", "SoftmaxGRPO"],
-        help="estimator names or class paths, with optional ':key=value,...' arguments",
-    )
+    parser.add_argument("--estimators", nargs="+", default=["GRPO", "DrGRPO", "Sign", "MaxRL", "SoftmaxGRPO"],
+                        help="estimator names or class paths, with optional ':key=value,...' arguments")
     parser.add_argument("--group-size", "-G", type=int, default=8, help="group size G (default 8)")
     parser.add_argument("--points", type=int, default=199, help="pass rates drawn in (0, 1) (default 199)")
     parser.add_argument("--out", default=None, help="write the figure to this PNG file")
-    parser.add_argument(
-        "--logdir", default=None, help="write the figure as a TensorBoard event in this directory"
-    )
+    parser.add_argument("--logdir", default=None, help="write the figure as a TensorBoard event in this directory")
     return parser
 
 

@@ -25,43 +25,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="a lit-grpo fit config (policy, reward, sampling, data)")
     p.add_argument("--out", required=True, help="output directory for bins.csv, prompts.csv and omega.png")
     src = p.add_mutually_exclusive_group()
-    src.add_argument(
-        "--model", default=None, help="a saved model directory to measure instead of the config's"
-    )
+    src.add_argument("--model", default=None, help="a saved model directory to measure instead of the config's")
     src.add_argument("--ckpt", default=None, help="a Lightning checkpoint (.ckpt) of this config to load")
     p.add_argument(
-        "--estimators",
-        nargs="+",
-        default=list(DEFAULT_ESTIMATORS),
+        "--estimators", nargs="+", default=list(DEFAULT_ESTIMATORS),
         help="estimator names or class paths with optional ':key=value,...' (GRPO:std=population); "
         "batch-coupled ones (ReinforcePlusPlus, GPG, GRPO scale=batch) have no per-prompt estimate",
     )
     p.add_argument("--split", default="val", choices=["train", "val", "test"], help="where prompts come from")
     p.add_argument("--num-prompts", type=int, default=32, help="prompts measured (the first of the split)")
     p.add_argument("--ref-group-size", type=int, default=256, help="completions drawn per prompt (>= 256)")
-    p.add_argument(
-        "--group-size", "-G", type=int, default=None, help="G of the estimates (default: the config's)"
-    )
+    p.add_argument("--group-size", "-G", type=int, default=None, help="G of the estimates (default: the config's)")
     p.add_argument("--subsamples", type=int, default=2000, help="size-G subsamples per prompt")
     p.add_argument("--k", type=int, default=4, help="the k of the pass@k and log pass@k objectives")
-    p.add_argument(
-        "--maxrl-T", type=int, default=None, help="truncation T of the MaxRL objective (default G - 1)"
-    )
-    p.add_argument(
-        "--params",
-        nargs="+",
-        default=None,
-        help="regular expressions choosing nn.Linear parameters (default: every Linear weight)",
-    )
+    p.add_argument("--maxrl-T", type=int, default=None, help="truncation T of the MaxRL objective (default G - 1)")
+    p.add_argument("--params", nargs="+", default=None,
+                   help="regular expressions choosing nn.Linear parameters (default: every Linear weight)")
     p.add_argument("--lora", action="store_true", help="use the LoRA parameters")
     p.add_argument("--projection-dim", type=int, default=None, help="project the rows to this many dims")
     p.add_argument("--micro-batch-size", type=int, default=128, help="completions per gradient forward")
     p.add_argument("--seed", type=int, default=0, help="seeds sampling, the projection and the subsamples")
-    p.add_argument(
-        "--allow-small-reference",
-        action="store_true",
-        help="allow --ref-group-size below 256 (smoke tests only: the reference is then noisy)",
-    )
+    p.add_argument("--allow-small-reference", action="store_true",
+                   help="allow --ref-group-size below 256 (smoke tests only: the reference is then noisy)")
     return p
 
 
@@ -69,9 +54,7 @@ def _problems(args: argparse.Namespace, G: int, estimators: dict) -> list[str]:
     """What is wrong with the options at group size ``G`` (nothing: an empty list)."""
     problems = []
     if args.ref_group_size < 256 and not args.allow_small_reference:
-        problems.append(
-            f"--ref-group-size {args.ref_group_size} is below 256; the reference must be a large group"
-        )
+        problems.append(f"--ref-group-size {args.ref_group_size} is below 256; the reference must be a large group")
     if not 1 <= G <= args.ref_group_size:
         problems.append(f"the group size {G} must lie in [1, --ref-group-size {args.ref_group_size}]")
     if args.num_prompts < 1:
