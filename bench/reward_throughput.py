@@ -1,7 +1,7 @@
 """Reward scoring throughput (items/s), in process and in a worker pool, and its share of a step.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/reward_throughput.py --items 512 --workers 1 2 \
-        --quickstart-steps 5
+        --quickstart-steps 5 [--json docs/results/reward_throughput.json]
 
 Prints a markdown table: items/s of each reward on a fixed mix of completions (GSM8K-style, boxed
 LaTeX, answer tags, wrong and missing answers), the pool's start-up time, and, with
@@ -13,6 +13,7 @@ MathVerify in its place.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
@@ -123,22 +124,38 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 2], help="pool sizes to measure")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per reward (the median is kept)")
     parser.add_argument("--quickstart-steps", type=int, default=0, help="also time quickstart steps")
+    parser.add_argument("--json", default=None, help="also write the results and the load here")
     args = parser.parse_args()
 
     import torch
 
+    load_before = os.getloadavg()[0]
     print(f"Hardware: {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs; "
           f"Python {platform.python_version()}, torch {torch.__version__}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}\n")  # fmt: skip
     print(f"| reward ({args.items} items per call) | items/s | note |\n|---|---:|---|")
-    for name, rate, note in reward_rows(args.items, args.workers, args.repeats):
+    rewards = reward_rows(args.items, args.workers, args.repeats)
+    for name, rate, note in rewards:
         print(f"| {name} | {rate:,.0f} | {note} |")
-    if args.quickstart_steps:
+    steps = quickstart_rows(args.quickstart_steps) if args.quickstart_steps else []
+    if steps:
         print(
             "\n| quickstart step (16 x 8 completions) | score s/step | step s | scoring share |\n|---|---:|---:|---:|"
         )
-        for name, score, step in quickstart_rows(args.quickstart_steps):
+        for name, score, step in steps:
             print(f"| {name} | {score:.3f} | {step:.2f} | {score / step:.1%} |")
+    if args.json:
+        record = {
+            "settings": {k: getattr(args, k) for k in ("items", "workers", "repeats", "quickstart_steps")},
+            "machine": {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                        "python": platform.python_version(), "torch": torch.__version__,
+                        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                        "load_1min_before": load_before, "load_1min_after": os.getloadavg()[0]},
+            "rewards": [{"reward": name, "items_per_s": rate, "note": note} for name, rate, note in rewards],
+            "quickstart": [{"reward": name, "score_s": score, "step_s": step} for name, score, step in steps],
+        }  # fmt: skip
+        with open(args.json, "w") as f:
+            f.write(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

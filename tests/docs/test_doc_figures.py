@@ -13,7 +13,7 @@ import torch
 from lit_grpo.commands.curves import omega
 from lit_grpo.diagnostics.weight_curve import TABLE_PS, format_table
 from tests.docs.doc_tables import Pct, mismatches
-from tests.docs.test_doc_numbers import ROOT, _doc, _json, _says
+from tests.docs.test_doc_numbers import ROOT, _doc, _json, _says, _table_problems
 
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -68,3 +68,34 @@ def test_the_pairing_doc_prints_the_sampler_agreement():
     again = agreement(s["vocab"], s["noise"], s["draws"], s["seed"], s["data_seed"])
     assert all(abs(again[k] - data[k]) < 0.01 for k in ("same_seed", "other_seed"))
     assert not problems, _problems("docs/pairing.md", problems)
+
+
+# ---- docs/data.md: reward scoring throughput, docs/results/reward_throughput.json ---------------------------------
+
+
+def test_the_data_doc_prints_the_reward_throughput_run():
+    doc = re.sub(r"(\d),(\d{3})\b", r"\1\2", _doc("docs/data.md"))  # 841,341 items/s read as one number
+    data = _json("reward_throughput.json")
+    rates = {r["reward"]: r["items_per_s"] for r in data["rewards"]}
+    start = {r["reward"]: float(re.search(r"pool start ([\d.]+) s", r["note"]).group(1))
+             for r in data["rewards"] if "pool" in r["note"]}  # fmt: skip
+    in_process = rates["MathVerify, in process"]
+    problems = _table_problems(doc, "reward (512 items per call)", {
+        "ExactMatch, in process": [rates["ExactMatch, in process"]],
+        "TextSimilarity, in process": [rates["TextSimilarity, in process"]],
+        "MathVerify, in process": [in_process, 1000 / in_process],
+        "MathVerify, pool of 1": [rates["MathVerify, pool of 1"], start["MathVerify, pool of 1"]],
+        "MathVerify, pool of 2": [rates["MathVerify, pool of 2"], start["MathVerify, pool of 2"]],
+    })  # fmt: skip
+    steps = {r["reward"]: r for r in data["quickstart"]}
+    problems += _table_problems(doc, "reward | scoring s/step", {
+        k: [r["score_s"], r["step_s"], Pct(r["score_s"] / r["step_s"])] for k, r in steps.items()})  # fmt: skip
+    m = data["machine"]
+    problems += _says(doc, r"load average ([\d.]+) at the start and\n([\d.]+) at the end", m["load_1min_before"],
+                      m["load_1min_after"])  # fmt: skip
+    problems += _says(doc, r"it adds one\nstart-up of about (\d+) s", start["MathVerify, pool of 1"])
+    problems += _says(doc, r"at about (\d+) ms per realistic item, a GSM8K step of (\d+) × (\d+)\ncompletions spends "
+                      r"about ([\d.]+) s scoring", 1000 / in_process, None, None, 32 * 8 / in_process)  # fmt: skip
+    if min(rates["MathVerify, pool of 1"], rates["MathVerify, pool of 2"]) < in_process:
+        problems.append("the pool was slower per item than scoring in process, as the doc says it was not")
+    assert not problems, _problems("docs/data.md", problems)
