@@ -16,7 +16,8 @@ from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.lora import LoraSettings, apply_lora, base_model
 from lit_grpo.models.tiny import char_tokenizer, tiny_config
 from lit_grpo.rollout import HFGenerateEngine
-from lit_grpo.rollout.decode import filtered_scores
+from lit_grpo.rollout.decode import decode, filtered_scores
+from lit_grpo.rollout.functional import encode_prompts
 from lit_grpo.types import SamplingParams
 
 PROMPTS = ["1+2=", "37+45=", "99+9="]  # 4 and 6 characters: left padding in the batch
@@ -24,16 +25,18 @@ STEPS = 10
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _policy(eos_bias: float = 2.0, keep: list[int] | None = None):
+def _policy(eos_bias: float = 2.0, keep: dict[int, float] | None = None):
     """A random tiny Qwen2 with a bias on its head: ``eos_bias`` on EOS (about one chance in six per token at 2.0,
-    so completions end at every position), and with ``keep`` every other token made negligible (-20)."""
+    so completions end at every position), and with ``keep`` (token -> bias) every token but EOS and those made
+    negligible (bias -20)."""
     tokenizer = char_tokenizer()
     torch.manual_seed(0)
     policy = AutoModelForCausalLM.from_config(tiny_config(tokenizer, "tiny")).float()
     policy.generation_config.eos_token_id = tokenizer.eos_token_id
     bias = torch.zeros(policy.config.vocab_size)
     if keep is not None:
-        bias.fill_(-20.0)[keep] = 0.0
+        bias.fill_(-20.0)[list(keep)] = torch.tensor(list(keep.values()))
+        bias[tokenizer.eos_token_id] = 0.0
     bias[tokenizer.eos_token_id] += eos_bias
     policy.lm_head.bias = torch.nn.Parameter(bias)
     policy.eval()
@@ -183,20 +186,41 @@ def _chi_square_p(a: Counter, b: Counter, min_count: int = 20) -> tuple[float, i
 
 def test_with_shrink_the_samples_follow_generates_distribution():
     """Whole completions of at most 4 tokens over three likely tokens (EOS, "a", "b": 1 + 2 + 4 + 8 + 16 outcomes
-    per prompt), of two prompts, 4000 from each engine, compared by a chi-square test at alpha = 1e-3. Fixed seeds,
-    so the outcome is the same at every run."""
-    tokenizer = char_tokenizer()
-    policy, tokenizer = _policy(eos_bias=0.5, keep=tokenizer.convert_tokens_to_ids(["a", "b"]))
-    sampling = SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=4)
+    per prompt), of two prompts, 8000 from each engine, compared by a chi-square test at alpha = 1e-3. Fixed seeds,
+    so the outcome is the same at every run (p = 0.62 here, 35 degrees of freedom); sampling at a temperature 10%
+    off in the shrinking loop fails it (p = 1e-5)."""
+    a, b = char_tokenizer().convert_tokens_to_ids(["a", "b"])
+    policy, tokenizer = _policy(eos_bias=0.0, keep={a: 1.5, b: 0.0})  # spread logits: the temperature matters
+    sampling = SamplingParams(temperature=0.7, max_new_tokens=4)
     counts = {}
     for decoder, shrink, seed in [("generate", False, 1), ("own", True, 2)]:
-        r = _generate(policy, tokenizer, sampling, seed=seed, n=2000, prompts=["1+2=", "x"], decoder=decoder,
+        r = _generate(policy, tokenizer, sampling, seed=seed, n=4000, prompts=["1+2=", "x"], decoder=decoder,
                       shrink=shrink)
-        counts[decoder] = Counter((row // 2000, *ids[m].tolist()) for row, (ids, m) in
+        counts[decoder] = Counter((row // 4000, *ids[m].tolist()) for row, (ids, m) in
                                   enumerate(zip(r.completion_ids, r.completion_mask, strict=True)))
     p, dof = _chi_square_p(counts["generate"], counts["own"])
     assert dof >= 20  # enough outcomes for the test to see a changed distribution
     assert p > 1e-3, f"p = {p:.2e} over {dof} degrees of freedom"
+
+
+def test_the_loop_returns_generates_sequences_pads_included(tiny):
+    """The loop's own output, before the engine masks anything: tokens after a row's EOS are pad tokens, and the
+    steps run end where generate's do."""
+    policy, tokenizer = tiny
+    ids, mask = encode_prompts(tokenizer, PROMPTS)
+    ids, mask = ids.repeat_interleave(8, 0), mask.repeat_interleave(8, 0).long()  # [24, Tp]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=STEPS)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    for seed in range(3):
+        torch.manual_seed(seed)
+        expected = policy.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
+                                   max_new_tokens=STEPS, pad_token_id=pad, eos_token_id=eos)  # [N, Tp + T]
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            tokens, logprobs = decode(policy, ids, mask, sampling, [eos], pad)
+        assert torch.equal(tokens, expected[:, ids.shape[1]:]) and logprobs.shape == tokens.shape
+        after = (tokens == eos).long().cumsum(-1) - (tokens == eos).long() > 0  # [N, T] after the first EOS
+        assert after.any() and (tokens[after] == pad).all()
 
 
 def test_filtered_scores_are_the_transformers_processors():
