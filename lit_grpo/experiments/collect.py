@@ -46,22 +46,13 @@ def reduce_series(series: Series, how: str, tail: float = 0.2) -> float:
     values = [v for _, v in series]
     if not values:
         return math.nan
-    if how == "last":
-        return values[-1]
-    if how == "first":
-        return values[0]
-    if how == "delta":
-        return values[-1] - values[0]
-    if how == "mean":
-        return sum(values) / len(values)
-    if how == "min":
-        return min(values)
-    if how == "max":
-        return max(values)
-    if how == "tail":
-        kept = values[-max(1, math.ceil(tail * len(values))) :]
-        return sum(kept) / len(kept)
-    raise ValueError(f"reduce={how!r} is not one of last, first, delta, mean, min, max, tail")
+    kept = values[-max(1, math.ceil(tail * len(values))) :]
+    reducers = {"last": lambda: values[-1], "first": lambda: values[0], "delta": lambda: values[-1] - values[0],
+                "mean": lambda: sum(values) / len(values), "min": lambda: min(values), "max": lambda: max(values),
+                "tail": lambda: sum(kept) / len(kept)}  # fmt: skip
+    if how not in reducers:
+        raise ValueError(f"reduce={how!r} is not one of last, first, delta, mean, min, max, tail")
+    return reducers[how]()
 
 
 def chance_corrected(accuracy: float, chance: float) -> float:

@@ -132,15 +132,8 @@ class SlurmExecutor:
 
     kind, progress_every = "Slurm jobs", PROGRESS_EVERY
 
-    def __init__(
-        self,
-        retries: int,
-        folder: str | Path,
-        partition: str | None,
-        account: str | None,
-        minutes: int,
-        cluster: str = "slurm",
-    ) -> None:
+    def __init__(self, retries: int, folder: str | Path, partition: str | None, account: str | None, minutes: int,
+                 cluster: str = "slurm") -> None:
         submitit = _import("submitit", "slurm")
         if cluster == "slurm" and shutil.which("sbatch") is None:
             raise ValueError("--executor slurm: no `sbatch` on PATH; run lit-grpo compare where jobs are submitted")
@@ -176,15 +169,8 @@ class SlurmExecutor:
             job.cancel(check=False)
 
 
-def make_executor(
-    name: str,
-    retries: int,
-    address: str | None,
-    folder: str | Path,
-    partition: str | None,
-    account: str | None,
-    minutes: int,
-) -> RayExecutor | SlurmExecutor:
+def make_executor(name: str, retries: int, address: str | None, folder: str | Path, partition: str | None,
+                  account: str | None, minutes: int) -> RayExecutor | SlurmExecutor:
     """The ``ray`` or ``slurm`` executor of ``lit-grpo compare``'s options (``local`` is made per grid, for its
     ``--jobs``)."""
     if name == "ray":

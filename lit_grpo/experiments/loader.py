@@ -35,28 +35,8 @@ from lit_grpo.experiments.spec import (
 )
 
 _LABEL = re.compile(r"[A-Za-z0-9_.+-]+")
-_KEYS = {
-    "name",
-    "claim",
-    "runtime",
-    "base",
-    "args",
-    "arms",
-    "seeds",
-    "sweep",
-    "prepare",
-    "metrics",
-    "curves",
-    "profiles",
-    "threads_per_run",
-    "resources",
-    "seed_args",
-    "tests",
-    "reference",
-    "select",
-    "test",
-    "quick",
-}
+_KEYS = {"name", "claim", "runtime", "base", "args", "arms", "seeds", "sweep", "prepare", "metrics", "curves",
+         "profiles", "threads_per_run", "resources", "seed_args", "tests", "reference", "select", "test", "quick"}
 #: Metrics of lit_grpo.callbacks.TestSplitReport that log their prompt-sampling SE under ``<name>_se``.
 _TEST_SE = re.compile(r"test/(before/)?(accuracy|reward_mean|skill|pass@\d+)")
 
@@ -123,11 +103,8 @@ def _check_estimator(name: str, where: str) -> None:
 def _overlay_estimators(paths: tuple[str, ...], where: str) -> None:
     """Check the estimator class paths named by LightningCLI overlay files."""
     for p in paths:
-        est = (
-            ((yaml.safe_load(Path(p).read_text()) or {}).get("model") or {})
-            .get("init_args", {})
-            .get("estimator")
-        )
+        model = (yaml.safe_load(Path(p).read_text()) or {}).get("model") or {}
+        est = model.get("init_args", {}).get("estimator")
         name = est.get("class_path") if isinstance(est, dict) else est
         if name:
             _check_estimator(str(name), f"{where} ({p})")
@@ -164,9 +141,7 @@ def _arm(label: str, data: Any, where: str, named_in: Path) -> Arm:
     init_args = data.get("init_args") or {}
     if init_args and estimator is None:
         raise _fail(f"{where}.init_args", "needs `estimator` (the class they are passed to)")
-    return Arm(
-        _label(label, where), configs, estimator, dict(init_args), _strs(data.get("args"), f"{where}.args")
-    )
+    return Arm(_label(label, where), configs, estimator, dict(init_args), _strs(data.get("args"), f"{where}.args"))
 
 
 def _metric(data: Any, where: str, callbacks: tuple[str, ...]) -> Metric:
@@ -283,15 +258,8 @@ def _profile(data: Any, where: str, callbacks: tuple[str, ...]) -> Profile:
     if not metrics or len(x) != len(metrics):
         raise _fail(where, f"x ({len(x)} values) must give one position per metric ({len(metrics)})")
     reduces = tuple(_choice(r, Reduce, f"{where}.reduce") for r in _strs(data.get("reduce", "last"), where))
-    return Profile(
-        metrics,
-        x,
-        reduces,
-        str(data.get("xlabel", "")),
-        bool(data.get("log2", False)),
-        str(data.get("title", "")),
-        baseline,
-    )
+    xlabel, title = str(data.get("xlabel", "")), str(data.get("title", ""))
+    return Profile(metrics, x, reduces, xlabel, bool(data.get("log2", False)), title, baseline)
 
 
 def _sweep(data: Any, keep: dict, where: str):
@@ -318,11 +286,7 @@ def _prepare(data: Any, where: str, named_in: Path) -> tuple[Prepare, ...]:
     for name, step in _keys(data or {}, set(data or {}), where).items():
         step = _keys(step, {"command", "quick_args", "require"}, f"{where}.{name}")
         command = _strs(step.get("command"), f"{where}.{name}.command")
-        if (
-            not command
-            or command[0] not in ("fit", "validate", "test")
-            or not any("{output}" in c for c in command)
-        ):
+        if not command or command[0] not in ("fit", "validate", "test") or not any("{output}" in c for c in command):
             raise _fail(
                 f"{where}.{name}.command",
                 "must be lit-grpo arguments starting with fit/validate/test and "
@@ -330,9 +294,7 @@ def _prepare(data: Any, where: str, named_in: Path) -> tuple[Prepare, ...]:
             )
         command, configs = _config_args(command, named_in)
         require = _requirement(step.get("require"), f"{where}.{name}.require", command, configs)
-        steps.append(
-            Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where), require)
-        )
+        steps.append(Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where), require))
     return tuple(steps)
 
 
@@ -417,15 +379,10 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     if not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
         raise _fail(f"{where}: seeds", f"{seeds} must be distinct integers")
     prepared = _prepare(data.get("prepare"), f"{where}: prepare", source)
-    args = _strs(data.get("args"), f"{where}: args") + (
-        _strs(q.get("args"), f"{where}: quick.args") if quick else ()
-    )
+    args = _strs(data.get("args"), f"{where}: args") + (_strs(q.get("args"), f"{where}: quick.args") if quick else ())
     sweep = _sweep(data.get("sweep"), (q.get("sweep") or {}) if quick else {}, f"{where}: sweep")
     texts = list(args) + [a for _, items in sweep for _, xs in items for a in xs]
-    arms = tuple(
-        _arm(str(k), v, f"{where}: arms.{k}", source)
-        for k, v in _keys(data["arms"], set(data["arms"]), where).items()
-    )
+    arms = tuple(_arm(str(k), v, f"{where}: arms.{k}", source) for k, v in _keys(data["arms"], set(data["arms"]), where).items())
     _check_prepared(texts + [a for arm in arms for a in arm.args], {p.name for p in prepared}, where)
     base = _files(_strs(data.get("base"), f"{where}: base"), f"{where}: base", source)
     callbacks = callback_paths(
@@ -460,12 +417,8 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
         args=args,
         sweep=sweep,
         prepare=prepared,
-        curves=tuple(
-            _curve(c, f"{where}: curves[{i}]", callbacks) for i, c in enumerate(data.get("curves") or [])
-        ),
-        profiles=tuple(
-            _profile(p, f"{where}: profiles[{i}]", callbacks) for i, p in enumerate(data.get("profiles") or [])
-        ),
+        curves=tuple(_curve(c, f"{where}: curves[{i}]", callbacks) for i, c in enumerate(data.get("curves") or [])),
+        profiles=tuple(_profile(p, f"{where}: profiles[{i}]", callbacks) for i, p in enumerate(data.get("profiles") or [])),
         threads_per_run=threads,
         resources=_resources(data.get("resources"), threads, f"{where}: resources"),
         seed_args=_strs(data.get("seed_args"), where) or DEFAULT_SEED_ARGS,

@@ -63,16 +63,8 @@ def needs_run(run: Run, retry_failed: bool = True) -> bool:
 
 
 def _env(threads: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {
-            "OMP_NUM_THREADS": str(threads),
-            "MKL_NUM_THREADS": str(threads),
-            "TOKENIZERS_PARALLELISM": "false",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return env
+    threads_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    return {**os.environ, **threads_env, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
 
 
 def _call(args: tuple[str, ...], log: Path, threads: int, timeout: float | None) -> tuple[int | str, float]:
@@ -80,13 +72,9 @@ def _call(args: tuple[str, ...], log: Path, threads: int, timeout: float | None)
     start = time.monotonic()
     with open(log, "w") as out:
         try:
-            rc: int | str = subprocess.run(
-                [sys.executable, "-c", _LAUNCH, str(os.getpid()), *args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=_env(threads),
-                timeout=timeout,
-            ).returncode
+            command = [sys.executable, "-c", _LAUNCH, str(os.getpid()), *args]
+            rc: int | str = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=_env(threads),
+                                           timeout=timeout).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
     return rc, time.monotonic() - start
@@ -115,26 +103,15 @@ def run_one(run: Run, threads: int, timeout: float | None = None, token: str = "
 
 
 def _record(run: Run, rc: int | str, seconds: float, attempt: int) -> dict:
-    status = {
-        "status": "done" if rc == 0 else "failed",
-        "returncode": rc,
-        "seconds": round(seconds, 2),
-        "args": list(run.args),
-        "log": str(run.log_path),
-        "attempt": attempt,
-    }
+    status = {"status": "done" if rc == 0 else "failed", "returncode": rc, "seconds": round(seconds, 2),
+              "args": list(run.args), "log": str(run.log_path), "attempt": attempt}
     run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / STATUS_FILE).write_text(json.dumps(status, indent=1))
     return status
 
 
-def run_prepare(
-    exp: Experiment,
-    root: str | Path = "runs/experiments",
-    threads: int = 1,
-    echo: Callable[[str], None] = print,
-    executor=None,
-) -> dict[str, Path]:
+def run_prepare(exp: Experiment, root: str | Path = "runs/experiments", threads: int = 1,
+                echo: Callable[[str], None] = print, executor=None) -> dict[str, Path]:
     """Run each prepare step whose output is not cached yet, here or as a task of ``executor`` (with the
     experiment's resources); their output directories by name."""
     outputs = {}
@@ -220,16 +197,8 @@ class Progress:
         )
 
 
-def run_grid(
-    runs: list[Run],
-    threads: int,
-    jobs: int,
-    retry_failed: bool = True,
-    timeout: float | None = None,
-    echo: Callable[[str], None] = print,
-    executor=None,
-    resources: Resources | None = None,
-) -> tuple[int, float]:
+def run_grid(runs: list[Run], threads: int, jobs: int, retry_failed: bool = True, timeout: float | None = None,
+             echo: Callable[[str], None] = print, executor=None, resources: Resources | None = None) -> tuple[int, float]:
     """Run every run that needs it, ``jobs`` at a time here, or as tasks of ``executor`` (each holding
     ``resources``); returns how many ran and the wall seconds spent. A run that exits 75 (interrupted, e.g.
     pre-empted) is submitted again, at most ``executor.retries`` times."""

@@ -87,18 +87,9 @@ def cells(exp: Experiment, records: list[RunRecord], metric: Metric) -> list[Cel
             kept = [r for r in done if math.isfinite(r.values.get(metric.key, math.nan))]
             se = [r.se.get(metric.key, math.nan) for r in kept]
             chosen = ",".join(f"{a}={lbl}" for a, lbl in rs[0].run.chosen) if rs and rs[0].run.chosen else ""
-            out.append(
-                Cell(
-                    setting,
-                    arm.label,
-                    [r.values[metric.key] for r in kept],
-                    sum(r.status != "done" for r in rs),
-                    len(done) - len(kept),
-                    [r.run.seed for r in kept],
-                    [s for s in se if math.isfinite(s)],
-                    chosen,
-                )
-            )
+            values, seeds = [r.values[metric.key] for r in kept], [r.run.seed for r in kept]
+            failed, missing = sum(r.status != "done" for r in rs), len(done) - len(kept)
+            out.append(Cell(setting, arm.label, values, failed, missing, seeds, [s for s in se if math.isfinite(s)], chosen))
     return out
 
 
@@ -296,21 +287,12 @@ def analyse(exp: Experiment, records: list[RunRecord]) -> Analysis:
     for metric in exp.metrics:
         cl = cells(exp, records, metric)
         pairs = [(a, b, compare_cells(a, b)) for a, b in _pairs(exp, cl) if a.values and b.values]
-        mt = MetricTests(
-            metric,
-            cl,
-            pairs,
-            pooled_tests(exp, cl),
-            anova_tests(exp, cl) if exp.tests in ("arms", "both") else [],
-            [(c, one_sample(c.values, metric.test_against)) for c in cl if c.values]
-            if metric.test_against is not None
-            else [],
-            [(c, tost_test(c.values, *metric.equivalence)) for c in cl if len(c.values) >= 2]
-            if metric.equivalence is not None
-            else [],
-            metric.key in family,
-        )
-        out.append(mt)
+        anova = anova_tests(exp, cl) if exp.tests in ("arms", "both") else []
+        one = [] if metric.test_against is None else [(c, one_sample(c.values, metric.test_against)) for c in cl if c.values]
+        tost = [] if metric.equivalence is None else [
+            (c, tost_test(c.values, *metric.equivalence)) for c in cl if len(c.values) >= 2
+        ]
+        out.append(MetricTests(metric, cl, pairs, pooled_tests(exp, cl), anova, one, tost, metric.key in family))
     tests = [t for mt in out if mt.in_family for t in mt.family_tests()]
     for t, h, b in zip(tests, holm_adjust([t["p"] for t in tests]), benjamini_hochberg_adjust([t["p"] for t in tests]), strict=True):
         t["holm"], t["bh"] = h, b
@@ -451,7 +433,7 @@ def family_section(exp: Experiment, analysis: Analysis) -> list[str]:
     kinds = "arm pairs per setting (paired t when the arms share seeds, else Welch)"
     if exp.reference:
         kinds = f"each arm against {exp.reference} per setting (paired t when they share seeds, else Welch)"
-    lines = [
+    return [
         f"The family of tests: {len(tests)} tests on {which}: {kinds}, pooled tests over settings, the "
         "arm x axis interactions of the two-way ANOVAs, and the one-sample and equivalence tests asked "
         f"for. Their p-values are adjusted together: Holm (family-wise error rate) and "
@@ -461,7 +443,6 @@ def family_section(exp: Experiment, analysis: Analysis) -> list[str]:
         "adjusted p-values and are descriptive.",
         "",
     ]
-    return lines
 
 
 def metric_section(exp: Experiment, mt: MetricTests) -> list[str]:
