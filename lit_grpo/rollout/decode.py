@@ -9,7 +9,10 @@ or ``max_new_tokens`` are out. What it does differently:
 - the key/value cache is allocated once per batch (:class:`BufferCache`, room for the prompt and every new token),
   written in place at each step, where ``generate``'s dynamic cache concatenates every layer's whole keys and
   values at every token. The attention reads views of the filled part, so it sees the same keys and values, of the
-  same shape, as with the dynamic cache (same float results, which the tests check bit for bit);
+  same shape, as with the dynamic cache: same float results, so the same tokens. Transformers' ``StaticCache``
+  would allocate once too, but its attention runs over the whole capacity with the unused positions masked, which
+  sums in another order: its logits differ from the dynamic cache's in the last bits, so a draw at a rounding
+  boundary could differ from ``generate``'s;
 - the prompt cache shared by a group's rows (:func:`~lit_grpo.rollout.prefill.prompt_cache`) is copied in once;
 - the attention mask and the output tensors are allocated once too, and filled in place;
 - with ``shrink``, rows that emitted EOS leave the batch (their cache rows are dropped), so later forwards run
@@ -19,7 +22,9 @@ or ``max_new_tokens`` are out. What it does differently:
 The log-probs are those the engine always returned: of the sampled token under the raw logits divided by the
 temperature, before top-k/top-p (:func:`~lit_grpo.logprobs.token_logprobs`).
 
-Models the loop cannot serve exactly (:func:`refusal`) keep ``generate``.
+Models the loop cannot serve exactly (:func:`refusal`) keep ``generate``. The step is not compiled: the cache
+grows by one position per step and the batch shrinks, so ``torch.compile`` would need dynamic shapes or one graph
+per length, and the sampling draws must stay those of eager ``torch.multinomial``.
 
 Shapes: ``N`` rows, ``Tp`` prompt tokens, ``T`` new tokens, ``V`` vocabulary, ``H`` key/value heads, ``D`` head size.
 """

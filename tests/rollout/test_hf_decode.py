@@ -55,7 +55,7 @@ def _generate(policy, tokenizer, sampling, seed=0, n=8, prompts=PROMPTS, **optio
     return engine.generate(prompts, n, sampling)
 
 
-def logprob_tolerance(policy, sampling: SamplingParams, logits_scale: float = 8.0) -> float:
+def logprob_tolerance(policy, sampling: SamplingParams, logits_scale: float = 4.0) -> float:
     """How far two float32 forwards of the same tokens may put a log-prob apart when they differ only in the order
     of their sums (another batch width, cache layout or sequence length picks other kernels).
 
@@ -65,7 +65,9 @@ def logprob_tolerance(policy, sampling: SamplingParams, logits_scale: float = 8.
     weighted sum of values (at most prompt + new tokens), o_proj (hidden), gate/up (hidden) and down
     (intermediate), then the head (hidden); RMS norms keep the activations near unit scale, so the relative errors
     add along the chain. A log-softmax moves by at most twice the largest logit change, and the logits of these
-    tiny models stay within ``logits_scale`` in magnitude (temperature divides them: 1 / temperature more).
+    tiny models stay within ``logits_scale`` in magnitude (under 3 with the EOS bias; the temperature divides them,
+    so 1 / temperature more). This worst case is far above what rounding does in practice, and far below what a
+    wrong temperature, position or cache row does (tenths).
     """
     c = policy.config
     head = c.hidden_size // c.num_attention_heads
