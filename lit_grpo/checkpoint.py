@@ -291,13 +291,7 @@ def rng_states() -> dict[str, Any]:
     name, keys, pos, has_gauss, gauss = np.random.get_state()
     states: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": (
-            name,
-            keys.tolist(),
-            int(pos),
-            int(has_gauss),
-            float(gauss),
-        ),  # plain types: weights_only loads
+        "numpy": (name, keys.tolist(), int(pos), int(has_gauss), float(gauss)),  # plain types: weights_only loads
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():

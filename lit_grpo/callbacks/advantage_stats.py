@@ -61,10 +61,7 @@ class AdvantageStats(RolloutStatsCallback):
             figure_every_n_steps=figure_every_n_steps,
         )  # fmt: skip
         self.weight_by_length = weight_by_length
-        self.histogram_every_n_steps, self.figure_every_n_steps = (
-            histogram_every_n_steps,
-            figure_every_n_steps,
-        )
+        self.histogram_every_n_steps, self.figure_every_n_steps = histogram_every_n_steps, figure_every_n_steps
         self.mass_sum: torch.Tensor | None = None  # [G + 1] summed mass per K, all steps
         self.mass_count: torch.Tensor | None = None  # [G + 1]
         self.steps = 0  # steps measured
@@ -139,9 +136,8 @@ class AdvantageStats(RolloutStatsCallback):
         observed = (self.mass_sum / self.mass_count.clamp(min=1)).tolist()
         series = {"observed (mean)": observed}
         try:
-            series[f"{type(pl_module.estimator).__name__} (exact)"] = advantage_mass_by_k(
-                pl_module.estimator, G
-            ).tolist()
+            exact = advantage_mass_by_k(pl_module.estimator, G).tolist()
+            series[f"{type(pl_module.estimator).__name__} (exact)"] = exact
         except ValueError:
             pass  # the estimator is not defined at this group size alone
         labels = [str(j) for j in range(G + 1)]

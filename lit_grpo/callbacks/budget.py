@@ -108,14 +108,9 @@ class GradientBudget(RolloutStatsCallback):
             return torch.full((stats.rewards.shape[0],), float("nan"), dtype=torch.float64)
         with fork_rng(pl_module):
             return group_gradient_norms(
-                pl_module.policy,
-                stats.rollouts,
-                stats.advantages.reshape(-1).float(),
-                stats.group_size,
-                self.targets,
-                pl_module.sampling.temperature,
-                self.probe.micro_batch_size,
-            )
+                pl_module.policy, stats.rollouts, stats.advantages.reshape(-1).float(), stats.group_size,
+                self.targets, pl_module.sampling.temperature, self.probe.micro_batch_size,
+            )  # fmt: skip
 
     def pass_rates(self, pl_module: LightningModule, stats: RolloutStats) -> torch.Tensor:
         """``[P]`` independent pass-rate estimates (NaN where there is none); updates the moving average."""
@@ -148,12 +143,8 @@ class GradientBudget(RolloutStatsCallback):
                 metrics.update({f"budget/exact_share_{b}": v for b, v in zip(BIN_LABELS, exact_shares, strict=True)})
         if bool(binned.any()):
             metrics.update({f"budget/share_{b}": v for b, v in zip(BIN_LABELS, shares.tolist(), strict=True)})
-            metrics.update(
-                {
-                    f"budget/prompt_share_{b}": v / binned.sum().item()
-                    for b, v in zip(BIN_LABELS, prompts.tolist(), strict=True)
-                }
-            )
+            n = binned.sum().item()
+            metrics.update({f"budget/prompt_share_{b}": v / n for b, v in zip(BIN_LABELS, prompts.tolist(), strict=True)})
         step = log_step(trainer, metrics)
         if every(step, self.figure_every_n_steps):
             self.draw(trainer, step)

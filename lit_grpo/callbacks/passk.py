@@ -70,9 +70,7 @@ class PassAtK(Callback):
         log_figure: Draw the figure (needs a TensorBoard logger and matplotlib).
     """
 
-    metrics: ClassVar[tuple[str, ...]] = (
-        "val/pass@<k>",
-    )
+    metrics: ClassVar[tuple[str, ...]] = ("val/pass@<k>",)
 
     def __init__(
         self,
@@ -134,17 +132,19 @@ class PassAtK(Callback):
         rewards = pl_module.score(batch, rollouts)[0]  # [P, n]
         self.metric.to(pl_module.device).update(rewards.nan_to_num(-math.inf) >= self.correct_threshold)
 
+    def reset(self) -> None:
+        self.metric.reset()
+        self._seen = 0
+
     def curve(self) -> dict[int, float]:
         """The accumulated curve ``{k: pass@k}`` (synchronised across ranks); resets the metric."""
         values = self.metric.compute().tolist()
-        self.metric.reset()
-        self._seen = 0
+        self.reset()
         return dict(zip(self.ks, values, strict=True))
 
     def sweep(self, trainer: Trainer, pl_module: LightningModule) -> dict[int, float]:
         """The curve over the validation loader, outside Lightning's validation loop."""
-        self.metric.reset()
-        self._seen = 0
+        self.reset()
         for batch in trainer.datamodule.val_dataloader():
             if self.max_prompts is not None and self._seen >= self.max_prompts:
                 break
@@ -161,17 +161,10 @@ class PassAtK(Callback):
         self.draw(trainer, self.start)
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.metric.reset()
-        self._seen = 0
+        self.reset()
 
     def on_validation_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs,
-        batch,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         if not trainer.sanity_checking and isinstance(batch, PromptBatch):
             self.update(pl_module, batch)

@@ -21,12 +21,7 @@ from lit_grpo.callbacks._common import (
 )
 from lit_grpo.checks import require_at_least
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS
-from lit_grpo.diagnostics.gradients import (
-    LinearTarget,
-    gradient_row_blocks,
-    row_dim,
-    take_rows,
-)
+from lit_grpo.diagnostics.gradients import LinearTarget, gradient_row_blocks, row_dim, take_rows
 from lit_grpo.diagnostics.plots import shadow_figure
 from lit_grpo.diagnostics.shadow import (
     budget_by_bin,
@@ -166,16 +161,11 @@ class ShadowEstimators(Callback):
         weights = sequence_weights(stats.lengths[needed], getattr(pl_module, "aggregation", None))  # [n]
         coef = flat[:, needed].double()  # [E + 1, n]
         with fork_rng(pl_module):
-            for start, rows in gradient_row_blocks(
-                pl_module.policy,
-                rollouts,
-                weights,
-                self.targets,
-                pl_module.sampling.temperature,
-                self.probe.projection_dim,
-                self.probe.seed,
-                self.probe.micro_batch_size,
-            ):
+            blocks = gradient_row_blocks(
+                pl_module.policy, rollouts, weights, self.targets, pl_module.sampling.temperature,
+                self.probe.projection_dim, self.probe.seed, self.probe.micro_batch_size,
+            )  # fmt: skip
+            for start, rows in blocks:
                 total += coef[:, start : start + rows.shape[0]] @ rows.double().cpu()  # [E + 1, D]
         return total, int(needed.numel())
 
@@ -189,15 +179,11 @@ class ShadowEstimators(Callback):
         shadows = self.advantages(rewards, stats.lengths.view(rewards.shape))  # [E, P, G]
         adv = torch.cat([stats.advantages.float().cpu()[None], shadows])  # [E + 1, P, G]
         pass_rate = rewards.double().nanmean(-1)  # [P], NaN for an all-unscorable group
-        local = torch.cat(
-            [
-                torch.tensor([float(rewards.shape[0])], dtype=torch.float64),
-                torch.stack([starved_groups(a).sum() for a in adv]).double(),  # [E + 1]
-                torch.stack(
-                    [budget_by_bin(a, stats.lengths, pass_rate) for a in adv]
-                ).flatten(),  # [(E + 1) * 5]
-            ]
-        )
+        local = torch.cat([
+            torch.tensor([float(rewards.shape[0])], dtype=torch.float64),
+            torch.stack([starved_groups(a).sum() for a in adv]).double(),  # [E + 1]
+            torch.stack([budget_by_bin(a, stats.lengths, pass_rate) for a in adv]).flatten(),  # [(E + 1) * 5]
+        ])  # fmt: skip
         totals = sum_over_ranks(local)
         groups, starved = totals[0].item(), totals[1 : adv.shape[0] + 1]
         budget = totals[adv.shape[0] + 1 :].view(adv.shape[0], NUM_BINS)  # [E + 1, 5]
@@ -220,9 +206,7 @@ class ShadowEstimators(Callback):
             self.zero_train += 1
         for i, label in enumerate(self.labels, start=1):
             metrics[f"shadow/{label}/cos_train"] = cos[i, 0].item()
-            metrics[f"shadow/{label}/norm_ratio"] = (
-                (norms[i] / norms[0]).item() if norms[0] > 0 else float("nan")
-            )
+            metrics[f"shadow/{label}/norm_ratio"] = (norms[i] / norms[0]).item() if norms[0] > 0 else float("nan")
             for j in range(i + 1, len(labels)):
                 metrics[f"shadow/{label}/cos_{labels[j]}"] = cos[i, j].item()
         metrics["shadow/rows"] = float(rows)
