@@ -6,13 +6,14 @@ of agents.md."""
 from __future__ import annotations
 
 import re
+import statistics
 import sys
 
 import torch
 
 from lit_grpo.commands.curves import omega
 from lit_grpo.diagnostics.weight_curve import TABLE_PS, format_table
-from tests.docs.doc_tables import Pct, mismatches
+from tests.docs.doc_tables import Pct, mismatches, numbers, table
 from tests.docs.test_doc_numbers import ROOT, _doc, _json, _says, _table_problems
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -99,3 +100,72 @@ def test_the_data_doc_prints_the_reward_throughput_run():
     if min(rates["MathVerify, pool of 1"], rates["MathVerify, pool of 2"]) < in_process:
         problems.append("the pool was slower per item than scoring in process, as the doc says it was not")
     assert not problems, _problems("docs/data.md", problems)
+
+
+# ---- docs/scale.md: what the GPU checks assert is what tests/gpu/ asserts ------------------------------------------
+
+
+def test_the_scale_doc_states_the_bounds_tests_gpu_asserts():
+    _, rows = table(_doc("docs/scale.md"), "check | asserted")
+    code = (ROOT / "tests" / "gpu" / "test_gpu.py").read_text()
+    asserted = {
+        "HF engine": r'logp_diff_mean"\]\) < ([\d.e-]+)',
+        "`precision: bf16-mixed`": r"cos > ([\d.]+)\n\n\ndef test_bf16_weights",
+        "`model.dtype: bfloat16`": r"cos > ([\d.]+)\n\n\ndef test_fsdp1",
+        "FSDP2": r"def test_fsdp2.*?worst < ([\d.e-]+)",
+    }
+    problems = []
+    for start, pattern in asserted.items():
+        row = next(r for r in rows if r[0].startswith(start))
+        bound = re.search(pattern, code, re.S).group(1)
+        if numbers(row[1]) != [bound]:
+            problems.append(f"{start}: the doc says {row[1]!r}, tests/gpu asserts {bound}")
+    assert not problems, "docs/scale.md differs from tests/gpu/test_gpu.py:\n" + "\n".join(problems)
+
+
+# ---- docs/agents.md: the prose under the rendered table, docs/results/agents/ -------------------------------------
+
+
+def test_the_agents_doc_prose_reads_its_data():
+    doc = " ".join(_doc("docs/agents.md").split())
+    calc = {
+        n: _json(f"agents/calculator/{n}.json")
+        for n in ("no_tool", "base_tool", "sft_start", "after_rl", "curve")
+    }
+    srch = {
+        n: _json(f"agents/search_agent/{n}.json")
+        for n in ("no_tool", "base_tool", "sft_start", "after_rl", "curve")
+    }
+    acc = "sampled_accuracy"
+    calls = calc["curve"]["per_step"]["env/tool_calls_mean"]
+    reward = srch["curve"]["per_step"]["rollout/reward_mean"]
+    problems = _says(doc, r"offered \(no call in (\d+) episodes\) and multiplies two-digit numbers in its head at ([\d.]+) "
+                     r"either way", calc["base_tool"]["prompts"], calc["no_tool"][acc])  # fmt: skip
+    problems += _says(doc, r"in its head at ([\d.]+) either way", calc["base_tool"][acc])
+    assert calc["base_tool"]["episodes"]["with_call"] == 0
+    problems += _says(
+        doc,
+        r"The supervised start calls the tool in (\d+)% of its episodes",
+        Pct(calc["sft_start"]["episodes"]["with_call"]),
+    )
+    problems += _says(doc, r"copies its result, ([\d.]+) on held-out prompts", calc["after_rl"][acc])
+    problems += _says(doc, r"overshoot to ([\d.]+) \(repeated calls\) at the (\d+)th of (\d+) steps", max(calls),
+                      calls.index(max(calls)) + 1, len(calls))  # fmt: skip
+    problems += _says(
+        doc, r"facts \((\d+) of (\d+) either way", srch["no_tool"][acc], srch["no_tool"]["prompts"]
+    )
+    assert srch["base_tool"][acc] == 0 and srch["base_tool"]["episodes"]["with_call"] == 0
+    problems += _says(doc, r"calls `search` in (\d+)% of its episodes and answers ([\d.]+); after (\d+) GRPO steps "
+                      r"\((\d+) minutes\) it calls it in (\d+)% and answers ([\d.]+)",
+                      Pct(srch["sft_start"]["episodes"]["with_call"]), srch["sft_start"][acc], srch["curve"]["steps"],
+                      srch["curve"]["summary"]["training_min"], Pct(srch["after_rl"]["episodes"]["with_call"]),
+                      srch["after_rl"][acc])  # fmt: skip
+    problems += _says(doc, r"the (\d+) tool errors in (\d+) episodes", srch["after_rl"]["episodes"]["tool_errors"],
+                      srch["after_rl"]["prompts"])  # fmt: skip
+    problems += _says(doc, r"training reward \(([\d.]+) to ([\d.]+) over the first and last five steps\)",
+                      statistics.mean(reward[:5]), statistics.mean(reward[-5:]))  # fmt: skip
+    problems += _says(doc, r"met by both \(\+([\d.]+) and \+([\d.]+) points after ([\d.]+) and ([\d.]+) minutes\)",
+                      100 * (calc["after_rl"][acc] - calc["sft_start"][acc]),
+                      100 * (srch["after_rl"][acc] - srch["sft_start"][acc]), calc["curve"]["summary"]["training_min"],
+                      srch["curve"]["summary"]["training_min"])  # fmt: skip
+    assert not problems, _problems("docs/agents.md", problems)

@@ -251,16 +251,14 @@ def status() -> dict[str, list]:
                               len(st.records), min(st.seconds()), statistics.median(st.seconds()), None, None],
         "`real_sign_vs_drgrpo`": [real_pair["diff"], real_pair["lo"], real_pair["hi"], real_pair["holm"],
                                   *timed("real_sign_vs_drgrpo"), min(real.seconds()), max(real.seconds()), None],
-        # 12.3 = the 3.0-minute SFT (its time is in no committed file) + the runs' 9.3
         "`sign_balance_skill`": [None, data("sign_balance_skill").pair(
-            "test skill after", "SignBalance", "GRPO")["diff"], data("sign_balance_skill").runtime()[0], None, None,
+            "test skill after", "SignBalance", "GRPO")["diff"], data("sign_balance_skill").runtime()[0],
             data("sign_balance_skill").runtime()[2]],
         "`passk_crossing`": [None, None, data("passk_crossing").s("gain in pass@256", "GRPO")["mean"],
                              *timed("passk_crossing")],
         "`rg_sign_vs_drgrpo`": [None, None, None],  # not run: the grid's size and an estimate
-        # the fidelity runs' wall times are in the section 7 text only
         "`lit-grpo fidelity`": [len({r["prompt"] for r in _fidelity("fidelity")[1]}),
-                                len({r["prompt"] for r in _fidelity("fidelity_real")[1]}), None, None, None],
+                                len({r["prompt"] for r in _fidelity("fidelity_real")[1]}), None],
     }
 
 
