@@ -129,6 +129,17 @@ def require_logger(
         )
 
 
+def require_whole_gradients(name: str, trainer: Trainer, fix: str) -> None:
+    """ValueError under FSDPStrategy (FSDP1), whose parameters and gradients are flat local shards; ``fix`` ends
+    the message."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    require(
+        not isinstance(trainer.strategy, FSDPStrategy),
+        f"{name} needs whole per-parameter gradients, which FSDPStrategy (FSDP1) does not expose; {fix}",
+    )
+
+
 def tensorboard(trainer: Trainer) -> Any | None:
     """The ``SummaryWriter`` of the run's first TensorBoard logger, on global rank 0 only."""
     if not trainer.is_global_zero:

@@ -15,6 +15,7 @@ from lit_grpo.callbacks._common import (
     log_scalars,
     logging_step,
     require_run,
+    require_whole_gradients,
     rollout_stats,
 )
 from lit_grpo.checks import require
@@ -91,13 +92,7 @@ class GradientRank(Callback):
         if stage != "fit":
             return
         require_run(NAME, trainer, pl_module, "policy", "sampling")
-        from lightning.pytorch.strategies import FSDPStrategy
-
-        if isinstance(trainer.strategy, FSDPStrategy):  # its parameters and gradients are flat local shards
-            raise ValueError(
-                "GradientRank needs whole per-parameter gradients, which FSDPStrategy (FSDP1) does not expose; "
-                "measure it under FSDP2 (ModelParallelStrategy), DDP or one process"
-            )
+        require_whole_gradients(NAME, trainer, "measure it under FSDP2 (ModelParallelStrategy), DDP or one process")
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         policy = pl_module.policy

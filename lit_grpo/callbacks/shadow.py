@@ -16,6 +16,7 @@ from lit_grpo.callbacks._common import (
     log_this_step,
     logging_step,
     require_run,
+    require_whole_gradients,
     rollout_stats,
     tensorboard,
 )
@@ -120,13 +121,8 @@ class ShadowEstimators(Callback):
                     f"group_size is {pl_module.group_size}; drop it from estimators or raise group_size"
                 )
         if self.gradient_every_n_steps:
-            from lightning.pytorch.strategies import FSDPStrategy
-
-            if isinstance(trainer.strategy, FSDPStrategy):
-                raise ValueError(
-                    f"{NAME} needs whole per-parameter gradients, which FSDPStrategy (FSDP1) does not expose; "
-                    "set gradient_every_n_steps: 0, or measure under FSDP2, DDP or one process"
-                )
+            fix = "set gradient_every_n_steps: 0, or measure under FSDP2, DDP or one process"
+            require_whole_gradients(NAME, trainer, fix)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.gradient_every_n_steps:
