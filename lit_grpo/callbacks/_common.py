@@ -167,10 +167,15 @@ def require_binary_reward(name: str, pl_module: LightningModule) -> None:
         )
 
 
+def non_binary(rewards: Tensor, atol: float) -> Tensor:
+    """The scorable rewards that are neither 0 nor 1 (within ``atol``), in float64: ``[M]``."""
+    values = rewards[~rewards.isnan()].double()
+    return values[((values - 0).abs() > atol) & ((values - 1).abs() > atol)]
+
+
 def check_binary_rewards(name: str, rewards: Tensor, atol: float) -> None:
     """ValueError when a scorable reward is neither 0 nor 1 (within ``atol``)."""
-    values = rewards[~rewards.isnan()].double()
-    bad = values[((values - 0).abs() > atol) & ((values - 1).abs() > atol)]
+    bad = non_binary(rewards, atol)
     if bad.numel():
         raise ValueError(
             f"{name} needs binary rewards (0 or 1) but got the value {bad[0].item():g}; use a binary reward "

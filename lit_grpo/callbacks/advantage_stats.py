@@ -14,6 +14,7 @@ from lit_grpo.callbacks._common import (
     every,
     gather,
     log_step,
+    non_binary,
     require_run,
     reward_is_binary,
     tensorboard,
@@ -114,8 +115,7 @@ class AdvantageStats(RolloutStatsCallback):
 
     def mass_by_k(self, rewards: torch.Tensor, mass: torch.Tensor) -> dict[str, float]:
         """``{adv/mass_k<K>: mean mass}`` of the fully scorable groups; accumulates for the figure."""
-        values = rewards[~rewards.isnan()]
-        if bool((((values - 0).abs() > 1e-6) & ((values - 1).abs() > 1e-6)).any()):
+        if non_binary(rewards, 1e-6).numel():
             self._warn()
             return {}
         G = rewards.shape[1]
