@@ -33,7 +33,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from lit_grpo.data.records import Record
-from lit_grpo.data.sources import Split, StyledSource
+from lit_grpo.data.sources import Split, StyledSource, split_range
 from lit_grpo.data.templates import PromptStyle, check_style
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.pool import PooledScorer, StartMethod
@@ -220,12 +220,7 @@ class ReasoningGymSource(StyledSource):
 
     def indices(self, split: Split) -> range:
         """The dataset indices of ``split``."""
-        start, size = {
-            "val": (0, self.num_val),
-            "test": (self.num_val, self.num_test),
-            "train": (self.num_val + self.num_test, self.num_train),
-        }[split]
-        return range(start, start + size)
+        return split_range(split, self.num_val, self.num_test, self.num_train)
 
     def load(self, split: Split) -> list[Record]:
         check_dataset(self.dataset, self.config, type(self).__name__)

@@ -33,6 +33,14 @@ from lit_grpo.data.templates import PromptRenderer, PromptStyle, check_style
 Split = Literal["train", "val", "test"]
 
 
+def split_range(split: Split, num_val: int, num_test: int, num_train: int) -> range:
+    """The rows of ``split`` in a generated set: val first, test next, train the rest (so the held-out rows do
+    not move when ``num_train`` changes)."""
+    start = {"val": 0, "test": num_val, "train": num_val + num_test}[split]
+    size = {"val": num_val, "test": num_test, "train": num_train}[split]
+    return range(start, start + size)
+
+
 class PromptSource(ABC):
     """A set of prompts with references, split into train / val / test."""
 

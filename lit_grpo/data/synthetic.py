@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from lit_grpo.data.records import Record
-from lit_grpo.data.sources import Split, StyledSource
+from lit_grpo.data.sources import Split, StyledSource, split_range
 from lit_grpo.data.templates import PromptStyle, check_style, format_options
 
 _OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
@@ -55,16 +55,12 @@ def _mean_guess_rate(low: int, high: int) -> float:
     return sum(1.0 / k for k in ks) / len(ks)
 
 
-def problems(split: Split, sizes: dict[str, int], max_operand: int, operators: str, seed: int):
-    """``(row, code, a, op, b)`` of the problems of ``split`` (``code`` identifies the problem)."""
-    start, size = {
-        "val": (0, sizes["num_val"]),
-        "test": (sizes["num_val"], sizes["num_test"]),
-        "train": (sizes["num_val"] + sizes["num_test"], sizes["num_train"]),
-    }[split]
+def problems(rows: range, max_operand: int, operators: str, seed: int):
+    """``(row, code, a, op, b)`` of the problems at ``rows`` of the seeded order (``code`` identifies the problem;
+    ``row`` counts from 0)."""
     m = max_operand + 1
     gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(operators) * m * m, generator=gen)[start : start + size]
+    order = torch.randperm(len(operators) * m * m, generator=gen)[rows.start : rows.stop]
     for row, code in enumerate(order.tolist()):
         yield row, code, code // m % m, operators[code // (m * m)], code % m
 
@@ -136,9 +132,9 @@ class SyntheticArithmetic(StyledSource):
         return question
 
     def load(self, split: Split) -> list[Record]:
-        sizes = {"num_train": self.num_train, "num_val": self.num_val, "num_test": self.num_test}
+        rows = split_range(split, self.num_val, self.num_test, self.num_train)
         records = []
-        for row, code, a, op, b in problems(split, sizes, self.max_operand, self.operators, self.seed):
+        for row, code, a, op, b in problems(rows, self.max_operand, self.operators, self.seed):
             question, reference, columns = self.problem(code, a, op, b)
             records.append({"prompt": self.render(question), "reference": reference, "id": f"{split}-{row}",
                             "columns": columns})  # fmt: skip
@@ -312,10 +308,10 @@ class SyntheticChoice(StyledSource):
         return values, answer
 
     def load(self, split: Split) -> list[Record]:
-        sizes = {"num_train": self.num_train, "num_val": self.num_val, "num_test": self.num_test}
+        rows = split_range(split, self.num_val, self.num_test, self.num_train)
         records = []
         placed: dict[int, int] = {}  # k -> problems of this split with k options so far (balanced_holdout)
-        for row, code, a, op, b in problems(split, sizes, self.max_operand, self.operators, self.seed):
+        for row, code, a, op, b in problems(rows, self.max_operand, self.operators, self.seed):
             answer = None
             if self.balanced_holdout and split != "train":
                 k = self.choices(code)

@@ -13,7 +13,7 @@ import torch
 
 from lit_grpo.checks import require, require_at_least
 from lit_grpo.data.records import Record
-from lit_grpo.data.sources import Split, StyledSource
+from lit_grpo.data.sources import Split, StyledSource, split_range
 from lit_grpo.data.templates import PromptStyle, check_style
 
 NAMES = ["Mia", "Leo", "Ava", "Sam", "Zoe", "Max", "Lily", "Ben", "Emma", "Noah", "Ruby", "Omar"]
@@ -87,13 +87,13 @@ class WordProblems(StyledSource):
         self._templates = templates
 
     def load(self, split: Split) -> list[Record]:
-        start, size = {"val": (0, self.num_val), "test": (self.num_val, self.num_test),
-                       "train": (self.num_val + self.num_test, self.num_train)}[split]
+        rows = split_range(split, self.num_val, self.num_test, self.num_train)
         m = self.max_number - 1  # numbers 2..max_number
         gen = torch.Generator().manual_seed(self.seed)
-        order = torch.randperm(len(self._templates) * m * m, generator=gen)[start : start + size].tolist()
-        names = torch.randint(len(NAMES), (len(order),), generator=torch.Generator().manual_seed(self.seed + start + 1))
-        items = torch.randint(len(ITEMS), (len(order),), generator=torch.Generator().manual_seed(self.seed + start + 2))
+        order = torch.randperm(len(self._templates) * m * m, generator=gen)[rows.start : rows.stop].tolist()
+        seed = self.seed + rows.start
+        names = torch.randint(len(NAMES), (len(order),), generator=torch.Generator().manual_seed(seed + 1))
+        items = torch.randint(len(ITEMS), (len(order),), generator=torch.Generator().manual_seed(seed + 2))
         records = []
         for row, code in enumerate(order):
             template, answer = self._templates[code // (m * m)]
