@@ -28,6 +28,16 @@ class RunRecord:
     series: dict[str, Series] = field(default_factory=dict)  # curve metric -> series
 
 
+def settings_of(records: list[RunRecord]) -> list[str]:
+    """The settings of ``records``, in the order they first appear."""
+    return list(dict.fromkeys(r.run.setting_label for r in records))
+
+
+def finished(records: list[RunRecord], setting: str, arm: str | None = None) -> list[RunRecord]:
+    """The finished runs of ``setting`` (of ``arm`` when given)."""
+    return [r for r in records if r.status == "done" and r.run.setting_label == setting and arm in (None, r.run.arm)]
+
+
 def read_scalars(log_dir) -> dict[str, Series]:
     """Every scalar of the TensorBoard events under ``log_dir``; the last value wins at a repeated step."""
     scalars: dict[str, dict[int, float]] = {}

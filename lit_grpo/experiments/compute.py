@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from lit_grpo.experiments.collect import RunRecord, Series
+from lit_grpo.experiments.collect import RunRecord, Series, finished, settings_of
 from lit_grpo.experiments.spec import X_METRICS, Curve, Experiment
 
 X_LABELS = {"step": "step", "completions": "completions generated", "tokens": "completion tokens generated"}
@@ -77,18 +77,17 @@ def at_budget(exp: Experiment, curve: Curve, records: list[RunRecord]) -> list[d
     """Per setting and curve metric: the matched budget and, per arm, each finished run's (seed, value at
     the budget, step at which it reached it)."""
     out = []
-    settings = list(dict.fromkeys(r.run.setting_label for r in records))
-    for setting in settings:
-        done = [r for r in records if r.status == "done" and r.run.setting_label == setting]
+    for setting in settings_of(records):
+        done = finished(records, setting)
         steps_x = {id(r): [(float(s), x) for s, x in r.series.get(X_METRICS[curve.x], [])] for r in done}
         for metric in curve.metrics:
             points = {id(r): curve_points(curve, r, metric, curve.smooth) for r in done}
             budget = matched_budget([points[id(r)] for r in done])
             arms = {}
             for arm in exp.arms:
-                runs = [r for r in done if r.run.arm == arm.label]
                 arms[arm.label] = [
-                    (r.run.seed, interpolate(points[id(r)], budget), _step_at(steps_x[id(r)], budget)) for r in runs
+                    (r.run.seed, interpolate(points[id(r)], budget), _step_at(steps_x[id(r)], budget))
+                    for r in finished(records, setting, arm.label)
                 ]
             out.append({"setting": setting, "metric": metric, "budget": budget, "arms": arms})
     return out

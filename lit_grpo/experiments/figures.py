@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lit_grpo.diagnostics.plots import new_figure
-from lit_grpo.experiments.collect import RunRecord, Series
+from lit_grpo.experiments.collect import RunRecord, Series, finished, settings_of
 from lit_grpo.experiments.compute import X_LABELS, curve_points, grid, interpolate, matched_budget, smooth
 from lit_grpo.experiments.spec import Curve, Experiment, Metric, Profile
 from lit_grpo.experiments.stats import t_quantile
@@ -52,15 +52,11 @@ def _grid(n: int, width: float = 4.8, height: float = 3.4):
     return fig, axes[:n]
 
 
-def _done(records: list[RunRecord], setting: str, arm: str) -> list[RunRecord]:
-    return [r for r in records if r.status == "done" and r.run.setting_label == setting and r.run.arm == arm]
-
-
 def _panels(exp: Experiment, records: list[RunRecord]):
     """A figure with one panel per setting, and per panel ``(ax, setting, [(arm, its done runs), ...])``."""
-    settings = list(dict.fromkeys(r.run.setting_label for r in records))
+    settings = settings_of(records)
     fig, axes = _grid(len(settings))
-    arms = [[(arm, _done(records, setting, arm.label)) for arm in exp.arms] for setting in settings]
+    arms = [[(arm, finished(records, setting, arm.label)) for arm in exp.arms] for setting in settings]
     return fig, list(zip(axes, settings, arms, strict=False))
 
 
@@ -109,8 +105,7 @@ def curve_figure(exp: Experiment, curve: Curve, records: list[RunRecord], path: 
                 (line,) = ax.plot(steps, mean, label=f"{label} (n={len(runs)})", linewidth=1.3)
                 ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
         if curve.x != "step":
-            done = [r for r in records if r.status == "done" and r.run.setting_label == setting]
-            budget = matched_budget([curve_points(curve, r, curve.metrics[0]) for r in done])
+            budget = matched_budget([curve_points(curve, r, curve.metrics[0]) for r in finished(records, setting)])
             if math.isfinite(budget):
                 ax.axvline(budget, color="grey", linestyle="--", linewidth=0.8)
         ax.set_xlabel(X_LABELS[curve.x])

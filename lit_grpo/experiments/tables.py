@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lit_grpo.experiments.collect import RunRecord
+from lit_grpo.experiments.collect import RunRecord, finished, settings_of
 from lit_grpo.experiments.pairing import arm_pairs, cell_pairs
 from lit_grpo.experiments.spec import Experiment, Metric
 from lit_grpo.experiments.stats import (
@@ -78,12 +78,11 @@ def _row(items) -> str:
 
 
 def cells(exp: Experiment, records: list[RunRecord], metric: Metric) -> list[Cell]:
-    settings = list(dict.fromkeys(r.run.setting_label for r in records))
     out = []
-    for setting in settings:
+    for setting in settings_of(records):
         for arm in exp.arms:
             rs = [r for r in records if r.run.setting_label == setting and r.run.arm == arm.label]
-            done = [r for r in rs if r.status == "done"]
+            done = finished(records, setting, arm.label)
             kept = [r for r in done if math.isfinite(r.values.get(metric.key, math.nan))]
             se = [r.se.get(metric.key, math.nan) for r in kept]
             chosen = ",".join(f"{a}={lbl}" for a, lbl in rs[0].run.chosen) if rs and rs[0].run.chosen else ""
@@ -493,10 +492,9 @@ def crossing_section(exp: Experiment, profile, records: list[RunRecord]) -> list
     head = ["setting", "arm", "runs", "crossed within the measured x", "crossing x per run", "median",
             *[f"mean gain at {x:g}" for x in profile.x]]  # fmt: skip
     lines = [_row(head), _row(["---"] * len(head))]
-    settings = list(dict.fromkeys(r.run.setting_label for r in records))
-    for setting in settings:
+    for setting in settings_of(records):
         for arm in exp.arms:
-            runs = [r for r in records if r.status == "done" and r.run.setting_label == setting and r.run.arm == arm.label]
+            runs = finished(records, setting, arm.label)
             gains = [
                 [r.values.get(Metric(m, how).key, math.nan) - r.values.get(Metric(b, how).key, math.nan)
                  for m, b in zip(profile.metrics, profile.baseline, strict=True)]
