@@ -184,7 +184,6 @@ def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams
     """
     n, tp = ids.shape
     steps = sampling.max_new_tokens
-    temperature = sampling.temperature or 1.0
     tokens = ids.new_full((n, steps), pad_id)  # [N, T]
     logprobs = torch.zeros(n, steps, dtype=torch.float32, device=ids.device)  # [N, T]
     # generate drops an all-ones mask (no padding), which selects other attention kernels: do the same
@@ -194,35 +193,29 @@ def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams
     first = 0 if prefix is None else tp - 1
     step_ids, step_positions = ids[:, first:], positions[:, first:]  # [N, Tp - first]
     eos = torch.as_tensor(eos_ids, dtype=torch.long, device=ids.device)  # [E]
-    unfinished = torch.ones(n, dtype=torch.bool, device=ids.device)  # [N] (rows still in the batch)
-    rows = torch.arange(n, device=ids.device)  # [n] original row of each batch row
+    unfinished = torch.ones(n, dtype=torch.bool, device=ids.device)  # [n] of the rows in the batch
+    rows = torch.arange(n, device=ids.device)  # [n] the original row of each row in the batch
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-    t = 0
     for t in range(steps):
-        length = tp + t  # keys the forward attends to
-        out = model(input_ids=step_ids, attention_mask=None if attention is None else attention[:, :length],
+        out = model(input_ids=step_ids, attention_mask=None if attention is None else attention[:, : tp + t],
                     position_ids=step_positions, past_key_values=cache, use_cache=True, return_dict=True, **keep)
-        if t == 0 and (out.past_key_values is not cache or cache.get_seq_length() != length):
+        if t == 0 and (out.past_key_values is not cache or cache.get_seq_length() != tp):
             raise NotServed(f"{type(model).__name__}'s forward returns {type(out.past_key_values).__name__}, not "
                             "the cache it was given")
         logits = out.logits[:, -1]  # [n, V]
         sampled = next_tokens(logits, sampling)  # [n]
-        if eos.numel():  # as generate: rows that are done get pad tokens
-            sampled = sampled.masked_fill(~unfinished, pad_id)  # with shrink every row in the batch is unfinished
-            done = torch.isin(sampled, eos)  # [n]
-            unfinished = unfinished & ~done
-        step_logp = token_logprobs(logits, sampled, temperature)  # [n]
-        if shrink:
-            tokens[rows, t], logprobs[rows, t] = sampled, step_logp
-        else:
-            tokens[:, t], logprobs[:, t] = sampled, step_logp
-        if t + 1 == steps or (eos.numel() and not bool(unfinished.any())):
-            break
+        if eos.numel():  # as generate: rows that are done get pad tokens (with shrink, none is in the batch)
+            sampled = sampled.masked_fill(~unfinished, pad_id)
+            unfinished = unfinished & ~torch.isin(sampled, eos)
+        tokens[rows, t] = sampled
+        logprobs[rows, t] = token_logprobs(logits, sampled, sampling.temperature or 1.0)
+        if t + 1 == steps or not bool(unfinished.any()):
+            return tokens[:, : t + 1], logprobs[:, : t + 1]
         step_ids, step_positions = sampled[:, None], step_positions[:, -1:] + 1  # [n, 1]
-        if shrink and eos.numel() and not bool(unfinished.all()):
-            stay = unfinished.nonzero().squeeze(1)  # [n'] batch rows that go on
+        if shrink and not bool(unfinished.all()):
+            stay = unfinished.nonzero().squeeze(1)  # [n'] the rows that go on
             cache.batch_select_indices(stay)
-            rows, unfinished = rows[stay], unfinished[stay]
-            step_ids, step_positions = step_ids[stay], step_positions[stay]
+            rows, unfinished, step_ids, step_positions = rows[stay], unfinished[stay], step_ids[stay], \
+                step_positions[stay]
             attention = None if attention is None else attention[stay]
-    return tokens[:, : t + 1], logprobs[:, : t + 1]
+    return tokens, logprobs  # max_new_tokens=0: [N, 0]
