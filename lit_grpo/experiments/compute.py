@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 
 from lit_grpo.experiments.collect import RunRecord, Series, finished, settings_of
+from lit_grpo.experiments.markdown import fmt, fmt_p, md_head, md_row
 from lit_grpo.experiments.spec import X_METRICS, Curve, Experiment
 
 X_LABELS = {"step": "step", "completions": "completions generated", "tokens": "completion tokens generated"}
@@ -104,7 +105,7 @@ def matched_section(exp: Experiment, curve: Curve, records: list[RunRecord]) -> 
     not in the report's family of tests)."""
     from lit_grpo.experiments.pairing import arm_pairs
     from lit_grpo.experiments.stats import summarize
-    from lit_grpo.experiments.tables import _row, fmt, fmt_p, paired
+    from lit_grpo.experiments.tables import paired
 
     what = X_LABELS[curve.x]
 
@@ -119,17 +120,17 @@ def matched_section(exp: Experiment, curve: Curve, records: list[RunRecord]) -> 
         "",
     ]
     head = ["setting", "metric", f"budget ({what})", "arm", "n", "mean", "95% CI (t)", "mean step at the budget"]
-    lines += [_row(head), _row(["---"] * len(head))]
+    lines += md_head(head)
     rows = at_budget(exp, curve, records)
     for row in rows:
         for arm, runs in row["arms"].items():
             values = [v for _, v, _ in runs if math.isfinite(v)]
             steps = [s for _, _, s in runs if math.isfinite(s)]
             if not values:
-                lines.append(_row([row["setting"], row["metric"], budget(row["budget"]), arm, 0, "n/a", "n/a", "n/a"]))
+                lines.append(md_row([row["setting"], row["metric"], budget(row["budget"]), arm, 0, "n/a", "n/a", "n/a"]))
                 continue
             s = summarize(values)
-            lines.append(_row([row["setting"], row["metric"], budget(row["budget"]), arm, len(values), fmt(s["mean"]),
+            lines.append(md_row([row["setting"], row["metric"], budget(row["budget"]), arm, len(values), fmt(s["mean"]),
                                f"[{fmt(s['ci_low'])}, {fmt(s['ci_high'])}]", fmt(sum(steps) / len(steps), 1)]))  # fmt: skip
     head = ["setting", "metric", "A", "B", "pairs", "mean A − B", "A ahead", "p (paired t)", "p (sign flip, exact)"]
     paired_rows = []
@@ -140,8 +141,8 @@ def matched_section(exp: Experiment, curve: Curve, records: list[RunRecord]) -> 
             if len(seeds) < 2:
                 continue
             r = paired([by_seed[a][s] for s in seeds], [by_seed[b][s] for s in seeds])
-            paired_rows.append(_row([row["setting"], row["metric"], a, b, len(seeds), fmt(r["diff"]),
+            paired_rows.append(md_row([row["setting"], row["metric"], a, b, len(seeds), fmt(r["diff"]),
                                      f"{int(r['ahead'])} of {len(seeds)}", fmt_p(r["p_t"]), fmt_p(r["p_flip"])]))  # fmt: skip
     if paired_rows:
-        lines += ["", _row(head), _row(["---"] * len(head)), *paired_rows]
+        lines += ["", *md_head(head), *paired_rows]
     return lines

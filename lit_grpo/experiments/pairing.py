@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from lit_grpo.experiments.markdown import md_head, md_row
 from lit_grpo.experiments.spec import Experiment
 
 #: The resolved settings each shared quantity depends on (names as in the report's table).
@@ -114,10 +115,10 @@ def pairing_section(exp: Experiment, pairings: dict[tuple[str, str], Pairing]) -
     refills = any(p.dynamic_sampling for p in pairings.values())
     head = ["A", "B", "prompts of every step", "sampling seed of every step", "step 0 completions"]
     head += ["refilled prompts"] if refills else []
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += md_head(head, rule="---")
     for a, b in pairs:
         s = shared(pairings[a], pairings[b])
         row = [f"{a[0]} @ {a[1]}", f"{b[0]} @ {b[1]}", *(s[h] for h in head[2:5])]
         row += [s.get("refilled prompts", "—")] if refills else []
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append(md_row(row))
     return lines

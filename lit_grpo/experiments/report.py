@@ -12,12 +12,13 @@ from lit_grpo.experiments.collect import RunRecord
 from lit_grpo.experiments.compute import matched_section
 from lit_grpo.experiments.figures import curve_figure, profile_figure
 from lit_grpo.experiments.grid import Choice, prepare_args, prepare_output, shell_command, substitute
+from lit_grpo.experiments.markdown import fmt, md_head, md_row
 from lit_grpo.experiments.pairing import pairing_section
 from lit_grpo.experiments.results_csv import RUNS_CSV, SELECT_CSV, write_runs_csv
 from lit_grpo.experiments.runner import PREPARED_FILE
 from lit_grpo.experiments.select import selection_section
 from lit_grpo.experiments.spec import Experiment
-from lit_grpo.experiments.tables import analyse, crossing_section, family_section, fmt, metric_section
+from lit_grpo.experiments.tables import analyse, crossing_section, family_section, metric_section
 
 REPORT_FILE = "report.md"
 #: ``lit-grpo compare --root``'s default: where the runs of a report's own command go
@@ -56,12 +57,10 @@ def _runtime(exp: Experiment, records: list[RunRecord], out: Path) -> list[str]:
 def _arms(exp: Experiment, cells: dict[tuple[str, str], CellInfo]) -> list[str]:
     if not cells:
         return ["(not resolved: the report was rebuilt from a runs.csv without building the configs)"]
-    lines = ["| arm | setting | estimator | aggregation | G | lr | starting model |", "|---" * 7 + "|"]
+    lines = md_head(["arm", "setting", "estimator", "aggregation", "G", "lr", "starting model"], rule="---")
     for (arm, setting), info in cells.items():
-        lines.append(
-            f"| {arm} | {setting} | `{info.estimator}` | {info.aggregation} | {info.group_size} | "
-            f"{info.lr:g} | {info.model} |"
-        )
+        row = [arm, setting, f"`{info.estimator}`", info.aggregation, info.group_size, f"{info.lr:g}", info.model]
+        lines.append(md_row(row))
     return lines
 
 
@@ -86,11 +85,11 @@ def _figures(exp: Experiment, records: list[RunRecord], out: Path) -> list[str]:
 
 
 def _runs(records: list[RunRecord]) -> list[str]:
-    lines = ["| run | status | seconds | log |", "|---|---|---|---|"]
+    lines = md_head(["run", "status", "seconds", "log"], rule="---")
     for r in records:
         status = r.status if r.status != "failed" else f"**failed** (exit {r.returncode})"
         secs = "" if r.seconds is None else f"{r.seconds:.0f}"
-        lines.append(f"| {r.run.run_id} | {status} | {secs} | {r.run.log_path} |")
+        lines.append(md_row([r.run.run_id, status, secs, r.run.log_path]))
     return lines
 
 

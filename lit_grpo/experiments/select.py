@@ -7,8 +7,8 @@ import math
 
 from lit_grpo.experiments.collect import RunRecord
 from lit_grpo.experiments.grid import Choice, without_axis
+from lit_grpo.experiments.markdown import fmt, md_head, md_row
 from lit_grpo.experiments.spec import Experiment
-from lit_grpo.experiments.tables import _row, fmt
 
 
 def selection_table(exp: Experiment, records: list[RunRecord]) -> dict[tuple[str, str], dict[str, list[float]]]:
@@ -53,8 +53,7 @@ def selection_section(exp: Experiment, records: list[RunRecord], choice: Choice)
         f"`select/`); the experiment's seeds {list(exp.seeds)} then ran at the chosen value only, and the "
         "test split was scored in those runs alone.",
         "",
-        _row(head),
-        _row(["---"] * len(head)),
+        *md_head(head),
     ]
     for (arm, setting), by_value in selection_table(exp, records).items():
         cells = []
@@ -62,5 +61,5 @@ def selection_section(exp: Experiment, records: list[RunRecord], choice: Choice)
             v = by_value[lbl]
             text = f"{fmt(sum(v) / len(v))} (n={len(v)})" if v else "n/a"
             cells.append(f"**{text}**" if choice.get((arm, setting)) == lbl else text)
-        lines.append(_row([arm, setting, *cells, f"{sel.axis}={choice.get((arm, setting), 'n/a')}"]))
+        lines.append(md_row([arm, setting, *cells, f"{sel.axis}={choice.get((arm, setting), 'n/a')}"]))
     return lines

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from lit_grpo.experiments.collect import RunRecord, finished, settings_of
+from lit_grpo.experiments.markdown import fmt, fmt_df, fmt_p, md_head, md_row
 from lit_grpo.experiments.pairing import arm_pairs, cell_pairs
 from lit_grpo.experiments.spec import Experiment, Metric
 from lit_grpo.experiments.stats import (
@@ -49,32 +50,6 @@ class Cell:
     seeds: list[int] = field(default_factory=list)  # the seed of each value
     se: list[float] = field(default_factory=list)  # finite per-run prompt-sampling SEs
     chosen: str = ""  # the value the selection stage chose for this arm, e.g. "lr=1e-4"
-
-
-def fmt(x: float | None, digits: int = 4) -> str:
-    """Numbers for tables: fixed decimals, scientific when very small or large, "n/a" for NaN."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x != 0 and (abs(x) < 10 ** -(digits - 1) or abs(x) >= 1e5):
-        return f"{x:.{digits - 1}e}"
-    return f"{x:.{digits}f}"
-
-
-def fmt_df(x: float) -> str:
-    """Degrees of freedom: an integer when whole."""
-    if math.isnan(x):
-        return "n/a"
-    return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
-
-
-def fmt_p(p: float) -> str:
-    return "n/a" if math.isnan(p) else ("< 1e-4" if p < 1e-4 else f"{p:.4f}")
-
-
-def _row(items) -> str:
-    return "| " + " | ".join(str(i) for i in items) + " |"
 
 
 def cells(exp: Experiment, records: list[RunRecord], metric: Metric) -> list[Cell]:
@@ -314,12 +289,12 @@ def summary_table(cell_list: list[Cell], metric: Metric | None = None) -> list[s
     with_chosen = any(c.chosen for c in cell_list)
     head = ["setting", "arm", *(["chosen"] if with_chosen else []), "n", "mean", "sd", "95% CI (t)"]
     head += (["prompt-sampling SE (per run)"] if with_se else []) + ["IQM [95% bootstrap CI]", "failed"]
-    lines = [_row(head), _row(["---"] * len(head))]
+    lines = md_head(head)
     for c in cell_list:
         notes = f"{c.failed}" + (f" (+{c.missing} without the metric)" if c.missing else "")
         lead = [c.setting, c.arm, *([c.chosen or "—"] if with_chosen else [])]
         if not c.values:
-            lines.append(_row([*lead, 0, *(["n/a"] * (len(head) - len(lead) - 2)), notes]))
+            lines.append(md_row([*lead, 0, *(["n/a"] * (len(head) - len(lead) - 2)), notes]))
             continue
         s = summarize(c.values)
         iqm = fmt(s["iqm"])
@@ -327,7 +302,7 @@ def summary_table(cell_list: list[Cell], metric: Metric | None = None) -> list[s
             iqm += f" [{fmt(s['iqm_ci_low'])}, {fmt(s['iqm_ci_high'])}]"
         row = [*lead, len(c.values), fmt(s["mean"]), fmt(s["sd"]), f"[{fmt(s['ci_low'])}, {fmt(s['ci_high'])}]"]
         row += [fmt(prompt_sampling_se(metric, c))] if with_se else []
-        lines.append(_row([*row, iqm, notes]))
+        lines.append(md_row([*row, iqm, notes]))
     return lines
 
 
@@ -342,10 +317,10 @@ def pairwise_table(pairs: list[tuple[Cell, Cell, dict]]) -> list[str]:
         head = ["A", "B", "pairs", "mean A − B", "A ahead", "paired t", "df", "p (paired t)",
                 "p (sign flip, exact)", "p (Wilcoxon)", "Holm", "BH"]  # fmt: skip
         lines += ["Paired by seed (what the runs of a seed share: the Pairing section above):", ""]
-        lines += [_row(head), _row(["---"] * len(head))]
+        lines += md_head(head)
         for a, b, r in pair_rows:
             lines.append(
-                _row(
+                md_row(
                     [_label(a), _label(b), int(r["n"]), fmt(r["diff"]), f"{int(r['ahead'])} of {int(r['n'])}",
                      fmt(r["t"], 3), fmt_df(r["df"]), fmt_p(r["p_t"]), fmt_p(r["p_flip"]), fmt_p(r["p_wilcoxon"]),
                      *_adjusted(r)]  # fmt: skip
@@ -355,10 +330,10 @@ def pairwise_table(pairs: list[tuple[Cell, Cell, dict]]) -> list[str]:
     rest = [(a, b, r) for a, b, r in pairs if not r["paired"]]
     if rest:
         head = ["A", "B", "mean A − B", "Welch t", "df", "p (Welch)", "p (permutation)", "Holm", "BH"]
-        lines += ["Unpaired (fewer than two common seeds):", "", _row(head), _row(["---"] * len(head))]
+        lines += ["Unpaired (fewer than two common seeds):", "", *md_head(head)]
         for a, b, r in rest:
             lines.append(
-                _row(
+                md_row(
                     [f"{_label(a)} (n={len(a.values)})", f"{_label(b)} (n={len(b.values)})", fmt(r["diff"]),
                      fmt(r["t"], 3), fmt_df(r["df"]), fmt_p(r["p_welch"]), fmt_p(r["p_perm"]), *_adjusted(r)]  # fmt: skip
                 )
@@ -372,11 +347,11 @@ def pooled_table(pooled: list[dict]) -> list[str]:
         return []
     head = ["settings pooled", "A", "B", "settings", "runs", "mean over settings of A − B", "A ahead in",
             "test", "p", "Holm", "BH"]  # fmt: skip
-    lines = [_row(head), _row(["---"] * len(head))]
+    lines = md_head(head)
     for r in pooled:
         test = "stratified sign flip (paired)" if r["paired"] else "stratified permutation"
         lines.append(
-            _row([r["pool"], r["a"], r["b"], r["settings"], r["runs"], fmt(r["diff"]),
+            md_row([r["pool"], r["a"], r["b"], r["settings"], r["runs"], fmt(r["diff"]),
                   f"{r['ahead']} of {r['settings']}", test, fmt_p(r["p"]), *_adjusted(r)])  # fmt: skip
         )
     return lines
@@ -389,10 +364,10 @@ def anova_table(anova: list[dict]) -> list[str]:
         blocks = f" (additive blocks: {', '.join(r['blocks'])})" if r["blocks"] else ""
         lines += [f"Two-way ANOVA of the per-run values, arm x {r['axis']}{blocks}; type II sums of squares:", ""]
         head = ["term", "SS", "df", "F", "p", "Holm", "BH"]
-        lines += [_row(head), _row(["---"] * len(head))]
+        lines += md_head(head)
         for key, name in [("a", "arm"), ("b", r["axis"]), ("a:b", f"arm x {r['axis']} (interaction)"), ("residual", "residual")]:
             adj = _adjusted(r) if key == "a:b" else ["—", "—"]
-            lines.append(_row([name, fmt(t[key]["ss"]), fmt_df(t[key]["df"]), fmt(t[key]["F"], 3), fmt_p(t[key]["p"]), *adj]))
+            lines.append(md_row([name, fmt(t[key]["ss"]), fmt_df(t[key]["df"]), fmt(t[key]["F"], 3), fmt_p(t[key]["p"]), *adj]))
         lines.append("")
     return lines
 
@@ -400,10 +375,10 @@ def anova_table(anova: list[dict]) -> list[str]:
 def one_sample_table(metric: Metric, rows: list[tuple[Cell, dict]]) -> list[str]:
     mu = metric.test_against
     head = ["setting", "arm", "n", f"mean − {fmt(mu)}", "t", "df", "p (t)", "p (sign flip)", "Holm", "BH"]
-    lines = [_row(head), _row(["---"] * len(head))]
+    lines = md_head(head)
     for c, r in rows:
         lines.append(
-            _row([c.setting, c.arm, len(c.values), fmt(r["diff"]), fmt(r["t"], 3), fmt_df(r["df"]), fmt_p(r["p_t"]),
+            md_row([c.setting, c.arm, len(c.values), fmt(r["diff"]), fmt(r["t"], 3), fmt_df(r["df"]), fmt_p(r["p_t"]),
                   fmt_p(r["p_flip"]), *_adjusted(r)])  # fmt: skip
         )
     return lines
@@ -413,11 +388,11 @@ def tost_table(metric: Metric, rows: list[tuple[Cell, dict]]) -> list[str]:
     target, margin = metric.equivalence
     head = ["setting", "arm", "n", "mean", "90% CI (t)", f"equivalent to {fmt(target, 2)} ± {fmt(margin, 2)}",
             "p (TOST)", "Holm", "BH"]  # fmt: skip
-    lines = [_row(head), _row(["---"] * len(head))]
+    lines = md_head(head)
     for c, r in rows:
         inside = target - margin < r["ci90_low"] and r["ci90_high"] < target + margin
         lines.append(
-            _row([c.setting, c.arm, len(c.values), fmt(sum(c.values) / len(c.values)),
+            md_row([c.setting, c.arm, len(c.values), fmt(sum(c.values) / len(c.values)),
                   f"[{fmt(r['ci90_low'])}, {fmt(r['ci90_high'])}]", "yes" if inside else "not shown",
                   fmt_p(r["p"]), *_adjusted(r)])  # fmt: skip
         )
@@ -491,7 +466,7 @@ def crossing_section(exp: Experiment, profile, records: list[RunRecord]) -> list
     how = profile.reduces[-1]
     head = ["setting", "arm", "runs", "crossed within the measured x", "crossing x per run", "median",
             *[f"mean gain at {x:g}" for x in profile.x]]  # fmt: skip
-    lines = [_row(head), _row(["---"] * len(head))]
+    lines = md_head(head)
     for setting in settings_of(records):
         for arm in exp.arms:
             runs = finished(records, setting, arm.label)
@@ -508,7 +483,7 @@ def crossing_section(exp: Experiment, profile, records: list[RunRecord]) -> list
             median = crossed[len(crossed) // 2] if len(crossed) == len(cross) else math.nan
             means = [sum(g[j] for g in gains) / len(gains) for j in range(len(profile.x))]
             lines.append(
-                _row([setting, arm.label, len(gains), f"{len(crossed)} of {len(gains)}",
+                md_row([setting, arm.label, len(gains), f"{len(crossed)} of {len(gains)}",
                       ", ".join("never" if math.isnan(c) else f"{c:.3g}" for c in cross),
                       "n/a" if math.isnan(median) else f"{median:.3g}", *[fmt(m) for m in means]])  # fmt: skip
             )

@@ -11,8 +11,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from lit_grpo.commands import main
 from lit_grpo.commands.compare import compare
+from lit_grpo.experiments.markdown import fmt
 from lit_grpo.experiments.stats import summarize
-from lit_grpo.experiments.tables import fmt
 from tests.experiments.helpers import ROOT, SMALL, write_experiment
 
 CRASH = """

@@ -6,8 +6,9 @@ import pytest
 
 from lit_grpo.experiments.collect import chance_corrected, guess_share, read_scalars, reduce_series
 from lit_grpo.experiments.figures import curve_band, mean_band, smooth
+from lit_grpo.experiments.markdown import fmt, fmt_p
 from lit_grpo.experiments.stats import one_sample_t_test, sign_flip_test, summarize, welch_t_test
-from lit_grpo.experiments.tables import Cell, fmt, fmt_p, pairwise, summary_table
+from lit_grpo.experiments.tables import Cell, pairwise, summary_table
 
 SERIES = [(0, 1.0), (5, 3.0), (9, 2.0), (12, 6.0)]
 
