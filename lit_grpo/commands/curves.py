@@ -41,12 +41,6 @@ def estimator_from_spec(spec: str):
         raise ValueError(f"--estimators {spec}: {err}") from None
 
 
-def couples_groups(estimator) -> bool:
-    """Whether ``estimator`` scales every group by a statistic of the whole batch (so no group has an estimate,
-    nor a weight curve, of its own)."""
-    return getattr(estimator, "couples_groups", False)  # declared on AdvantageEstimator by the estimators package
-
-
 def omega(specs: Sequence[str], G: int, ps):
     """``{spec: omega(ps) [M]}`` for each estimator spec at group size ``G``."""
     from lit_grpo.diagnostics.weight_curve import weight_curve
@@ -57,7 +51,7 @@ def omega(specs: Sequence[str], G: int, ps):
         try:
             out[spec] = weight_curve(estimator, G, ps)
         except ValueError as err:
-            fix = "drop it from --estimators" if couples_groups(estimator) else "choose a larger --group-size"
+            fix = "drop it from --estimators" if estimator.couples_groups else "choose a larger --group-size"
             raise ValueError(f"--estimators {spec} at --group-size {G}: {err}; {fix}") from err
     return out
 

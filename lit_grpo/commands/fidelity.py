@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from lit_grpo.commands.curves import couples_groups, estimator_from_spec
+from lit_grpo.commands.curves import estimator_from_spec
 
 #: What ``--estimators`` defaults to.
 DEFAULT_ESTIMATORS = ("GRPO", "DrGRPO", "RLOO", "Sign", "MaxRL", "SoftmaxGRPO", "PassAtK")
@@ -69,7 +69,7 @@ def _problems(args: argparse.Namespace, G: int, estimators: dict) -> list[str]:
         f"{label} cannot be measured at G = {G}: it is batch-coupled or needs larger groups; drop it from "
         "--estimators"
         for label, estimator in estimators.items()
-        if couples_groups(estimator) or estimator.min_group_size > G
+        if estimator.couples_groups or estimator.min_group_size > G
     ]
     return problems
 
