@@ -41,9 +41,8 @@ class PromptCurriculum:
         min_visits: int = 2,
         smoothing: float = 0.5,
     ) -> None:
-        if retire_above is None and retire_below is None:
-            raise ValueError("PromptCurriculum: set retire_above (e.g. 0.95) or retire_below (e.g. 0.0), or drop "
-                             "the curriculum")
+        require(retire_above is not None or retire_below is not None,
+                "PromptCurriculum: set retire_above (e.g. 0.95) or retire_below (e.g. 0.0), or drop the curriculum")
         if retire_above is not None and retire_below is not None and not retire_below < retire_above:
             raise ValueError(f"PromptCurriculum: retire_below={retire_below} must be < retire_above={retire_above}")
         require(min_visits >= 1, f"PromptCurriculum: min_visits={min_visits} must be >= 1")

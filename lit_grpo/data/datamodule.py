@@ -84,10 +84,8 @@ class PromptDataModule(L.LightningDataModule):
             "PromptDataModule", 1, prompts_per_step=prompts_per_step, val_batch_size=val_batch_size,
             shuffle_buffer=shuffle_buffer,
         )  # fmt: skip
-        if max_val_prompts is not None and max_val_prompts < 1:
-            raise ValueError(
-                f"PromptDataModule: max_val_prompts={max_val_prompts} must be >= 1 or None (all)"
-            )
+        require(max_val_prompts is None or max_val_prompts >= 1,
+                f"PromptDataModule: max_val_prompts={max_val_prompts} must be >= 1 or None (all)")
         require(num_workers >= 0, f"PromptDataModule: num_workers={num_workers} must be >= 0")
         self.source = source
         self.prompts_per_step = prompts_per_step

@@ -32,6 +32,7 @@ from dataclasses import fields
 from functools import lru_cache
 from typing import Any, Literal
 
+from lit_grpo.checks import require
 from lit_grpo.data.records import Record
 from lit_grpo.data.sources import Split, StyledSource, split_range
 from lit_grpo.data.templates import PromptStyle, check_style
@@ -188,12 +189,10 @@ class ReasoningGymSource(StyledSource):
         owner = type(self).__name__
         check_style(owner, style)
         for option, value in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test)):
-            if not isinstance(value, int) or value < 0:
-                raise ValueError(f"{owner}: {option}={value!r} must be an integer >= 0")
+            require(isinstance(value, int) and value >= 0, f"{owner}: {option}={value!r} must be an integer >= 0")
         if num_train + num_val + num_test == 0:
             raise ValueError(f"{owner}: num_train, num_val and num_test are all 0; set num_train > 0")
-        if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"{owner}: seed={seed!r} must be an integer >= 0")
+        require(isinstance(seed, int) and seed >= 0, f"{owner}: seed={seed!r} must be an integer >= 0")
         config = dict(config or {})
         if importlib.util.find_spec("reasoning_gym") is not None:
             check_dataset(dataset, config, owner)  # cheap: no item is generated

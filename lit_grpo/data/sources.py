@@ -216,10 +216,8 @@ class FileSource(RowSource):
             )
         if not path.is_file():
             raise FileNotFoundError(f"FileSource: {split}={file!r}: no such file")
-        if path.suffix not in (".jsonl", ".json", ".parquet"):
-            raise ValueError(
-                f"FileSource: {split}={file!r} has suffix {path.suffix!r}; use .jsonl, .json (JSON lines) or .parquet"
-            )
+        require(path.suffix in (".jsonl", ".json", ".parquet"),
+                f"FileSource: {split}={file!r} has suffix {path.suffix!r}; use .jsonl, .json (JSON lines) or .parquet")
         return path
 
 
@@ -290,10 +288,8 @@ class HubSource(RowSource):
         return getattr(self, f"{split}_split") is not None or (split == "val" and self.val_size is not None)
 
     def stream(self, split: Split, on_bad_row: OnBadRow | None = None) -> Iterator[Record]:
-        if not self.has_split(split):
-            raise ValueError(
-                f"{type(self).__name__}: no dataset split for {split}; set the option `{split}_split`"
-            )
+        require(self.has_split(split),
+                f"{type(self).__name__}: no dataset split for {split}; set the option `{split}_split`")
         name = getattr(self, f"{split}_split") or self.train_split
         ds = self._dataset(name)
         at = f"{self.path} [{name}], row "  # + the 1-based row number

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lit_grpo.checks import require, require_at_least
 from lit_grpo.data.records import Record
 from lit_grpo.data.sources import Split, StyledSource, split_range
 from lit_grpo.data.templates import PromptStyle, check_style, format_options
@@ -23,11 +24,7 @@ _OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
 def _check_problem_space(owner: str, sizes: dict[str, int], max_operand: int, operators: str) -> None:
-    for name, value in sizes.items():
-        if value < 0:
-            raise ValueError(f"{owner}: {name}={value} must be >= 0")
-    if max_operand < 0:
-        raise ValueError(f"{owner}: max_operand={max_operand} must be >= 0")
+    require_at_least(owner, 0, **sizes, max_operand=max_operand)
     if not operators or set(operators) - set(_OPERATORS) or len(set(operators)) != len(operators):
         raise ValueError(
             f"{owner}: operators={operators!r} must be distinct characters from "
@@ -255,8 +252,7 @@ class SyntheticChoice(StyledSource):
         sizes = {"num_train": num_train, "num_val": num_val, "num_test": num_test}
         _check_problem_space("SyntheticChoice", sizes, max_operand, operators)
         check_style("SyntheticChoice", style)
-        if not 2 <= num_choices <= 26:
-            raise ValueError(f"SyntheticChoice: num_choices={num_choices} must be in 2..26")
+        require(2 <= num_choices <= 26, f"SyntheticChoice: num_choices={num_choices} must be in 2..26")
         if min_choices is not None and not 2 <= min_choices <= num_choices:
             raise ValueError(
                 f"SyntheticChoice: min_choices={min_choices} must be in 2..num_choices={num_choices} "

@@ -266,8 +266,7 @@ def group_gradient_norms(
         ``[N / group_size]`` float64 norms.
     """
     n = coefficients.numel()
-    if n % group_size:
-        raise ValueError(f"{n} completions are not whole groups of {group_size}")
+    require(n % group_size == 0, f"{n} completions are not whole groups of {group_size}")
     groups = n // group_size
     rows = coefficients.reshape(-1).nonzero().flatten().tolist()
     sums = [torch.zeros(groups, t.numel, dtype=torch.float32) for t in targets]  # [P, D_t] each

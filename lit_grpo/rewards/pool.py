@@ -172,12 +172,10 @@ class PooledScorer:
     _pool: ScoringPool | None = None
 
     def check_pool(self, workers: int, start_method: StartMethod) -> None:
-        if not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"{type(self).__name__}: workers={workers!r} must be an integer >= 0 (0: score in the "
-                             "calling process)")
-        if start_method not in ("forkserver", "spawn"):
-            raise ValueError(f"{type(self).__name__}: start_method={start_method!r} is not supported; use "
-                             "'forkserver' or 'spawn'")
+        require(isinstance(workers, int) and workers >= 0,
+                f"{type(self).__name__}: workers={workers!r} must be an integer >= 0 (0: score in the calling process)")
+        require(start_method in ("forkserver", "spawn"),
+                f"{type(self).__name__}: start_method={start_method!r} is not supported; use 'forkserver' or 'spawn'")
         self.workers, self.start_method = workers, start_method
 
     def pool_timeout_s(self) -> float:
