@@ -60,7 +60,7 @@ def test_the_readme_prints_the_real_quickstart_run():
     problems += _says(readme, r"reward_mean +before ([\d.]+) +after ([\d.]+)", HELD["heldout/reward_mean_before"],
                       HELD["heldout/reward_mean_after"])  # fmt: skip
     problems += _says(readme, r"one run, (\d+) steps, (\d+) minutes wall in all", QUICK["steps"], WALL_MIN)
-    problems += _says(readme, r"RSS ([\d.]+) GiB\):", PEAK_GIB)
+    problems += _says(readme, r"RSS ([\d.]+) GiB;", PEAK_GIB)
     problems += _says(readme, r"passes \+(\d+) points after (\d+) steps \(under (\d+) minutes", 10,
                       SUMMARY["gain_0.1_at_step"], None)  # fmt: skip
     assert SUMMARY["gain_0.1_training_min"] < int(re.search(r"under (\d+) minutes of training", readme).group(1))
