@@ -115,11 +115,9 @@ def require_logger(
 
     ``figure_option`` names the callback's option that turns its figures off, offered as a fix.
     """
-    if not trainer.loggers:
-        raise ValueError(
+    require(bool(trainer.loggers),
             f"{name} logs metrics but the Trainer has no logger (logger=False); set trainer.logger to a "
-            f"lightning.pytorch.loggers.TensorBoardLogger (the lit-grpo CLI default) or remove {name}"
-        )
+            f"lightning.pytorch.loggers.TensorBoardLogger (the lit-grpo CLI default) or remove {name}")
     if writer and not any(isinstance(lg, TensorBoardLogger) for lg in trainer.loggers):
         other = f"set {name}'s {figure_option}" if figure_option else f"remove {name}"
         raise ValueError(
@@ -160,11 +158,9 @@ def reward_is_binary(reward: Any) -> bool | None:
 def require_binary_reward(name: str, pl_module: LightningModule) -> None:
     """ValueError at setup when the module's reward is known not to be binary."""
     reward = getattr(pl_module, "reward", None)
-    if reward is not None and reward_is_binary(reward) is False:
-        raise ValueError(
+    require(reward is None or reward_is_binary(reward) is not False,
             f"{name} needs binary rewards (0 or 1), but the run's reward {type(reward).__name__} is not binary; "
-            f"use a binary reward such as lit_grpo.ExactMatch or lit_grpo.MathVerify, or remove {name}"
-        )
+            f"use a binary reward such as lit_grpo.ExactMatch or lit_grpo.MathVerify, or remove {name}")
 
 
 def non_binary(rewards: Tensor, atol: float) -> Tensor:

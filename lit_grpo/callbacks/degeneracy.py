@@ -77,11 +77,9 @@ class DegeneracyMonitor(RolloutStatsCallback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             require_run(NAME, trainer, pl_module, "estimator", "group_size", binary=True)
-            if self.resample_every_n_steps and self.resample_samples < pl_module.group_size:
-                raise ValueError(
+            require(not self.resample_every_n_steps or self.resample_samples >= pl_module.group_size,
                     f"DegeneracyMonitor: resample_samples={self.resample_samples} is below the group size "
-                    f"{pl_module.group_size}; the unbiased prediction needs n >= G samples per prompt"
-                )
+                    f"{pl_module.group_size}; the unbiased prediction needs n >= G samples per prompt")
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
         self._resampled = None

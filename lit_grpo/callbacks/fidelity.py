@@ -99,24 +99,18 @@ class GradientFidelity(Callback):
         )
         from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
-        if isinstance(trainer.strategy, FSDPStrategy | ModelParallelStrategy):
-            raise ValueError(
+        require(not isinstance(trainer.strategy, FSDPStrategy | ModelParallelStrategy),
                 f"{NAME} runs the policy on rank 0 alone, which a sharded policy cannot do; measure a checkpoint "
-                "with `lit-grpo fidelity` instead, or train under DDP or one process"
-            )
+                "with `lit-grpo fidelity` instead, or train under DDP or one process")
         estimators = self.estimators or [pl_module.estimator]
         G = pl_module.group_size
         for estimator in estimators:
-            if estimator.couples_groups or estimator.needs_lengths or estimator.min_group_size > G:
-                raise ValueError(
+            require(not (estimator.couples_groups or estimator.needs_lengths or estimator.min_group_size > G),
                     f"{NAME}: {estimator!r} has no per-prompt estimate at group_size {G} (it is batch-coupled, "
-                    "needs the completions' lengths or needs larger groups); list other estimators in estimators"
-                )
+                    "needs the completions' lengths or needs larger groups); list other estimators in estimators")
         dm = trainer.datamodule
-        if dm is None or not hasattr(dm, "val_dataloader"):
-            raise ValueError(
-                f"{NAME} needs validation prompts; give the data a validation split or remove {NAME}"
-            )
+        require(dm is not None and hasattr(dm, "val_dataloader"),
+                f"{NAME} needs validation prompts; give the data a validation split or remove {NAME}")
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.targets = self.probe.targets(NAME, pl_module.policy)

@@ -104,11 +104,9 @@ class GradientRank(Callback):
                 for n, p in policy.named_parameters()
                 if p.dim() == 2 and p.requires_grad and any(r.search(n) for r in regexes)
             ]
-            if not self.weights:
-                raise ValueError(
+            require(bool(self.weights),
                     f"GradientRank: weight_params={self.weight_params} matches no trainable 2-D "
-                    "parameter of the policy; fix the regular expressions"
-                )
+                    "parameter of the policy; fix the regular expressions")
 
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int

@@ -8,6 +8,8 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
+from lit_grpo.checks import require
+
 
 class HeldOutReport(Callback):
     """Scores the validation prompts before the first training step and after the last one.
@@ -33,10 +35,8 @@ class HeldOutReport(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if not hasattr(pl_module, "evaluate_batch"):
             raise TypeError(f"HeldOutReport needs a lit_grpo PolicyModule, got {type(pl_module).__name__}")
-        if trainer.datamodule is None or not hasattr(trainer.datamodule, "val_dataloader"):
-            raise ValueError(
-                "HeldOutReport needs a DataModule with validation prompts (set the source's val split)"
-            )
+        require(trainer.datamodule is not None and hasattr(trainer.datamodule, "val_dataloader"),
+                "HeldOutReport needs a DataModule with validation prompts (set the source's val split)")
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.before:  # not again on resume

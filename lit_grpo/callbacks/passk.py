@@ -12,6 +12,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from lit_grpo.callbacks._common import fork_rng, logging_step, require_logger, require_module, tensorboard
+from lit_grpo.checks import require
 from lit_grpo.diagnostics.passk import pass_at_k_ks, pass_at_k_per_prompt
 from lit_grpo.diagnostics.plots import pass_at_k_figure
 from lit_grpo.types import PromptBatch
@@ -103,16 +104,12 @@ class PassAtK(Callback):
             return
         require_module(NAME, pl_module, "engine", "score", "sampling")
         dm = trainer.datamodule
-        if dm is None or not hasattr(dm, "val_dataloader") or not len(dm.val_dataloader()):
-            raise ValueError(
+        require(dm is not None and hasattr(dm, "val_dataloader") and len(dm.val_dataloader()) > 0,
                 "PassAtK needs validation prompts but the run has none; give the data source a validation "
-                "split (e.g. SyntheticArithmetic num_val > 0) or remove PassAtK"
-            )
-        if stage == "fit" and trainer.limit_val_batches == 0:
-            raise ValueError(
+                "split (e.g. SyntheticArithmetic num_val > 0) or remove PassAtK")
+        require(stage != "fit" or trainer.limit_val_batches != 0,
                 "PassAtK needs validation but limit_val_batches=0 turns it off; "
-                "set trainer.limit_val_batches > 0 or remove PassAtK"
-            )
+                "set trainer.limit_val_batches > 0 or remove PassAtK")
         require_logger(NAME, trainer, writer=self.log_figure, figure_option="log_figure: false")
 
     # ---- measuring ---------------------------------------------------------------------------------

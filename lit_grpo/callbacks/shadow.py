@@ -20,7 +20,7 @@ from lit_grpo.callbacks._common import (
     rollout_stats,
     tensorboard,
 )
-from lit_grpo.checks import require_at_least
+from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS
 from lit_grpo.diagnostics.gradients import LinearTarget, gradient_row_blocks, row_dim, take_rows
 from lit_grpo.diagnostics.plots import shadow_figure
@@ -78,11 +78,9 @@ class ShadowEstimators(Callback):
         figure: bool = True,
     ) -> None:
         estimators = list(estimators or [])
-        if not estimators:
-            raise ValueError(
+        require(bool(estimators),
                 f"{NAME}: estimators is empty; list the estimators to shadow, e.g. "
-                "[{class_path: lit_grpo.Sign}, {class_path: lit_grpo.MaxRL}]"
-            )
+                "[{class_path: lit_grpo.Sign}, {class_path: lit_grpo.MaxRL}]")
         bad = [e for e in estimators if not isinstance(e, AdvantageEstimator)]
         if bad:
             raise TypeError(
@@ -115,11 +113,9 @@ class ShadowEstimators(Callback):
             NAME, trainer, pl_module, "policy", "sampling", "group_size", writer=draws, figure_option="figure: false"
         )
         for estimator, label in zip(self.estimators, self.labels, strict=True):
-            if estimator.min_group_size > pl_module.group_size:
-                raise ValueError(
+            require(estimator.min_group_size <= pl_module.group_size,
                     f"{NAME}: {label} needs groups of at least {estimator.min_group_size}, but the run's "
-                    f"group_size is {pl_module.group_size}; drop it from estimators or raise group_size"
-                )
+                    f"group_size is {pl_module.group_size}; drop it from estimators or raise group_size")
         if self.gradient_every_n_steps:
             fix = "set gradient_every_n_steps: 0, or measure under FSDP2, DDP or one process"
             require_whole_gradients(NAME, trainer, fix)

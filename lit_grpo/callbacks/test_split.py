@@ -89,12 +89,10 @@ class TestSplitReport(Callback):
         dm.setup("test")
         available = sum(len(b) for b in dm.test_dataloader())
         scored = available if self.max_prompts is None else min(available, self.max_prompts)
-        if scored < self.min_prompts:
-            raise ValueError(
+        require(scored >= self.min_prompts,
                 f"{NAME}: the test split serves {available} prompts (data.max_val_prompts also caps it) and "
                 f"{scored} would be scored, fewer than min_prompts={self.min_prompts}; raise the source's "
-                "num_test, lift data.max_val_prompts or lower min_prompts"
-            )
+                "num_test, lift data.max_val_prompts or lower min_prompts")
 
     # ---- measuring ---------------------------------------------------------------------------------
     def batches(self, trainer: Trainer):

@@ -9,6 +9,7 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 
 from lit_grpo.callbacks._common import require_run, tensorboard
+from lit_grpo.checks import require
 from lit_grpo.diagnostics.plots import weight_curve_figure
 from lit_grpo.diagnostics.weight_curve import TABLE_PS, format_table, weight_curve
 from lit_grpo.estimators import AdvantageEstimator
@@ -43,12 +44,10 @@ class WeightCurve(Callback):
         if stage == "fit":
             require_run(NAME, trainer, pl_module, "estimator", "group_size", writer=True)
             for estimator in self.compare:
-                if estimator.min_group_size > pl_module.group_size:
-                    raise ValueError(
+                require(estimator.min_group_size <= pl_module.group_size,
                         f"WeightCurve: compare contains {estimator!r}, which needs groups of at least "
                         f"{estimator.min_group_size}, but the run's group_size is {pl_module.group_size}; "
-                        "drop it from compare or raise group_size"
-                    )
+                        "drop it from compare or raise group_size")
 
     def curves(
         self, estimators: list[AdvantageEstimator], G: int, ps: torch.Tensor

@@ -226,14 +226,12 @@ class PromptDataModule(L.LightningDataModule):
         consumed in all; when they do not divide evenly among the new ranks, up to ``ranks - 1`` of them are
         seen again (a warning says how many), none is skipped."""
         differ = self.position_differences(state_dict)
-        if differ:
-            raise ValueError(
+        require(not differ,
                 "PromptDataModule: the checkpoint's data position was saved with other data settings, so it "
                 "does not point at the same prompts in this run: " + "; ".join(differ) + ". Resume with the "
                 "checkpoint's settings (the same seed, data and streaming options; streamed, the same number "
                 "of processes), or start a new run from exported weights (lit_grpo.callbacks.SavePretrained) to "
-                "change them."
-            )
+                "change them.")
         self._epoch = int(state_dict.get("epoch", 0))
         # checkpoints written before the position was counted in prompts hold batches of prompts_per_step
         prompts = int(state_dict.get("prompts", state_dict.get("batches", 0) * self.prompts_per_step))

@@ -92,11 +92,9 @@ def check_dataset(name: str, config: dict[str, Any], owner: str = "ReasoningGymS
     config_cls = datasets[name][1]
     known = [f.name for f in fields(config_cls) if f.name not in ("seed", "size")]
     for key in config:
-        if key in ("seed", "size"):
-            raise ValueError(
+        require(key not in ("seed", "size"),
                 f"{owner}: config of {name!r} sets {key!r}, which the source derives; use the source's options "
-                "seed and num_train / num_val / num_test instead"
-            )
+                "seed and num_train / num_val / num_test instead")
         if key not in known:
             close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
@@ -316,11 +314,9 @@ class ReasoningGymScore(PooledScorer, RewardFunction):
     def entry(self, reference: str, rg_source: str, rg_index: int, rg_entry: str, rg_exact: bool) -> dict:
         """The entry ``score_answer`` reads: from the columns when they rebuild it exactly, else regenerated."""
         entry = json.loads(rg_entry) if rg_exact else regenerated_entry(rg_source, int(rg_index))
-        if str(entry["answer"]) != reference:
-            raise ValueError(
+        require(str(entry["answer"]) == reference,
                 f"item {rg_index} of {rg_source} regenerated with answer {entry['answer']!r}, not the record's "
-                f"reference {reference!r}: the generator is not deterministic"
-            )
+                f"reference {reference!r}: the generator is not deterministic")
         return entry
 
     def score_item(self, completion: str, reference: str | None, **row: Any) -> float | Counted:
@@ -337,11 +333,9 @@ class ReasoningGymScore(PooledScorer, RewardFunction):
     def __call__(self, completions: list[str], references: list[str], **columns: Any) -> RewardOutput:
         """``completions [N]``, ``references [N]`` and the records' ``rg_*`` columns -> scores ``[N]`` in [0, 1]."""
         missing = [c for c in COLUMNS if c not in columns]
-        if missing:
-            raise ValueError(
+        require(not missing,
                 f"ReasoningGymScore needs the columns {', '.join(COLUMNS)} that ReasoningGymSource records carry; "
-                f"missing {', '.join(missing)} (got {', '.join(columns) or 'none'}): use it with ReasoningGymSource"
-            )
+                f"missing {', '.join(missing)} (got {', '.join(columns) or 'none'}): use it with ReasoningGymSource")
         reasoning_gym("ReasoningGymScore")
         row_columns = {k: columns[k] for k in COLUMNS}
         return score_items(self.score_item, completions, references, name=self.name, columns=row_columns,

@@ -266,11 +266,9 @@ class HubSource(RowSource):
         tokenizer: str | None = None,
         instruction: str = "",
     ) -> None:
-        if val_size is not None and (val_size < 1 or val_split is not None):
-            raise ValueError(
+        require(val_size is None or (val_size >= 1 and val_split is None),
                 f"{type(self).__name__}: val_size={val_size} holds out training rows and needs val_size >= 1 and "
-                f"val_split=None (got val_split={val_split!r}); set val_split: null or drop val_size"
-            )
+                f"val_split=None (got val_split={val_split!r}); set val_split: null or drop val_size")
         super().__init__(
             prompt_field=prompt_field, answer_field=answer_field, template=template, extra_fields=extra_fields,
             style=style, tokenizer=tokenizer, instruction=instruction,
@@ -296,11 +294,9 @@ class HubSource(RowSource):
         if self.val_size is None or split == "test":
             rows = ((f"{at}{r + 1}", f"{split}-{r}", row) for r, row in enumerate(ds))
         else:  # val: a seeded sample of the training rows; ids of training rows keep the dataset row
-            if self.val_size >= len(ds):
-                raise ValueError(
+            require(self.val_size < len(ds),
                     f"{type(self).__name__}: val_size={self.val_size} leaves none of the {len(ds)} training "
-                    "rows; lower val_size"
-                )
+                    "rows; lower val_size")
             held = np.random.default_rng(self.seed).permutation(len(ds))[: self.val_size].tolist()
             if split == "val":
                 picked = zip(held, ds.select(held), strict=True)

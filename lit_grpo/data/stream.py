@@ -125,11 +125,9 @@ class PromptStream(IterableDataset):
         for j, batch in enumerate(batched(islice(records, self.start, None), self.batch_size)):
             if j % workers == worker:
                 yield collate_prompts(batch)
-        if records.count < self.batch_size:  # the epoch has no full batch at all
-            raise ValueError(
+        require(records.count >= self.batch_size,  # the epoch has no full batch at all
                 f"the training split gives rank {self.rank} of {self.world_size} no full batch of "
-                f"prompts_per_step={self.batch_size} prompts; lower prompts_per_step or add prompts"
-            )
+                f"prompts_per_step={self.batch_size} prompts; lower prompts_per_step or add prompts")
 
     def cycle(self, start: int = 0) -> Iterator[Record]:
         """This rank's records over epochs 0, 1, 2, ... without end, from record ``start`` on."""

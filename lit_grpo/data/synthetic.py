@@ -179,11 +179,9 @@ class SyntheticResidue(SyntheticArithmetic):
         self, min_modulus: int = 2, max_modulus: int = 10, question: str = "({a}{op}{b})%{k}=", **kwargs
     ) -> None:
         super().__init__(question=question, **kwargs)
-        if not 2 <= min_modulus <= max_modulus:
-            raise ValueError(
+        require(2 <= min_modulus <= max_modulus,
                 f"SyntheticResidue: min_modulus={min_modulus}, max_modulus={max_modulus} must satisfy "
-                "2 <= min_modulus <= max_modulus"
-            )
+                "2 <= min_modulus <= max_modulus")
         self.min_modulus = min_modulus
         self.max_modulus = max_modulus
 
@@ -253,16 +251,12 @@ class SyntheticChoice(StyledSource):
         _check_problem_space("SyntheticChoice", sizes, max_operand, operators)
         check_style("SyntheticChoice", style)
         require(2 <= num_choices <= 26, f"SyntheticChoice: num_choices={num_choices} must be in 2..26")
-        if min_choices is not None and not 2 <= min_choices <= num_choices:
-            raise ValueError(
+        require(min_choices is None or 2 <= min_choices <= num_choices,
                 f"SyntheticChoice: min_choices={min_choices} must be in 2..num_choices={num_choices} "
-                "(or null for a fixed number of options)"
-            )
-        if 2 * spread < num_choices - 1:
-            raise ValueError(
+                "(or null for a fixed number of options)")
+        require(2 * spread >= num_choices - 1,
                 f"SyntheticChoice: spread={spread} leaves fewer than num_choices - 1 = {num_choices - 1} "
-                f"distinct distractors; raise spread to at least {(num_choices) // 2}"
-            )
+                f"distinct distractors; raise spread to at least {(num_choices) // 2}")
         self.num_train = num_train
         self.num_val = num_val
         self.num_test = num_test

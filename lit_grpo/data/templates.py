@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
+from lit_grpo.checks import require
+
 logger = logging.getLogger(__name__)
 
 PromptStyle = Literal["plain", "chat", "think"]
@@ -73,12 +75,10 @@ class PromptRenderer:
 
     def _load(self) -> Any:
         if self._tok is None:
-            if self.tokenizer is None:
-                raise ValueError(
+            require(self.tokenizer is not None,
                     "style='chat' needs a tokenizer to render the chat template: set the source's option "
                     "`tokenizer` to the model's hub id or directory (under a Trainer the DataModule uses "
-                    "the policy's model when it is unset)"
-                )
+                    "the policy's model when it is unset)")
             from lit_grpo.models.loading import load_tokenizer
 
             tok = load_tokenizer(self.tokenizer)

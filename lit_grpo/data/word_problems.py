@@ -76,11 +76,9 @@ class WordProblems(StyledSource):
         require_at_least("WordProblems", 0, num_train=num_train, num_val=num_val, num_test=num_test)
         templates = [t for k in chosen for t in TEMPLATES[k]]
         space = len(templates) * (max_number - 1) ** 2
-        if num_train + num_val + num_test > space:
-            raise ValueError(
+        require(num_train + num_val + num_test <= space,
                 f"WordProblems: num_train + num_val + num_test = {num_train + num_val + num_test} exceeds the "
-                f"{space} distinct problems of kinds={kinds!r}, max_number={max_number}; raise max_number"
-            )
+                f"{space} distinct problems of kinds={kinds!r}, max_number={max_number}; raise max_number")
         self.num_train, self.num_val, self.num_test = num_train, num_val, num_test
         self.kinds, self.max_number, self.seed = kinds, max_number, seed
         self.style, self.tokenizer, self.instruction = style, tokenizer, instruction

@@ -12,6 +12,8 @@ import math
 import torch
 from torch import Tensor
 
+from lit_grpo.checks import require
+
 #: Edges of the difficulty bins; bin ``b`` is ``[edges[b], edges[b + 1])``, the last one closed.
 DIFFICULTY_BINS = (0.0, 0.2, 0.5, 0.7, 0.9, 1.0)
 #: Readable names of the bins, e.g. for metric names.
@@ -38,10 +40,8 @@ def budget_shares(budget: Tensor, pass_rate: Tensor) -> Tensor:
     Returns:
         ``[5]`` float64 shares summing to 1, or all zeros when the binned total is 0.
     """
-    if budget.shape != pass_rate.shape or budget.dim() != 1:
-        raise ValueError(
-            f"budget and pass_rate must both have shape [P], got {tuple(budget.shape)} and {tuple(pass_rate.shape)}"
-        )
+    require(budget.shape == pass_rate.shape and budget.dim() == 1,
+            f"budget and pass_rate must both have shape [P], got {tuple(budget.shape)} and {tuple(pass_rate.shape)}")
     index = bin_index(pass_rate)  # [P]
     keep = index >= 0
     totals = torch.zeros(NUM_BINS, dtype=torch.float64, device=budget.device)  # [5]
@@ -60,11 +60,9 @@ def advantage_budget(advantages: Tensor, lengths: Tensor) -> Tensor:
     Returns:
         ``[P]`` float64.
     """
-    if lengths.numel() != advantages.numel():
-        raise ValueError(
+    require(lengths.numel() == advantages.numel(),
             f"lengths has {lengths.numel()} entries but advantages {tuple(advantages.shape)} "
-            f"has {advantages.numel()}; pass one length per completion"
-        )
+            f"has {advantages.numel()}; pass one length per completion")
     lengths = lengths.reshape(advantages.shape).double()  # [P, G]
     return (advantages.double().abs() * lengths).sum(-1)  # [P]
 

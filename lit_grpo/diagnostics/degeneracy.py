@@ -80,11 +80,9 @@ def unbiased_iid_degeneracy(n: int, c: int | Tensor, G: int) -> float | Tensor:
     counts of any shape (float64 products, returns a float64 tensor of that shape).
     """
     require(G >= 1, f"group size G must be >= 1, got {G}")
-    if n < G:
-        raise ValueError(
+    require(n >= G,
             f"unbiased_iid_degeneracy needs n >= G samples, got n={n} < G={G}; "
-            "draw at least G samples per prompt or use iid_degeneracy(c / n, G)"
-        )
+            "draw at least G samples per prompt or use iid_degeneracy(c / n, G)")
     if isinstance(c, Tensor):
         if bool(((c < 0) | (c > n)).any()):
             raise ValueError(f"counts c must lie in [0, n={n}], got min {c.min()} max {c.max()}")
@@ -136,10 +134,8 @@ def starved_fraction(advantages: Tensor, mask: Tensor | None = None) -> float:
     """
     zero = advantages == 0
     if mask is not None:
-        if mask.shape != advantages.shape:
-            raise ValueError(
-                f"mask shape {tuple(mask.shape)} must equal advantages shape {tuple(advantages.shape)}"
-            )
+        require(mask.shape == advantages.shape,
+                f"mask shape {tuple(mask.shape)} must equal advantages shape {tuple(advantages.shape)}")
         zero = zero[mask.bool()]
     return zero.double().mean().item() if zero.numel() else math.nan
 

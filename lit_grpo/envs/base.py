@@ -125,11 +125,9 @@ class EnvironmentRouter(Environment):
         """The environment for ``record``."""
         value = record.get("columns", {}).get(self.column)
         env = self.environments.get(str(value)) if value is not None else None
-        if env is None and self.default is None:
-            raise ValueError(
+        require(env is not None or self.default is not None,
                 f"EnvironmentRouter: record {record.get('id')!r} has {self.column}={value!r}, which names no "
-                f"environment; known values: {sorted(self.environments)}. Add it to environments or set a default"
-            )
+                f"environment; known values: {sorted(self.environments)}. Add it to environments or set a default")
         return env or self.default
 
     def reset(self, record: Record) -> Episode:

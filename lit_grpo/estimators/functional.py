@@ -60,22 +60,18 @@ def check_rewards(rewards: Tensor) -> None:
     """Raise unless ``rewards`` is a floating ``[P, G]`` tensor with ``G >= 1`` and no infinity."""
     if not isinstance(rewards, Tensor):
         raise TypeError(f"rewards must be a torch.Tensor [P, G], got {type(rewards).__name__}")
-    if rewards.ndim != 2 or rewards.shape[1] == 0:
-        raise ValueError(
+    require(rewards.ndim == 2 and rewards.shape[1] > 0,
             f"rewards must have shape [P, G] with G >= 1, got {tuple(rewards.shape)}; "
-            "reshape flat rewards [N] with rewards.view(P, G)"
-        )
+            "reshape flat rewards [N] with rewards.view(P, G)")
     if not rewards.is_floating_point():
         raise TypeError(
             f"rewards must be a floating tensor (NaN marks an unscorable completion), got {rewards.dtype}; "
             "convert with rewards.float()"
         )
     n_inf = int(rewards.isinf().sum())
-    if n_inf:
-        raise ValueError(
+    require(n_inf == 0,
             f"rewards contain {n_inf} infinite value(s); reward functions must return finite scores "
-            "and NaN for a completion that cannot be scored"
-        )
+            "and NaN for a completion that cannot be scored")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,11 +202,9 @@ def maxrl_advantages(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     check_positive("eps", eps, "1e-6")
     r = _prepare(rewards)
     n_neg = int((r < 0).sum())
-    if n_neg:
-        raise ValueError(
+    require(n_neg == 0,
             f"MaxRL normalises by the group's success rate and needs rewards >= 0, got {n_neg} negative "
-            "reward(s); rescale the rewards to [0, 1] or use GRPO or DrGRPO"
-        )
+            "reward(s); rescale the rewards to [0, 1] or use GRPO or DrGRPO")
     mu = group_mean(r)  # [P, 1]
     adv = centred(r) / (mu + eps)  # [P, G]
     return _finish(adv.where(mu > CONSTANT_RTOL, 0.0), r)
@@ -379,11 +373,9 @@ def check_lengths(lengths: Tensor, rewards: Tensor) -> Tensor:
     """``lengths [P, G]`` (completion tokens, >= 0, finite) validated against ``rewards``, as float64."""
     if not isinstance(lengths, Tensor):
         raise TypeError(f"lengths must be a torch.Tensor [P, G], got {type(lengths).__name__}")
-    if lengths.shape != rewards.shape:
-        raise ValueError(
+    require(lengths.shape == rewards.shape,
             f"lengths must have the rewards' shape {tuple(rewards.shape)}, got {tuple(lengths.shape)}; "
-            "pass the completion lengths as lengths.view(P, G)"
-        )
+            "pass the completion lengths as lengths.view(P, G)")
     if lengths.dtype == torch.bool or lengths.is_complex():
         raise TypeError(f"lengths must be integer or floating token counts, got {lengths.dtype}")
     out = lengths.detach().to(torch.float64)  # [P, G]

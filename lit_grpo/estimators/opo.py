@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from lit_grpo.checks import require
 from lit_grpo.estimators.base import AdvantageEstimator
 from lit_grpo.estimators.functional import opo_advantages
 
@@ -22,9 +23,7 @@ class OPO(AdvantageEstimator):
     needs_lengths: bool = True
 
     def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
-        if lengths is None:
-            raise ValueError(
+        require(lengths is not None,
                 "OPO needs the completion lengths: call it as estimator(rewards, lengths=lengths) with lengths "
-                "[P, G] in tokens (GRPOModule's training step passes them)"
-            )
+                "[P, G] in tokens (GRPOModule's training step passes them)")
         return opo_advantages(rewards, lengths)

@@ -11,6 +11,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_grpo.checks import require
 from lit_grpo.experiments.grid import Run
 from lit_grpo.experiments.pairing import Pairing, pairing_of
 from lit_grpo.experiments.registry import metric_sources
@@ -75,12 +76,10 @@ def _check_metrics(exp: Experiment, cli, run: Run, names: set[str] | None = None
         names |= {m.se for m in exp.metrics if m.se is not None} | {m.minus for m in exp.metrics if m.minus}
     for name in sorted(names):
         sources = metric_sources(name, exp.callbacks)
-        if not any(isinstance(obj, _class(s)) for s in sources for obj in present):
-            raise ValueError(
+        require(any(isinstance(obj, _class(s)) for s in sources for obj in present),
                 f"run {run.run_id}: metric {name!r} is written by {' or '.join(sources)}, which this "
                 "run does not have; add the callback to the experiment's args, e.g. "
-                f"--trainer.callbacks+={sources[0]}"
-            )
+                f"--trainer.callbacks+={sources[0]}")
 
 
 def _check_model(cli, run: Run, prepared: dict[str, Path]) -> None:
@@ -89,11 +88,9 @@ def _check_model(cli, run: Run, prepared: dict[str, Path]) -> None:
     name = str(cli.model.model_name)
     if name in {str(p) for p in prepared.values()} or not looks_local(name):
         return
-    if not Path(name).expanduser().is_dir():
-        raise ValueError(
+    require(Path(name).expanduser().is_dir(),
             f"run {run.run_id}: model={name!r} is not a directory; fix the path or produce it with a "
-            "`prepare` step and refer to it as {prepared.<name>}"
-        )
+            "`prepare` step and refer to it as {prepared.<name>}")
 
 
 def check_runs(
@@ -112,11 +109,9 @@ def check_runs(
         if key in cells:
             continue
         cli = _instantiate(run, cli_class)
-        if not isinstance(cli.trainer.logger, TensorBoardLogger):
-            raise ValueError(
+        require(isinstance(cli.trainer.logger, TensorBoardLogger),
                 f"run {run.run_id}: the trainer logger must be a TensorBoardLogger (the report reads its "
-                f"events), got {type(cli.trainer.logger).__name__}"
-            )
+                f"events), got {type(cli.trainer.logger).__name__}")
         _check_metrics(exp, cli, run, metrics)
         _check_model(cli, run, prepared)
         model = cli.model

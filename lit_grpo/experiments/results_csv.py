@@ -8,6 +8,7 @@ import csv
 import math
 from pathlib import Path
 
+from lit_grpo.checks import require
 from lit_grpo.experiments.collect import RunRecord
 from lit_grpo.experiments.grid import Run
 from lit_grpo.experiments.spec import Experiment, Metric
@@ -55,10 +56,8 @@ def read_runs_csv(exp: Experiment, path: str | Path) -> list[RunRecord]:
             missing = [c for c in _FIXED if c not in row]
             if missing:
                 raise ValueError(f"{path}: not a runs.csv of lit-grpo compare (no column(s) {missing})")
-            if row["experiment"] != exp.name:
-                raise ValueError(
-                    f"{path}, row {i + 2}: experiment {row['experiment']!r}, but the config is {exp.name!r}"
-                )
+            require(row["experiment"] == exp.name,
+                    f"{path}, row {i + 2}: experiment {row['experiment']!r}, but the config is {exp.name!r}")
             setting = _parse_setting(row["setting"])
             run = Run(row["arm"], setting, int(row["seed"]), (), path.parent, _parse_setting(row["chosen"]))
             values = {k: float(v) for k, v in row.items() if k not in _FIXED and not k.startswith(_SE) and v}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from lit_grpo.checks import require
 from lit_grpo.experiments.collect import RunRecord
 from lit_grpo.experiments.grid import Choice, without_axis
 from lit_grpo.experiments.markdown import fmt, md_head, md_row
@@ -32,11 +33,9 @@ def select_choice(exp: Experiment, records: list[RunRecord]) -> Choice:
     choice = {}
     for key, by_value in selection_table(exp, records).items():
         means = {lbl: sum(v) / len(v) for lbl, v in by_value.items() if v}
-        if not means:
-            raise ValueError(
+        require(bool(means),
                 f"{exp.name}: arm {key[0]} has no finished selection run at {key[1]}; see the logs under "
-                f"the select/ directory and rerun"
-            )
+                f"the select/ directory and rerun")
         top = best(means.values())
         choice[key] = next(lbl for lbl, m in means.items() if m == top)
     return choice

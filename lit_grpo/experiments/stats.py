@@ -219,11 +219,9 @@ def _deviations(values: Sequence[float] | Tensor, mu: float, min_n: int, name: s
 def _differences(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor, name: str, min_n: int) -> Tensor:
     """``a - b`` of paired values (the same seeds in the same order)."""
     x, y = _values(a, f"{name}(a)", min_n), _values(b, f"{name}(b)", min_n)
-    if x.numel() != y.numel():
-        raise ValueError(
+    require(x.numel() == y.numel(),
             f"{name} pairs values, so a and b need the same length, got {x.numel()} and {y.numel()}; "
-            "keep only the seeds both arms finished"
-        )
+            "keep only the seeds both arms finished")
     return x - y  # [n]
 
 

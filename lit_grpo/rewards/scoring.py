@@ -87,11 +87,9 @@ def check_lengths(completions: Sequence[str], references: Sequence[Any], columns
         len(references) == n, f"got {n} completions but {len(references)} references; pass one reference per completion"
     )
     for key, values in columns.items():
-        if len(values) != n:
-            raise ValueError(
+        require(len(values) == n,
                 f"column {key!r} has {len(values)} values but there are {n} completions; "
-                "pass one value per completion"
-            )
+                "pass one value per completion")
     return n
 
 
@@ -218,10 +216,8 @@ def checked_output(reward: RewardFunction, out: Any, n: int) -> RewardOutput:
     scores = out.scores
     if not isinstance(scores, Tensor):
         raise TypeError(f"reward {name!r} returned scores of type {type(scores).__name__}; {contract}")
-    if tuple(scores.shape) != (n,):
-        raise ValueError(
-            f"reward {name!r} returned scores of shape {tuple(scores.shape)} for {n} completions; {contract}"
-        )
+    require(tuple(scores.shape) == (n,),
+            f"reward {name!r} returned scores of shape {tuple(scores.shape)} for {n} completions; {contract}")
     scores = scores.detach().float()  # [N]
     counters: Counter = Counter(dict.fromkeys(STANDARD_COUNTERS, 0))
     counters.update({k: int(v) for k, v in out.counters.items()})
@@ -316,10 +312,8 @@ class RewardGuard:
     """
 
     def __init__(self, timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S, fail_after: int = FAIL_FAST_CALLS) -> None:
-        if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < math.inf):
-            raise ValueError(
-                f"reward_timeout_s={timeout_s!r} must be a number of seconds > 0, or null for no limit"
-            )
+        require(timeout_s is None or (isinstance(timeout_s, (int, float)) and 0 < timeout_s < math.inf),
+                f"reward_timeout_s={timeout_s!r} must be a number of seconds > 0, or null for no limit")
         require(fail_after >= 0, f"fail_after={fail_after} must be >= 0 (0: never stop the run)")
         self.timeout_s, self.fail_after = timeout_s, fail_after
         self.calls = 0  # calls so far
