@@ -82,8 +82,7 @@ class PassAtK(Callback):
         baseline_at_start: bool = True,
         log_figure: bool = True,
     ) -> None:
-        if n < 1:
-            raise ValueError(f"PassAtK: n={n} must be >= 1 (e.g. 16)")
+        require(n >= 1, f"PassAtK: n={n} must be >= 1 (e.g. 16)")
         if max_prompts is not None and max_prompts < 1:
             raise ValueError(f"PassAtK: max_prompts={max_prompts} must be >= 1 or null (all)")
         if temperature is not None and temperature <= 0:

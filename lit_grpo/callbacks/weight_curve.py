@@ -35,8 +35,7 @@ class WeightCurve(Callback):
     metrics: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, compare: list[AdvantageEstimator] | None = None, num_points: int = 199) -> None:
-        if num_points < 2:
-            raise ValueError(f"WeightCurve: num_points={num_points} must be >= 2")
+        require(num_points >= 2, f"WeightCurve: num_points={num_points} must be >= 2")
         self.compare = list(compare or [])
         self.num_points = num_points
 

@@ -35,8 +35,7 @@ THINK_TEMPLATE = (
 
 def check_style(owner: str, style: str) -> None:
     """Validates a source's ``style`` option."""
-    if style not in STYLES:
-        raise ValueError(f"{owner}: style={style!r} is not a prompt style; use one of {STYLES}")
+    require(style in STYLES, f"{owner}: style={style!r} is not a prompt style; use one of {STYLES}")
 
 
 class PromptRenderer:

@@ -91,8 +91,7 @@ def positive_negative_shares(advantages: Tensor, weights: Tensor | None = None) 
     a = advantages.double().flatten()  # [N]
     mass = a.abs()
     if weights is not None:
-        if weights.numel() != a.numel():
-            raise ValueError(f"weights has {weights.numel()} entries, advantages {a.numel()}")
+        require(weights.numel() == a.numel(), f"weights has {weights.numel()} entries, advantages {a.numel()}")
         mass = mass * weights.double().flatten()
     total = mass.sum()
     if total == 0:

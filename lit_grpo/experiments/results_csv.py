@@ -54,8 +54,7 @@ def read_runs_csv(exp: Experiment, path: str | Path) -> list[RunRecord]:
     with open(path, newline="") as f:
         for i, row in enumerate(csv.DictReader(f)):
             missing = [c for c in _FIXED if c not in row]
-            if missing:
-                raise ValueError(f"{path}: not a runs.csv of lit-grpo compare (no column(s) {missing})")
+            require(not missing, f"{path}: not a runs.csv of lit-grpo compare (no column(s) {missing})")
             require(row["experiment"] == exp.name,
                     f"{path}, row {i + 2}: experiment {row['experiment']!r}, but the config is {exp.name!r}")
             setting = _parse_setting(row["setting"])
