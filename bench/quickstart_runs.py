@@ -91,10 +91,19 @@ def render() -> str:
         "gave different numbers"
     lines += ["", f"Measured by `{data['command']}` ({data['cpus']} CPU cores, one run at a time): {len(runs)} runs of "
               f"1000 steps took {walls[0] / 60:.1f} to {walls[-1] / 60:.1f} min end to end (median "
-              f"{statistics.median(walls) / 60:.1f}; `load_at_start` in the data: the first started beside other work), "
+              f"{statistics.median(walls) / 60:.1f}; {_busy(runs, data['cpus'])}), "
               f"peak RSS {data['peak_rss_mib']} MiB; seed {data['repeat']['seed']} run a second time {same}. Data: "
               "`docs/results/quickstart/runs.json`."]
     return "\n".join(lines) + "\n"
+
+
+def _busy(runs: list[dict], cpus: int) -> str:
+    """Which runs started beside other work, from the data: a 1-minute load average above the cores + 0.5 (the
+    previous run's own threads still count in it for a minute)."""
+    busy = [str(r["seed"]) for r in runs if r["load_at_start"] > cpus + 0.5]
+    if not busy:
+        return "each started on an otherwise idle machine"
+    return f"seeds {', '.join(busy)} started beside other work, `load_at_start` in the data"
 
 
 def main() -> None:
