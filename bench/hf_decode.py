@@ -25,11 +25,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_prefill import merge_result, prompts_for, run_worker, timed_generations  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,63 +57,28 @@ def load(model: str):
     return load_policy(model).eval(), load_tokenizer(model)
 
 
-def prompts_for(workload: str, count: int) -> list[str]:
-    from lit_grpo import SyntheticArithmetic
-
-    if workload == "real":
-        source = SyntheticArithmetic(num_train=0, num_val=count, num_test=0, max_operand=30, style="chat",
-                                     question="What is {a} {op} {b}?", instruction="Answer with the number only.")
-        source.bind_tokenizer(WORKLOADS[workload][0])
-    else:
-        source = SyntheticArithmetic(num_train=0, num_val=count, num_test=0)
-    return [r["prompt"] for r in source.load("val")]
-
-
 def worker(args) -> None:
     """One process: warm up every setting, then time ``args.reps`` generations with each, alternating from
     ``args.first`` on; prints one ``RESULT {json}`` line."""
     import torch
 
     from lit_grpo.rollout import HFGenerateEngine
-    from lit_grpo.types import SamplingParams
 
     torch.set_num_threads(args.threads)
     model, p, n, new_tokens = WORKLOADS[args.workload]
-    prompts = prompts_for(args.workload, p)
+    prompts = prompts_for(p, model if args.workload == "real" else None)
     policy, tokenizer = load(model)
     names = list(SETTINGS)
-    order = names[args.first:] + names[: args.first]
     engines = {name: HFGenerateEngine(**SETTINGS[name]) for name in names}
-    for name in order:
-        engines[name].bind(policy, tokenizer)
-        engines[name].generate(prompts[:2], 2, SamplingParams(max_new_tokens=2))  # warm-up
-    seconds: dict[str, list[float]] = {name: [] for name in names}
-    tokens: dict[str, list[int]] = {name: [] for name in names}
-    first = {}
-    for rep in range(args.reps):
-        for name in order:
-            torch.manual_seed(rep)  # the same seed for every setting
-            start = time.perf_counter()
-            r = engines[name].generate(prompts, n, SamplingParams(temperature=1.0, max_new_tokens=new_tokens))
-            seconds[name].append(time.perf_counter() - start)
-            tokens[name].append(int(r.completion_mask.sum()))
-            first.setdefault(name, r)
+    for engine in engines.values():
+        engine.bind(policy, tokenizer)
+    seconds, tokens, first = timed_generations(engines, names[args.first:] + names[: args.first], prompts, n,
+                                               new_tokens, args.reps)
     a, b = first["generate"], first["own"]
     same = a.completion_ids.shape == b.completion_ids.shape and bool((a.completion_ids == b.completion_ids).all())
     print("RESULT " + json.dumps({"seconds": seconds, "tokens": tokens, "own_same_tokens_as_generate": same,
                                   "max_abs_logprob_diff": float((a.logprobs - b.logprobs).abs().max()) if same
                                   else None}), flush=True)
-
-
-def run(workload: str, first: int, args) -> dict:
-    cmd = [sys.executable, __file__, "--worker", "--workload", workload, "--first", str(first),
-           "--reps", str(args.reps), "--threads", str(args.threads)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1].removeprefix("RESULT "))
 
 
 def summary(values: list[float], digits: int = 3) -> dict:
@@ -145,7 +111,8 @@ def main() -> None:
     rates: dict[str, list[float]] = {name: [] for name in SETTINGS}
     same, diffs = [], []
     for k in range(args.rounds):
-        result = run(args.workload, k % len(SETTINGS), args)
+        result = run_worker(__file__, ["--workload", args.workload, "--first", str(k % len(SETTINGS)), "--reps",
+                                       str(args.reps)], args.threads)
         for name in SETTINGS:
             seconds[name] += result["seconds"][name]
             rates[name] += [t / s for t, s in zip(result["tokens"][name], result["seconds"][name], strict=True)]
@@ -167,10 +134,7 @@ def main() -> None:
     }
     print("RESULT " + json.dumps(result), flush=True)
     if args.publish:
-        merged = json.loads(OUT.read_text()) if OUT.exists() else {}
-        merged[args.workload] = result
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(merged, indent=1) + "\n")
+        merge_result(OUT, args.workload, result)
 
 
 if __name__ == "__main__":

@@ -41,16 +41,61 @@ WORKLOADS = {
 SETTINGS = ("plain", "shared_prefill")
 
 
-def prompts_for(workload: str, count: int) -> list[str]:
+def prompts_for(count: int, chat_model: str | None = None) -> list[str]:
+    """``count`` addition prompts: the real quickstart's chat prompts through ``chat_model``'s template, or the
+    quickstart's plain two-digit ones when None."""
     from lit_grpo import SyntheticArithmetic
 
-    if workload == "real":
+    if chat_model is not None:
         source = SyntheticArithmetic(num_train=0, num_val=count, num_test=0, max_operand=30, style="chat",
                                      question="What is {a} {op} {b}?", instruction="Answer with the number only.")
-        source.bind_tokenizer(WORKLOADS[workload][0])
+        source.bind_tokenizer(chat_model)
     else:
         source = SyntheticArithmetic(num_train=0, num_val=count, num_test=0)
     return [r["prompt"] for r in source.load("val")]
+
+
+def timed_generations(engines: dict, order: list[str], prompts: list[str], n: int, new_tokens: int, reps: int):
+    """Warm each engine of ``engines`` (bound) up on a short batch, then generate ``n`` samples of every prompt
+    ``reps`` times with each, in ``order``, from the same seed for all. Returns the seconds and the completion
+    tokens of each generation by engine name, and each engine's first rollouts."""
+    import torch
+
+    from lit_grpo.types import SamplingParams
+
+    for name in order:
+        engines[name].generate(prompts[:2], 2, SamplingParams(max_new_tokens=2))  # warm-up
+    seconds: dict[str, list[float]] = {name: [] for name in order}
+    tokens: dict[str, list[int]] = {name: [] for name in order}
+    first = {}
+    for rep in range(reps):
+        for name in order:
+            torch.manual_seed(rep)  # the same seed for every setting
+            start = time.perf_counter()
+            r = engines[name].generate(prompts, n, SamplingParams(temperature=1.0, max_new_tokens=new_tokens))
+            seconds[name].append(time.perf_counter() - start)
+            tokens[name].append(int(r.completion_mask.sum()))
+            first.setdefault(name, r)
+    return seconds, tokens, first
+
+
+def run_worker(script: str, flags: list[str], threads: int) -> dict:
+    """``script --worker <flags>`` in a fresh process with ``threads`` torch threads: its last ``RESULT`` line."""
+    cmd = [sys.executable, script, "--worker", *flags, "--threads", str(threads)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def merge_result(path: Path, workload: str, result: dict) -> None:
+    """Write ``result`` into the JSON file ``path`` under ``workload``, keeping the other workloads'."""
+    merged = json.loads(path.read_text()) if path.exists() else {}
+    merged[workload] = result
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=1) + "\n")
 
 
 def worker(args) -> None:
@@ -60,26 +105,16 @@ def worker(args) -> None:
 
     from lit_grpo.models.loading import load_policy, load_tokenizer
     from lit_grpo.rollout import HFGenerateEngine
-    from lit_grpo.types import SamplingParams
 
     torch.set_num_threads(args.threads)
     model, p, n, new_tokens = WORKLOADS[args.workload]
-    prompts = prompts_for(args.workload, p)
+    prompts = prompts_for(p, model if args.workload == "real" else None)
     policy, tokenizer = load_policy(model).eval(), load_tokenizer(model)
     engines = {name: HFGenerateEngine(shared_prefill=name == "shared_prefill") for name in SETTINGS}
+    for engine in engines.values():
+        engine.bind(policy, tokenizer)
     order = [args.first] + [name for name in SETTINGS if name != args.first]
-    for name in order:
-        engines[name].bind(policy, tokenizer)
-        engines[name].generate(prompts[:2], 2, SamplingParams(max_new_tokens=2))  # warm-up
-    seconds: dict[str, list[float]] = {name: [] for name in SETTINGS}
-    first = {}
-    for rep in range(args.reps):
-        for name in order:
-            torch.manual_seed(rep)  # the same seed for both settings
-            start = time.perf_counter()
-            r = engines[name].generate(prompts, n, SamplingParams(temperature=1.0, max_new_tokens=new_tokens))
-            seconds[name].append(time.perf_counter() - start)
-            first.setdefault(name, r)
+    seconds, _, first = timed_generations(engines, order, prompts, n, new_tokens, args.reps)
     r = first["plain"]
     print("RESULT " + json.dumps({
         "seconds": seconds, "tokens": int(r.completion_mask.sum()),
@@ -88,17 +123,6 @@ def worker(args) -> None:
         **{f"{name}_completion_ids": first[name].completion_ids.tolist() for name in SETTINGS},
         **{f"{name}_logprobs": first[name].logprobs.tolist() for name in SETTINGS},
     }), flush=True)
-
-
-def run(workload: str, first: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--worker", "--workload", workload, "--first", first,
-           "--reps", str(args.reps), "--threads", str(args.threads)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1].removeprefix("RESULT "))
 
 
 def main() -> None:
@@ -122,7 +146,8 @@ def main() -> None:
     seconds: dict[str, list[float]] = {name: [] for name in SETTINGS}
     ratios, same_rows, diffs = [], [], []
     for k in range(args.rounds):
-        result = run(args.workload, SETTINGS[k % 2], args)
+        result = run_worker(__file__, ["--workload", args.workload, "--first", SETTINGS[k % 2], "--reps", str(args.reps)],
+                            args.threads)
         for name in SETTINGS:
             seconds[name] += result["seconds"][name]
             print(f"  {args.workload} {name:14s} {' '.join(f'{s:.2f}' for s in result['seconds'][name])} s", flush=True)
@@ -153,10 +178,7 @@ def main() -> None:
     }
     print("RESULT " + json.dumps(result), flush=True)
     if args.out:
-        merged = json.loads(args.out.read_text()) if args.out.exists() else {}
-        merged[args.workload] = result
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(merged, indent=1) + "\n")
+        merge_result(args.out, args.workload, result)
 
 
 if __name__ == "__main__":
