@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from provenance import write_block  # noqa: E402  (the standard library only)
+
 DATA = ROOT / "docs" / "results" / "ci_run.json"
 BEGIN, END = "<!-- ci_record.py:begin -->", "<!-- ci_record.py:end -->"
 SUMMARY = re.compile(r"^=+ (.+) in ([\d.]+)s(?: \([\d:]+\))? =+$")
@@ -86,12 +89,6 @@ def render(record: dict) -> str:
     )
 
 
-def write_block(path: Path, text: str) -> None:
-    doc = path.read_text()
-    start, stop = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-    path.write_text(doc[:start] + text + doc[stop:])
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", action="store_true", help="run .ci/run here, logging to --log, recording to --json")
@@ -112,7 +109,7 @@ def main() -> int:
                   "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
         args.json.write_text(json.dumps(record, indent=1) + "\n")
     if args.write:
-        write_block(args.write, render(json.loads(args.json.read_text())))
+        write_block(args.write, BEGIN, END, render(json.loads(args.json.read_text())))
     return 0
 
 

@@ -11,8 +11,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import ci_record  # noqa: E402
+from provenance import doc_block  # noqa: E402
 
 LOG = """[check_wheel 0 s] building the wheel
 [check_wheel 71 s] two steps of the quickstart
@@ -45,6 +47,6 @@ def test_a_log_cut_short_is_refused():
 
 def test_the_readme_states_the_committed_record():
     readme = (ROOT / "README.md").read_text()
-    block = readme[readme.index(ci_record.BEGIN) + len(ci_record.BEGIN) : readme.index(ci_record.END)]
+    block = doc_block(readme, ci_record.BEGIN, ci_record.END)
     assert block == ci_record.render(json.loads(ci_record.DATA.read_text())), \
         "README.md differs from docs/results/ci_run.json: python3 scripts/ci_record.py --render --write README.md"
