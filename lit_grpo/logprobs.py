@@ -371,23 +371,26 @@ def _packed_hidden(decoder: nn.Module, cache, last: Tensor, rollouts: Rollouts, 
     n, t = ids.shape
     device = ids.device
     inputs = (mask.sum(-1) - 1).clamp(min=0).tolist()  # tokens 0..L-2 of each row predict tokens 1..L-1
-    bins = pack_rows(inverse.tolist(), inputs, max(t - 1, 1))
-    c = max(t - 1, 1)
+    c = max(t - 1, 1)  # a bin's room: the longest row's inputs
+    bins = pack_rows(inverse.tolist(), inputs, c)
     source = torch.full((n, t), len(last), dtype=torch.long)  # [N, T] each token's row in cat([last, packed])
     source[:, 0] = inverse.cpu()
     if not bins:
         flat = last
     else:
-        bin_ids = torch.zeros(len(bins), c, dtype=torch.long, device=device)  # [B, C]
-        bin_pos = torch.zeros(len(bins), c, dtype=torch.long, device=device)
+        slot_row = torch.zeros(len(bins), c, dtype=torch.long)  # [B, C] the completion token in each slot
+        slot_col = torch.zeros(len(bins), c, dtype=torch.long)
         segment = torch.full((len(bins), c), -1, dtype=torch.long)  # [B, C] which packed row, -1 for padding
-        for b, (_, rows) in enumerate(bins):
+        for b, (_, rows) in enumerate(bins):  # integer planning on the CPU; the tokens move in one gather below
             for k, (row, offset) in enumerate(rows):
                 length = inputs[row]
-                bin_ids[b, offset : offset + length] = ids[row, :length]
-                bin_pos[b, offset : offset + length] = positions[row, :length]
+                slot_row[b, offset : offset + length] = row
+                slot_col[b, offset : offset + length] = torch.arange(length)
                 segment[b, offset : offset + length] = k
                 source[row, 1 : length + 1] = len(last) + b * c + offset + torch.arange(length)
+        slot_row, slot_col, real = slot_row.to(device), slot_col.to(device), (segment >= 0).to(device)
+        bin_ids = ids[slot_row, slot_col].masked_fill(~real, 0)  # [B, C]
+        bin_pos = positions[slot_row, slot_col].masked_fill(~real, 0)
         owner = torch.tensor([u for u, _ in bins], device=device)  # [B]
         for layer in cache.layers:  # each bin gets its prompt's keys and values; autograd sums their gradients
             layer.keys, layer.values = layer.keys.index_select(0, owner), layer.values.index_select(0, owner)
