@@ -12,7 +12,6 @@ Shapes: ``N`` completions, ``T`` completion tokens, ``H`` hidden size, ``V`` voc
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import Literal, get_args
 
 import torch
@@ -21,9 +20,8 @@ from torch.utils.checkpoint import checkpoint
 
 from lit_grpo.lora import base_model
 from lit_grpo.parallel import is_sharded
+from lit_grpo.perf import Fallback, attention_refusal
 from lit_grpo.types import Rollouts
-
-logger = logging.getLogger(__name__)
 
 KLEstimator = Literal["k1", "k2", "k3"]
 
@@ -223,8 +221,8 @@ def logp_mismatch(logp_train: Tensor, logp_rollout: Tensor, mask: Tensor) -> dic
 
 
 # ---- shared-prefix forward -----------------------------------------------------------------------------
-_refusals_logged: set[str] = set()
-_refused_models: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # found at run time
+FALLBACK = Fallback(logging.getLogger(__name__),
+                    "shared_prefix: the prompts are encoded with each completion (the plain path): %s")
 
 
 def shared_prefix_logprobs(
@@ -264,7 +262,7 @@ def shared_prefix_logprobs(
                 0, inverse, torch.arange(n, device=inverse.device), "amin")  # [U] a row of each prompt
             hidden, reason = _shared_prefix_hidden(model, rollouts, first, inverse, packed)  # [N, T, H] or [M, H]
             if reason is not None:
-                _refused_models[model] = reason
+                FALLBACK.remember(model, reason)
             if hidden is not None and hidden.dim() == 2:  # packed: the completion tokens only
                 return _scattered_head_logprobs(model, hidden, rollouts.completion_ids, rollouts.completion_mask,
                                                 temperature, with_entropy, entropy_grad)
@@ -272,16 +270,15 @@ def shared_prefix_logprobs(
                 rows = _head_chunk_rows(model, n * t)
                 return _head_logprobs(model, hidden, rollouts.completion_ids, temperature, rows, with_entropy,
                                       entropy_grad)
-    if reason is not None and reason not in _refusals_logged:
-        _refusals_logged.add(reason)
-        logger.info("shared_prefix: the prompts are encoded with each completion (the plain path): %s", reason)
+    if reason is not None:
+        FALLBACK.say(reason)
     return sequence_logprobs(policy, rollouts, temperature, with_entropy, entropy_grad)
 
 
 def _shared_prefix_refusal(policy: nn.Module, model: nn.Module) -> str | None:
     """Why the shared-prefix forward cannot serve ``policy`` (None when it can)."""
-    if model in _refused_models:
-        return _refused_models[model]
+    if (known := FALLBACK.remembered(model)) is not None:
+        return known
     if is_sharded(policy):
         return "the policy is sharded (FSDP), whose root unit gathers the embedding and LM head only inside " \
                "the whole model's forward"
@@ -290,11 +287,7 @@ def _shared_prefix_refusal(policy: nn.Module, model: nn.Module) -> str | None:
         return f"{type(model).__name__}: {split}"
     if model.training and any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
         return "gradient checkpointing drops the key/value cache in training mode"
-    kinds = set(getattr(getattr(model, "config", None), "layer_types", None) or ["full_attention"])
-    if kinds != {"full_attention"}:
-        return f"{type(model).__name__} has layers with {sorted(kinds - {'full_attention'})} attention, whose " \
-               "cache is not the prompt's whole keys and values"
-    return None
+    return attention_refusal(model, "whose cache is not the prompt's whole keys and values")
 
 
 def _shared_prefix_hidden(model: nn.Module, rollouts: Rollouts, first: Tensor, inverse: Tensor,

@@ -32,13 +32,14 @@ Shapes: ``N`` rows, ``Tp`` prompt tokens, ``T`` new tokens, ``V`` vocabulary, ``
 from __future__ import annotations
 
 import inspect
-import weakref
+import logging
 
 import torch
 from torch import Tensor, nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from lit_grpo.logprobs import token_logprobs
+from lit_grpo.perf import Fallback, attention_refusal
 from lit_grpo.types import SamplingParams
 
 #: Generation-config fields that make ``generate`` add a logits processor, stopping criterion or decoding mode
@@ -56,16 +57,11 @@ _NEUTRAL: dict[str, tuple] = {
 }
 
 
-_refused_models: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # found at run time
+FALLBACK = Fallback(logging.getLogger(__name__), "decoder='own': generating with generate instead: %s")
 
 
 class NotServed(RuntimeError):
     """The model's forward did not use the cache it was given (found at the first forward, before any sampling)."""
-
-
-def remember_refusal(model: nn.Module, reason: str) -> None:
-    """Let :func:`refusal` give ``reason`` for ``model`` from now on (a refusal found while decoding)."""
-    _refused_models[model] = reason
 
 
 def refusal(model: nn.Module, use_cache: bool) -> str | None:
@@ -73,18 +69,17 @@ def refusal(model: nn.Module, use_cache: bool) -> str | None:
     name = type(model).__name__
     if not use_cache:
         return "use_cache=False: the loop always decodes with a key/value cache"
-    if model in _refused_models:
-        return _refused_models[model]
+    if (known := FALLBACK.remembered(model)) is not None:
+        return known
     config = getattr(model, "config", None)
     if config is None or getattr(config, "is_encoder_decoder", False):
         return f"{name} is not a decoder-only Hugging Face model"
     parameters = inspect.signature(model.forward).parameters
     if not {"input_ids", "attention_mask", "position_ids", "past_key_values"} <= set(parameters):
         return f"{name}.forward takes no input_ids, attention_mask, position_ids and past_key_values"
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
-    if kinds != {"full_attention"}:
-        return f"{name} has layers with {sorted(kinds - {'full_attention'})} attention, which the loop's cache lacks"
+    attention = attention_refusal(model, "which the loop's cache lacks")
+    if attention is not None:
+        return attention
     generation = getattr(model, "generation_config", None)
     extra = sorted(key for key, neutral in _NEUTRAL.items() if getattr(generation, key, None) not in neutral)
     if extra:

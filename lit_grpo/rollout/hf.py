@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Literal
@@ -24,10 +23,6 @@ from lit_grpo.rollout.functional import (
 )
 from lit_grpo.rollout.prefill import prompt_cache
 from lit_grpo.types import Rollouts, SamplingParams
-
-logger = logging.getLogger(__name__)
-
-_refusals_logged: set[str] = set()
 
 
 class HFGenerateEngine(RolloutEngine):
@@ -167,8 +162,8 @@ class HFGenerateEngine(RolloutEngine):
                     return own.decode(base_model(model), ids[rows], mask[rows], sampling, self.eos_ids(),
                                       self.tokenizer.pad_token_id, prefix=cache, shrink=self.shrink)
                 except own.NotServed as refused:  # found before any random number was drawn
-                    _log_once(str(refused))
-                    own.remember_refusal(base_model(model), str(refused))
+                    own.FALLBACK.say(str(refused))
+                    own.FALLBACK.remember(base_model(model), str(refused))
             recorder = SampledLogprobs(sampling.temperature or 1.0)
             with recorder.attached(base_model(model)):
                 out = self._call_generate(model, ids[rows], mask[rows], cache, sampling)
@@ -179,7 +174,7 @@ class HFGenerateEngine(RolloutEngine):
         """Whether the own loop can sample ``model`` (the HF model); says once why not."""
         reason = own.refusal(model, self.use_cache)
         if reason is not None:
-            _log_once(reason)
+            own.FALLBACK.say(reason)
         return reason is None
 
     def _prompt_cache(self, model: nn.Module, ids, mask, rows):
@@ -212,12 +207,6 @@ class HFGenerateEngine(RolloutEngine):
 
     def _folded(self, model: nn.Module):
         return merged_for_inference(model) if self.merge_lora else nullcontext()
-
-
-def _log_once(reason: str) -> None:
-    if reason not in _refusals_logged:
-        _refusals_logged.add(reason)
-        logger.info("decoder='own': generating with generate instead: %s", reason)
 
 
 @contextmanager

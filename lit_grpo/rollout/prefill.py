@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import inspect
 import logging
-import weakref
 
 from torch import Tensor, nn
 
-logger = logging.getLogger(__name__)
+from lit_grpo.perf import Fallback, attention_refusal
 
-_refusals_logged: set[str] = set()
-_refused_models: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # found at run time
+FALLBACK = Fallback(logging.getLogger(__name__),
+                    "shared_prefill: each row prefills its own prompt (the plain path): %s")
 
 
 def prompt_cache(model: nn.Module, ids: Tensor, mask: Tensor, rows: Tensor, use_cache: bool = True):
@@ -39,11 +38,9 @@ def prompt_cache(model: nn.Module, ids: Tensor, mask: Tensor, rows: Tensor, use_
     if reason is None:
         cache, reason = _prefill(model, ids, mask)
         if reason is not None:
-            _refused_models[model] = reason
+            FALLBACK.remember(model, reason)
     if reason is not None:
-        if reason not in _refusals_logged:
-            _refusals_logged.add(reason)
-            logger.info("shared_prefill: each row prefills its own prompt (the plain path): %s", reason)
+        FALLBACK.say(reason)
         return None
     cache.batch_select_indices(rows)
     return cache
@@ -53,8 +50,8 @@ def _refusal(model: nn.Module, use_cache: bool) -> str | None:
     """Why ``model`` cannot generate from a shared prompt cache (None when it can)."""
     if not use_cache:
         return "use_cache=False: generate keeps no cache to start from"
-    if model in _refused_models:
-        return _refused_models[model]
+    if (known := FALLBACK.remembered(model)) is not None:
+        return known
     name = type(model).__name__
     implementation = getattr(getattr(model, "generation_config", None), "cache_implementation", None)
     if implementation is not None:
@@ -63,13 +60,7 @@ def _refusal(model: nn.Module, use_cache: bool) -> str | None:
     supports = getattr(model, "_supports_default_dynamic_cache", None)
     if supports is None or not supports():
         return f"{name} does not generate with the default dynamic cache"
-    config = getattr(model, "config", None)
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
-    if kinds != {"full_attention"}:
-        return f"{name} has layers with {sorted(kinds - {'full_attention'})} attention, whose cache is not the " \
-               "prompt's whole keys and values"
-    return None
+    return attention_refusal(model, "whose cache is not the prompt's whole keys and values")
 
 
 def _prefill(model: nn.Module, ids: Tensor, mask: Tensor):

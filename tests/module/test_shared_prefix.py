@@ -167,7 +167,7 @@ def test_settings_it_cannot_serve_fall_back_with_one_message(setting, caplog):
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy.train()
     rollouts = _rollouts([6, 3], group=3, t=4, vocab=policy.config.vocab_size, seed=6)
-    logprobs_mod._refusals_logged.clear()
+    logprobs_mod.FALLBACK.forget_logged()
     with caplog.at_level(logging.INFO, logger="lit_grpo.logprobs"):
         plain = _run(sequence_logprobs, policy, rollouts)
         calls = _count_prompt_rows(policy)
@@ -193,7 +193,7 @@ def test_a_decoder_without_a_cache_falls_back_once_and_is_remembered(caplog):
 
     policy.get_decoder = lambda: no_cache
     rollouts = _rollouts([5, 3], group=3, t=4, vocab=policy.config.vocab_size, seed=8)
-    logprobs_mod._refusals_logged.clear()
+    logprobs_mod.FALLBACK.forget_logged()
     with caplog.at_level(logging.INFO, logger="lit_grpo.logprobs"):
         plain = _run(sequence_logprobs, policy, rollouts)
         shared = _run(shared_prefix_logprobs, policy, rollouts)
@@ -208,7 +208,7 @@ def test_sharded_policies_fall_back(monkeypatch, caplog):
     policy = _policy()
     rollouts = _rollouts([4, 2], group=2, t=3, vocab=policy.config.vocab_size, seed=7)
     monkeypatch.setattr(logprobs_mod, "is_sharded", lambda module: True)
-    logprobs_mod._refusals_logged.clear()
+    logprobs_mod.FALLBACK.forget_logged()
     with caplog.at_level(logging.INFO, logger="lit_grpo.logprobs"):
         shared_prefix_logprobs(policy, rollouts)
     assert any("sharded (FSDP)" in r.getMessage() for r in caplog.records)

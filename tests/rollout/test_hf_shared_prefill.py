@@ -52,7 +52,7 @@ class ForwardWidths:
 
 
 def _fresh_log():
-    prefill_mod._refusals_logged.clear()
+    prefill_mod.FALLBACK.forget_logged()
 
 
 def test_greedy_completions_equal_the_plain_path_with_one_prefill_per_prompt(sft):
