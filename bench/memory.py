@@ -4,6 +4,13 @@ gradient checkpointing, and with LoRA.
     python bench/memory.py                    # every configuration, each in a fresh process
     python bench/memory.py --only 100m-gc     # one of them
     python bench/memory.py --steps 2 --threads 2
+    python bench/memory.py --baseline OLD --json docs/results/memory.json --write docs/scale.md
+    python bench/memory.py --render --json docs/results/memory.json --write docs/scale.md
+
+``--baseline DIR`` measures every configuration again with the ``lit_grpo`` of another checkout (``DIR``, e.g.
+``git worktree add OLD <commit>``; its commit is recorded) in the same run, the two alternating, so that a
+change's effect on peak memory is read from one run. ``--json`` keeps the rows with the commits, the load and
+the command; ``--write`` renders them into the block of a markdown file; ``--render`` renders the JSON alone.
 
 Each configuration runs in its own process (peak RSS only grows), through Lightning on the CPU with the
 HF generate engine. ``load_MiB`` is the RSS once the policy is loaded (Python, torch and the weights);
@@ -24,6 +31,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "results" / "memory.json"
+BEGIN, END = "<!-- memory.py:begin -->", "<!-- memory.py:end -->"
 #: name -> (model, prompts per step, group size, max new tokens, gradient checkpointing, LoRA)
 CONFIGS = {
     "quickstart": ("quickstart", 16, 8, 6, False, False),
@@ -100,13 +109,53 @@ def measure(name: str, steps: int) -> dict:
     }
 
 
+def run_config(name: str, steps: int, threads: int, code: Path | None) -> dict:
+    """One configuration in a fresh process, importing ``lit_grpo`` from ``code`` (a checkout) when given."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(code), *filter(None, [os.environ.get("PYTHONPATH")])])
+    cmd = [sys.executable, __file__, "--only", name, "--steps", str(steps), "--threads", str(threads)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"bench/memory.py: {name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def commit(code: Path) -> str:
+    """The commit checked out at ``code`` (``-dirty`` when its tracked files differ from it)."""
+    return subprocess.run(["git", "-C", str(code), "describe", "--always", "--dirty", "--abbrev=12"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def render(report: dict) -> str:
+    """The markdown table of a ``--json`` report (with the baseline's peaks beside this code's when it has them)."""
+    base = {r["config"]: r for r in report.get("baseline", {}).get("rows", [])}
+    head = "| config | params (M) | trainable (M) | completions x tokens | after load (MiB) | peak (MiB) | " \
+           "peak - load (MiB) |"
+    if base:
+        head += f" peak at {report['baseline']['commit']} (MiB) | change (MiB) |"
+    lines = [head, "|" + "---|" * head.count(" |")]
+    for r in report["rows"]:
+        line = f"| {r['config']} | {r['params_M']:.1f} | {r['trainable_M']:.2f} | {r['completions']} x " \
+               f"{r['max_new_tokens']} | {r['load_MiB']:.0f} | {r['peak_MiB']:.0f} | {r['train_MiB']:.0f} |"
+        if base:
+            b = base[r["config"]]
+            line += f" {b['peak_MiB']:.0f} | {r['peak_MiB'] - b['peak_MiB']:+.0f} |"
+        lines.append(line)
+    load = ", ".join(f"{x:.1f}" for x in report["load_1min"])
+    return "\n" + "\n".join(lines) + f"\n\nMeasured at {report['commit']} by `{report['command']}` " \
+        f"({report['steps']} steps, {report['threads']} threads; 1-minute load before the runs and after: {load}).\n"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=sorted(CONFIGS), help="run this configuration in this process")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--baseline", type=Path, default=None, help="another checkout to measure in the same run")
+    parser.add_argument("--json", type=Path, default=None, help="write the rows here (--render: read them)")
+    parser.add_argument("--write", type=Path, default=None, help="a markdown file whose memory.py block gets the table")
+    parser.add_argument("--render", action="store_true", help="render --json into --write without measuring")
     args = parser.parse_args()
     if args.only:
         import torch
@@ -114,33 +163,30 @@ def main() -> None:
         torch.set_num_threads(args.threads)
         print(json.dumps(measure(args.only, args.steps)))
         return
-    rows = []
-    for name in CONFIGS:
-        cmd = [
-            sys.executable,
-            __file__,
-            "--only",
-            name,
-            "--steps",
-            str(args.steps),
-            "--threads",
-            str(args.threads),
-        ]
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}
-        )
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"{name}: peak {rows[-1]['peak_MiB']:.0f} MiB", file=sys.stderr)
-    print(
-        "| config | params (M) | trainable (M) | completions x tokens | after load (MiB) | peak (MiB) | "
-        "peak - load (MiB) |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['config']} | {r['params_M']:.1f} | {r['trainable_M']:.2f} | {r['completions']} x "
-            f"{r['max_new_tokens']} | {r['load_MiB']:.0f} | {r['peak_MiB']:.0f} | {r['train_MiB']:.0f} |"
-        )
+    sys.path.insert(0, str(ROOT / "bench"))
+    from provenance import command, write_block
+
+    if args.render:
+        report = json.loads(args.json.read_text())
+    else:
+        load = [os.getloadavg()[0]]
+        rows, base_rows = [], []
+        for name in CONFIGS:
+            rows.append(run_config(name, args.steps, args.threads, None))
+            print(f"{name}: peak {rows[-1]['peak_MiB']:.0f} MiB", file=sys.stderr)
+            if args.baseline is not None:
+                base_rows.append(run_config(name, args.steps, args.threads, args.baseline))
+                print(f"{name} at the baseline: peak {base_rows[-1]['peak_MiB']:.0f} MiB", file=sys.stderr)
+        load.append(os.getloadavg()[0])
+        report = {"command": command("bench/memory.py", sys.argv[1:]), "commit": commit(ROOT),
+                  "steps": args.steps, "threads": args.threads, "load_1min": load, "rows": rows}
+        if args.baseline is not None:
+            report["baseline"] = {"commit": commit(args.baseline), "rows": base_rows}
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1) + "\n")
+    print(render(report))
+    if args.write:
+        write_block(args.write, BEGIN, END, render(report))
 
 
 if __name__ == "__main__":
