@@ -169,7 +169,9 @@ def main() -> None:
     if args.render:
         report = json.loads(args.json.read_text())
     else:
-        load = [os.getloadavg()[0]]
+        load, commits = [os.getloadavg()[0]], {"commit": commit(ROOT)}  # read before the tree can change
+        if args.baseline is not None:
+            commits["baseline"] = commit(args.baseline)
         rows, base_rows = [], []
         for name in CONFIGS:
             rows.append(run_config(name, args.steps, args.threads, None))
@@ -178,10 +180,10 @@ def main() -> None:
                 base_rows.append(run_config(name, args.steps, args.threads, args.baseline))
                 print(f"{name} at the baseline: peak {base_rows[-1]['peak_MiB']:.0f} MiB", file=sys.stderr)
         load.append(os.getloadavg()[0])
-        report = {"command": command("bench/memory.py", sys.argv[1:]), "commit": commit(ROOT),
+        report = {"command": command("bench/memory.py", sys.argv[1:]), "commit": commits["commit"],
                   "steps": args.steps, "threads": args.threads, "load_1min": load, "rows": rows}
         if args.baseline is not None:
-            report["baseline"] = {"commit": commit(args.baseline), "rows": base_rows}
+            report["baseline"] = {"commit": commits["baseline"], "rows": base_rows}
         if args.json:
             args.json.write_text(json.dumps(report, indent=1) + "\n")
     print(render(report))

@@ -53,6 +53,7 @@ def main() -> None:
     from lit_grpo.experiments.collect import read_scalars
 
     code = args.code.resolve()
+    commits = {"commit": commit(code), "probed_at": commit(ROOT)}  # read before the tree can change
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(code), *filter(None, [os.environ.get("PYTHONPATH")])])}
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,7 +72,7 @@ def main() -> None:
              *PROBE_FIT, f"--model.model={policy}"], ROOT, probe_env)
         probe = json.loads(probe_json.read_text())
     probe["fit_args"] = [*PROBE_FIT, "--model.model=PREPARED"]
-    record = {"commit": commit(code), "probed_at": commit(ROOT), "sft_seconds": round(seconds, 1),
+    record = {**commits, "sft_seconds": round(seconds, 1),
               "load_1min": load, "stopped_at_step": curve[-1][0] + 1, "final_val_accuracy": curve[-1][1],
               "val_accuracy": curve, "probe": probe}
     data = json.loads(args.json.read_text()) if args.json.exists() else {}
