@@ -121,12 +121,6 @@ def run_config(name: str, steps: int, threads: int, code: Path | None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def commit(code: Path) -> str:
-    """The commit checked out at ``code`` (``-dirty`` when its tracked files differ from it)."""
-    return subprocess.run(["git", "-C", str(code), "describe", "--always", "--dirty", "--abbrev=12"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-
-
 def render(report: dict) -> str:
     """The markdown table of a ``--json`` report (with the baseline's peaks beside this code's when it has them)."""
     base = {r["config"]: r for r in report.get("baseline", {}).get("rows", [])}
@@ -164,14 +158,14 @@ def main() -> None:
         print(json.dumps(measure(args.only, args.steps)))
         return
     sys.path.insert(0, str(ROOT / "bench"))
-    from provenance import command, write_block
+    from provenance import code_commit, command, write_block
 
     if args.render:
         report = json.loads(args.json.read_text())
     else:
-        load, commits = [os.getloadavg()[0]], {"commit": commit(ROOT)}  # read before the tree can change
+        load, commits = [os.getloadavg()[0]], {"commit": code_commit(ROOT)}  # read before the tree can change
         if args.baseline is not None:
-            commits["baseline"] = commit(args.baseline)
+            commits["baseline"] = code_commit(args.baseline)
         rows, base_rows = [], []
         for name in CONFIGS:
             rows.append(run_config(name, args.steps, args.threads, None))

@@ -4,6 +4,7 @@ how a doc holds the block a bench renders from its data."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,3 +43,12 @@ def write_block(path: Path, begin: str, end: str, text: str) -> None:
     doc = path.read_text()
     start, stop = doc.index(begin) + len(begin), doc.index(end)
     path.write_text(doc[:start] + text + doc[stop:])
+
+
+def code_commit(code: Path = ROOT) -> str:
+    """The commit checked out at ``code``, ``-dirty`` when its ``lit_grpo`` (the code measured) differs from it."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(code), *args], capture_output=True, text=True)
+
+    dirty = git("diff", "--quiet", "HEAD", "--", "lit_grpo").returncode != 0
+    return git("rev-parse", "--short=12", "HEAD").stdout.strip() + ("-dirty" if dirty else "")

@@ -32,11 +32,6 @@ PROBE_FIT = ["--config", "configs/quickstart.yaml", "--model.sampling.max_new_to
              "--data.source.init_args.num_val=200", "--data.source.init_args.num_test=1000", "--trainer.logger=false"]
 
 
-def commit(code: Path) -> str:
-    return subprocess.run(["git", "-C", str(code), "describe", "--always", "--dirty", "--abbrev=12"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-
-
 def run(cmd: list[str], cwd: Path, env: dict) -> None:
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -52,8 +47,11 @@ def main() -> None:
     args = p.parse_args()
     from lit_grpo.experiments.collect import read_scalars
 
+    sys.path.insert(0, str(ROOT / "bench"))
+    from provenance import code_commit
+
     code = args.code.resolve()
-    commits = {"commit": commit(code), "probed_at": commit(ROOT)}  # read before the tree can change
+    commits = {"commit": code_commit(code), "probed_at": code_commit(ROOT)}  # read before the tree can change
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(code), *filter(None, [os.environ.get("PYTHONPATH")])])}
     with tempfile.TemporaryDirectory() as tmp:
