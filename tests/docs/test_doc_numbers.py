@@ -4,6 +4,7 @@ data.md and conformance.md are compared whole with their renderers in tests/benc
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import statistics
@@ -210,3 +211,53 @@ def test_the_data_doc_reads_the_reasoning_gym_cells_from_their_data():
 def test_no_check_passes_a_wrong_digit():
     assert agrees("0.322", 0.322) and not agrees("0.323", 0.322) and agrees("72%", Pct(0.72)) and agrees("+8.1", 8.1)
     assert not agrees("+0.002", -0.01) and agrees("2.7e-6", 2.69e-6) and agrees("-0.143", -0.14346)
+
+
+# ---- sign_balance_skill's starting policy: its configs and results.md against prepare.json -----------------
+
+PREPARE = _json("sign_balance_skill/prepare.json")
+
+
+def _by_k(label: str) -> dict[str, float]:
+    return {k: v["sampled_accuracy"] for k, v in PREPARE[label]["probe"]["by_choices"].items()}
+
+
+def test_the_residue_start_is_quoted_from_its_rebuilds():
+    study, head = PREPARE["study"], PREPARE["head"]
+    k_study, k_head = _by_k("study"), _by_k("head")
+    prep = _doc("experiments/prepare/sft_tiny_residue.yaml").replace("\n# ", " ")
+    problems = _says(prep, r"stops at step (\d+) with validation accuracy ([\d.]+) \(([\d.]+) minutes",
+                     study["stopped_at_step"], study["final_val_accuracy"], study["sft_seconds"] / 60)
+    problems += _says(prep, r"it stops at step (\d+), with a policy stronger at k = 10 \(([\d.]+) sampled\)",
+                      head["stopped_at_step"], k_head["10"])
+    per_k = re.search(r"test prompts ([\d.]+) at k = 10 \(chance 0\.100\), " + " / ".join([r"([\d.]+)"] * 8)
+                      + r" at k = 2\.\.9", prep)
+    problems += ["no per-k accuracies"] if per_k is None else \
+        mismatches(list(per_k.groups()), [k_study[str(k)] for k in (10, *range(2, 10))], "per-k accuracies")
+    results = _doc("docs/results.md")
+    problems += _says(results, r"reached greedy validation accuracy ([\d.]+) at step (\d+) and stopped there",
+                      study["final_val_accuracy"], study["stopped_at_step"])
+    problems += _says(results, r"k = 10 \(sampled test accuracy ([\d.]+), chance", k_study["10"])
+    problems += _says(results, r"\(([\d.]+) at k = 2 against 0\.500, ([\d.]+) at k = 9 against", k_study["2"],
+                      k_study["9"])
+    problems += _says(results, r"its sampled test\naccuracy, ([\d.]+), is the runs' start", study["probe"]["sampled_accuracy"])
+    problems += _says(results, r"it stops at step (\d+) with another policy \(sampled ([\d.]+); ([\d.]+) at k = 10\)",
+                      head["stopped_at_step"], head["probe"]["sampled_accuracy"], k_head["10"])
+    problems += _says(results, r"beside other jobs: ([\d.]+) minutes\)", study["sft_seconds"] / 60)
+    for name in ("experiments/sign_balance_skill.yaml", "docs/results/sign_balance_skill/report.md"):
+        problems += _says(_doc(name).replace("\n  ", " "), r"beside other jobs it took ([\d.]+) minutes",
+                          study["sft_seconds"] / 60)
+    assert not problems, problems
+
+
+def test_the_rebuild_at_the_experiments_code_is_its_published_start():
+    """The policy rebuilt at the runs' commit starts where the runs started (their 'starting policy' columns)."""
+    study = PREPARE["study"]
+    assert study["commit"].startswith("8ab4538")
+    runs = list(csv.DictReader((RESULTS / "sign_balance_skill" / "runs.csv").open()))
+    start = {float(r["sampled test accuracy of the starting policy"]) for r in runs}
+    assert len(start) == 1  # one starting policy, measured alike in every run
+    # 8 x 1000 sampled completions on each side: two samplings of one policy differ by less than 3 standard
+    # errors of their difference (sqrt(2 p (1 - p) / 8000) = 0.0069 at p = 0.26), the later code's policy by 0.035
+    p = start.pop()
+    assert abs(study["probe"]["sampled_accuracy"] - p) < 3 * (2 * p * (1 - p) / 8000) ** 0.5
