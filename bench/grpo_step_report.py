@@ -237,6 +237,37 @@ def _roofline_table(rows: list[dict], peak: dict | None) -> list[str]:
     return lines
 
 
+#: (workload, what, the figure's key, target): the figures the project aims at, read against each run
+TARGETS = (
+    ("real", "completion tokens/s, lit-grpo / TRL", "ratio", 6.0),
+    ("real", "the whole step's useful FLOPs, share of the matmul peak", "step_peak", 0.60),
+    ("quickstart", "completion tokens/s, lit-grpo / TRL", "ratio", 2.0),
+)
+
+
+def _targets_table(rows: list[dict]) -> list[str]:
+    """Each target of :data:`TARGETS` whose workload the run measured, its measured figure and whether it is met."""
+    lines = ["", "**Against the targets** (a ratio's target is met when every A/B pair reaches it):", "",
+             "| workload | figure | target | measured | met |", "|---|---|---|---|---|"]
+    by_name = {r["workload"]: r for r in rows}
+    for workload, what, key, target in TARGETS:
+        r = by_name.get(workload)
+        if r is None:
+            continue
+        if key == "ratio":
+            value, ratios = r["ratio"], r["pair_ratios"]
+            shown, wanted = f"{value:.2f}x (A/B pairs {min(ratios):.2f}-{max(ratios):.2f})", f">= {target:.0f}x"
+            met = min(ratios) >= target
+        else:
+            step = (r["lit"].get("roofline") or {}).get("step") or {}
+            value = step.get("peak_frac")
+            if value is None:
+                continue
+            shown, wanted, met = f"{100 * value:.1f}%", f">= {100 * target:.0f}%", value >= target
+        lines.append(f"| {workload} | {what} | {wanted} | {shown} | {'yes' if met else '**no**'} |")
+    return lines
+
+
 def write_into(path: Path, text: str, name: str = "grpo_step.py") -> None:
     """Replace what lies between the begin and end markers ``<!-- {name}:begin/end -->`` in ``path`` (appended
     when absent)."""
@@ -329,6 +360,7 @@ def render_realistic(report: dict) -> str:
                 f"{x['executed_gflop'] / max(x['useful_gflop'], 1e-12):.2f} |"
             )
         lines += _roofline_table(rows, report.get("realistic_peak"))
+        lines += _targets_table(rows)
     tta = report.get("tta")
     if tta:
         seeds = [r["seed"] for r in tta["runs"]["lit-grpo"]]

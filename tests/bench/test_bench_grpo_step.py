@@ -4,6 +4,7 @@ the tables of docs/performance.md recomputed from the committed run data."""
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -95,10 +96,30 @@ def test_roofline_divides_each_phase_by_its_time_and_the_peak():
 
 def test_reports_without_the_new_fields_render_them_as_not_recorded():
     report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+    report.pop("realistic_peak")  # as a report written before the machine state and the roofline were recorded
+    for key in ("machine_start", "machine_end", "busy"):
+        report["meta"].pop(key)
+    for r in report["realistic"]:
+        r.pop("same_prompts")
+        for side in ("lit", "trl"):
+            r[side].pop("roofline")
     text = render_realistic(report)
     assert "Machine at the start: not recorded" in text and "workload | trainer | generation GFLOP" in text
     assert "| real | TRL | " + " | ".join(["not recorded"] * 9) + " |" in text
-    assert "(median 3.85, range 3.73-3.98)" in text  # the pair ratios' spread, from the committed pair ratios
+    assert "quickstart not recorded, real not recorded" in text
+    assert "share of the matmul peak" not in text  # no roofline, no target on it
+    ratios = report["realistic"][0]["pair_ratios"]
+    assert f"(median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-{max(ratios):.2f})" in text
+
+
+def test_a_ratio_target_is_met_only_when_every_pair_reaches_it():
+    report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+    quick = next(r for r in report["realistic"] if r["workload"] == "quickstart")
+    quick["pair_ratios"], quick["ratio"] = [2.5, 2.1, 1.9], 2.2
+    assert "| quickstart | completion tokens/s, lit-grpo / TRL | >= 2x | 2.20x (A/B pairs 1.90-2.50) | **no** |" \
+        in render_realistic(report)
+    quick["pair_ratios"] = [2.5, 2.1, 2.0]
+    assert "| >= 2x | 2.20x (A/B pairs 2.00-2.50) | yes |" in render_realistic(report)
 
 
 def test_a_report_with_the_new_fields_renders_them():
