@@ -30,6 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from provenance import code_commit, code_env, command, write_block  # bench/ is the script's directory
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "results" / "memory.json"
 BEGIN, END = "<!-- memory.py:begin -->", "<!-- memory.py:end -->"
@@ -111,9 +113,7 @@ def measure(name: str, steps: int) -> dict:
 
 def run_config(name: str, steps: int, threads: int, code: Path | None) -> dict:
     """One configuration in a fresh process, importing ``lit_grpo`` from ``code`` (a checkout) when given."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    if code is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(code), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = code_env(code, HF_HUB_OFFLINE="1")
     cmd = [sys.executable, __file__, "--only", name, "--steps", str(steps), "--threads", str(threads)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -157,9 +157,6 @@ def main() -> None:
         torch.set_num_threads(args.threads)
         print(json.dumps(measure(args.only, args.steps)))
         return
-    sys.path.insert(0, str(ROOT / "bench"))
-    from provenance import code_commit, command, write_block
-
     if args.render:
         report = json.loads(args.json.read_text())
     else:
@@ -180,9 +177,10 @@ def main() -> None:
             report["baseline"] = {"commit": commits["baseline"], "rows": base_rows}
         if args.json:
             args.json.write_text(json.dumps(report, indent=1) + "\n")
-    print(render(report))
+    table = render(report)
+    print(table)
     if args.write:
-        write_block(args.write, BEGIN, END, render(report))
+        write_block(args.write, BEGIN, END, table)
 
 
 if __name__ == "__main__":

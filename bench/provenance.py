@@ -52,3 +52,12 @@ def code_commit(code: Path = ROOT) -> str:
 
     dirty = git("diff", "--quiet", "HEAD", "--", "lit_grpo").returncode != 0
     return git("rev-parse", "--short=12", "HEAD").stdout.strip() + ("-dirty" if dirty else "")
+
+
+def code_env(code: Path | None, **extra: str) -> dict[str, str]:
+    """This process's environment with ``code``'s ``lit_grpo`` first on the import path (None: unchanged) and
+    ``extra`` variables set: for a child that measures another checkout."""
+    env = {**os.environ, **extra}
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(code), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env

@@ -48,12 +48,11 @@ def main() -> None:
     from lit_grpo.experiments.collect import read_scalars
 
     sys.path.insert(0, str(ROOT / "bench"))
-    from provenance import code_commit
+    from provenance import code_commit, code_env
 
     code = args.code.resolve()
     commits = {"commit": code_commit(code), "probed_at": code_commit(ROOT)}  # read before the tree can change
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(code), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = code_env(code, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     with tempfile.TemporaryDirectory() as tmp:
         policy, logs = Path(tmp) / "policy", Path(tmp) / "tb"
         load, start = [os.getloadavg()[0]], time.perf_counter()
@@ -65,7 +64,7 @@ def main() -> None:
         (version,) = logs.glob("*/version_*")
         curve = read_scalars(version)["val/accuracy"]
         probe_json = Path(tmp) / "probe.json"
-        probe_env = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        probe_env = code_env(ROOT, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
         run([sys.executable, str(ROOT / "scripts" / "probe_policy.py"), *PROBE, "--json", str(probe_json), "--",
              *PROBE_FIT, f"--model.model={policy}"], ROOT, probe_env)
         probe = json.loads(probe_json.read_text())
