@@ -40,7 +40,14 @@ forward, both exact; TRL trains every row):
 ``realistic``: (a) ``real``: SmolLM2-135M-Instruct (``lit-grpo models fetch smollm2-135m-instruct``),
 chat prompts "What is a + b? Answer with the number only.", ``LastNumber``, P = 8 x G = 8, 32 new tokens,
 full fine-tune, fp32; (b) ``quickstart``: ``tiny-arith-sft`` on two-digit addition, ``ExactMatch``,
-P = 16 x G = 8, 6 new tokens, lr 1e-4. At least 10 timed steps a process (``plan()``). Alongside throughput:
+P = 16 x G = 8, 6 new tokens, lr 1e-4; (c) ``lora``: (a) with the real quickstart's adapters (LoRA r16,
+alpha 32 on every projection, lr 3e-4; TRL through ``peft``), the workload its users run. ``--workloads``
+measures some of them, written into a block of their own:
+
+    python bench/grpo_step.py --parts realistic --workloads lora --json docs/results/grpo_step_realistic-lora.json \
+        --write docs/performance.md
+
+At least 10 timed steps a process (``plan()``). Alongside throughput:
 the training tokens each side ran forward and backward against the useful ones (the rows of groups whose
 rewards differ, each prompt once), as FLOPs; and the roofline: per phase (generation, training) and for the
 whole step, the useful FLOPs (``grpo_step_report.useful_flops``), their rate and its share of the matmul peak
@@ -79,7 +86,7 @@ from grpo_step_report import (  # noqa: E402
     work_flops,
     write_into,
 )
-from grpo_step_workloads import WORKLOADS, model_dir  # noqa: E402
+from grpo_step_workloads import LORA, WORKLOADS, model_dir  # noqa: E402
 
 TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
 DEVICE = {"name": "cpu"}  # where every measuring process trains: --device (the matmul peak stays on the CPU)
@@ -90,7 +97,7 @@ COUNTS = ("useful_rows", "useful_prompt_tokens", "useful_tokens", "mixed_groups"
 # Peak RSS (MiB) of a workload's largest trainer process before this run has measured one: TRL's process on
 # ``real`` peaked at 15.7 GiB in the committed run; the memory check uses the larger of this and the largest
 # peak measured so far in the run.
-NEED_MIB = {"real": 16 * 1024, "quickstart": 1024}
+NEED_MIB = {"real": 16 * 1024, "lora": 16 * 1024, "quickstart": 1024}
 RUN = {"need_mib": 0.0, "allow_busy": False, "busy": []}  # this run: largest peak RSS so far, recorded reasons
 
 
@@ -124,7 +131,7 @@ def plan(quick: bool) -> dict:
         },
         # (workload, A/B pairs, warm-up steps, timed steps): at least 10 timed steps a process, as the cost of a
         # step varies about 1.6x with the sampled rewards; the real model's TRL steps take 40-70 s (about 50 min)
-        "realistic": [("quickstart", 3, 5, 40), ("real", 3, 2, 10)],
+        "realistic": [("quickstart", 3, 5, 40), ("real", 3, 2, 10), ("lora", 3, 2, 10)],
         "tta": {"seeds": [0, 1, 2], "max_steps": 2000, "eval_every": 25, "target": 0.70},
     }
 
@@ -268,6 +275,7 @@ def combine(results: list[dict]) -> dict:
         peak_rss_mib=max(r["peak_rss_mib"] for r in results),
         load_rss_mib=min(r.get("load_rss_mib", 0.0) for r in results),
         params=results[0]["params"],
+        trainable=results[0].get("trainable"),
         processes=len(results),
         steps_timed=len(steps),
         trl=results[0].get("trl"),
@@ -412,12 +420,16 @@ def part_scaling(models: dict[str, str], threads: int, quick: bool) -> dict[str,
     return out
 
 
-def part_realistic(threads: int, quick: bool, device: str = "cpu") -> tuple[list[dict], dict]:
-    """lit-grpo against TRL on the real workloads, alternating fresh processes; and the matmul peak, measured
-    before and after them (the roofline uses the larger)."""
+def part_realistic(threads: int, quick: bool, device: str = "cpu", workloads: tuple[str, ...] | None = None,
+                   ) -> tuple[list[dict], dict]:
+    """lit-grpo against TRL on the real workloads (those of the plan named in ``workloads``; all by default),
+    alternating fresh processes; and the matmul peak, measured before and after them (the roofline uses the
+    larger)."""
     peaks = [matmul_peak(threads, device)]
     rows = []
     for workload, reps, warmup, steps in plan(quick)["realistic"]:
+        if workloads is not None and workload not in workloads:
+            continue
         w = WORKLOADS[workload]
         model = model_dir(w.model)
         kw = {"warmup": warmup, "steps": steps, "prompts": w.prompts, "group": w.group,
@@ -428,25 +440,25 @@ def part_realistic(threads: int, quick: bool, device: str = "cpu") -> tuple[list
                 runs[runner].append(measure(runner, model, threads, **kw))
         ratios = [_median(a["steps"], "tokens_per_s") / _median(b["steps"], "tokens_per_s")
                   for a, b in zip(runs["lit-grpo"], runs["trl"], strict=True)]
-        row = {"workload": workload, "model": w.model, "lit": combine(runs["lit-grpo"]),
+        row = {"workload": workload, "model": w.model, "lora": LORA if w.lora else None, "lit": combine(runs["lit-grpo"]),
                "trl": combine(runs["trl"]), "pair_ratios": ratios, "pair_ratio": ratio_spread(ratios),
                "same_prompts": same_prompts(runs), **kw}
         row["ratio"] = row["lit"]["tokens_per_s"] / row["trl"]["tokens_per_s"]
         for side in ("lit", "trl"):
-            row[side].update(work_flops(model, row[side]["sums"], row[side]["steps_timed"]))
+            row[side].update(work_flops(model, row[side]["sums"], row[side]["steps_timed"], row["lora"]))
         rows.append(row)
     peaks.append(matmul_peak(threads, device))
     peak = {k: max(p[k] for p in peaks) for k in ("fp32", "bf16")}
     for row in rows:
         for side in ("lit", "trl"):
-            add_roofline(row[side], model_dir(row["model"]), peak["fp32"])  # the realistic workloads run fp32
+            add_roofline(row[side], model_dir(row["model"]), peak["fp32"], row["lora"])  # the workloads run fp32
     return rows, {**peak, "before": peaks[0], "after": peaks[1], "device": device}
 
 
-def add_roofline(side: dict, model: str, peak_gflops: float) -> None:
+def add_roofline(side: dict, model: str, peak_gflops: float, lora: dict | None = None) -> None:
     """The useful FLOPs of one side's phases, their rate and fraction of the peak (``side["roofline"]``)."""
     n = side["steps_timed"]
-    gflop = useful_flops(model, side["sums"], n)
+    gflop = useful_flops(model, side["sums"], n, lora)
     if gflop is not None:
         side["roofline"] = roofline(gflop, {k: v / n for k, v in side["time_sums"].items()}, peak_gflops)
 
@@ -487,6 +499,9 @@ def main() -> None:
     parser.add_argument(
         "--parts", default="peak,compare,memory,scaling", help=f"comma separated, of {ALL_PARTS}"
     )
+    parser.add_argument("--workloads", help=f"comma separated: the realistic part's workloads, of "
+                        f"{', '.join(w for w, *_ in plan(False)['realistic'])} (default: all); a selection is written "
+                        "into a block of its own (<!-- grpo_step.py:realistic:NAMES:begin -->)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where both trainers train and generate (cuda: one GPU)")
@@ -506,6 +521,10 @@ def main() -> None:
     unknown = set(parts) - set(ALL_PARTS)
     if unknown:
         parser.error(f"--parts {args.parts}: unknown {sorted(unknown)}; choose from {', '.join(ALL_PARTS)}")
+    workloads = None if args.workloads is None else tuple(w.strip() for w in args.workloads.split(",") if w.strip())
+    known = [w for w, *_ in plan(args.quick)["realistic"]]
+    if workloads is not None and (not workloads or set(workloads) - set(known) or "realistic" not in parts):
+        parser.error(f"--workloads {args.workloads}: needs --parts realistic and names of {', '.join(known)}")
 
     import torch
     import transformers
@@ -513,7 +532,8 @@ def main() -> None:
     DEVICE["name"] = args.device
     machine_start = read_state()
     if args.write or args.json:  # results that will be published: refuse a busy machine before measuring
-        need = max([NEED_MIB.get(w, 0.0) for w, *_ in plan(args.quick)["realistic"] if "realistic" in parts] or [0.0])
+        need = max([NEED_MIB.get(w, 0.0) for w, *_ in plan(args.quick)["realistic"]
+                    if "realistic" in parts and (workloads is None or w in workloads)] or [0.0])
         reasons = busy_reasons(machine_start, need, args.threads, os.cpu_count() or 1)
         if reasons and not args.allow_busy:
             raise SystemExit(refusal(reasons, "measure for --write/--json"))
@@ -535,7 +555,8 @@ def main() -> None:
         if "scaling" in parts:
             report["scaling"] = part_scaling(models, args.threads, args.quick)
         if "realistic" in parts:
-            report["realistic"], report["realistic_peak"] = part_realistic(args.threads, args.quick, args.device)
+            report["realistic"], report["realistic_peak"] = part_realistic(args.threads, args.quick, args.device,
+                                                                           workloads)
         if "tta" in parts:
             report["tta"] = part_tta(args.threads, args.quick)
     command = "python bench/grpo_step.py" + "".join(f" {a}" for a in sys.argv[1:])
@@ -555,6 +576,7 @@ def main() -> None:
         "machine_end": read_state(),
         "busy": RUN["busy"],
         "allow_busy": args.allow_busy,
+        "block": "grpo_step.py:realistic" + (f":{'+'.join(workloads)}" if workloads else ""),
     }
     if trl_version:
         report["meta"]["trl"] = trl_version
@@ -567,7 +589,7 @@ def publish(report: dict, parts: list[str], write: Path | None, save: Path | Non
     if {"peak", "compare", "memory", "scaling"} & set(parts):
         blocks["grpo_step.py"] = render(report)
     if {"realistic", "tta"} & set(parts):
-        blocks["grpo_step.py:realistic"] = render_realistic(report)
+        blocks[report["meta"].get("block", "grpo_step.py:realistic")] = render_realistic(report)
     for text in blocks.values():
         print("\n" + text)
     if save:

@@ -32,7 +32,7 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the policy trains and generates")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workload", choices=["zero", "real", "quickstart"], default="zero",
+    parser.add_argument("--workload", choices=["zero", "real", "lora", "quickstart"], default="zero",
                         help="prompts, reward and held-out set (bench/grpo_step_workloads.py)")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--eval-every", type=int, default=0,

@@ -8,7 +8,7 @@ every step, the digest of each step's prompts reported as ``step_prompts``) with
 on the ``zero`` workload ``elide_zero_advantage`` off (every completion is trained, as TRL does;
 ``--module-options`` may turn it on), elsewhere the module's defaults. Token-mean loss, ``beta=0``,
 ``num_iterations=1``, AdamW at a constant learning rate, clipping at 1, ``precision="bf16-mixed"`` for
-``--precision bf16``. Phase times are the module's own ``perf/*`` metrics; ``step_s`` is the wall time
+``--precision bf16``; on the ``lora`` workload the adapters of ``grpo_step_workloads.LORA``. Phase times are the module's own ``perf/*`` metrics; ``step_s`` is the wall time
 between the ends of consecutive steps. ``--full-logits`` restores the previous log-prob paths (the
 training forward's whole ``[N, T, V]`` logits, and generation keeping every step's logits) for the
 memory comparison. Prints one ``RESULT {json}`` line.
@@ -82,7 +82,9 @@ def main() -> None:
     from lit_grpo.settings import Algorithm, Batching, Optim, Sampling
 
     torch.set_num_threads(args.threads)
-    from grpo_step_workloads import GreedyEval, reward, source
+    from grpo_step_workloads import LORA, WORKLOADS, GreedyEval, reward, source
+
+    from lit_grpo.lora import LoraSettings
 
     clock = StepClock()
     evals: list[dict] = []
@@ -131,6 +133,7 @@ def main() -> None:
         optim=Optim(lr=args.lr, max_grad_norm=1.0),
         algorithm=Algorithm(num_iterations=1, aggregation="token-mean", filter_degenerate=False),
         batching=Batching(**batching),
+        lora=LoraSettings(**LORA) if WORKLOADS[args.workload].lora else None,
         **given,
     )
     module.configure_model()
@@ -155,6 +158,7 @@ def main() -> None:
         args,
         runner="lit-grpo",
         params=sum(p.numel() for p in module.policy.parameters()),
+        trainable=sum(p.numel() for p in module.policy.parameters() if p.requires_grad),
         load_rss_mib=load_rss,
         torch=torch.__version__,
         workload=args.workload,

@@ -18,36 +18,69 @@ def model_config(model: str | dict) -> dict:
     return model if isinstance(model, dict) else json.loads((Path(model) / "config.json").read_text())
 
 
-def forward_flops(model: str | dict, prompt_tokens: float, completion_tokens: float, sequences: int,
-                  context: float | None = None) -> float:
-    """Model FLOPs of one forward over a step's real tokens: ``2 * matmul weights`` per token through the
-    blocks (q, k, v, o and the gated MLP: ``L (2 H Hq + 2 H Hkv + 3 H F)``, ``Hq`` = heads x head dim, ``Hkv`` =
-    key-value heads x head dim), ``2 * V * H`` per completion token through the LM head (one logits row per
-    completion token), and ``4 * L * Hq`` per attended key for attention scores and values. ``context``: the
-    keys attended over all those tokens (``*_context`` of ``group_counts``); without it, the causal average
-    over ``sequences`` mean-length sequences."""
-    c = model_config(model)
-    h, layers, ffn, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
+def _projections(c: dict) -> dict[str, tuple[int, int]]:
+    """Each block projection's (input, output) width."""
+    h, ffn = c["hidden_size"], c["intermediate_size"]
     head = c.get("head_dim") or h // c["num_attention_heads"]
     q, kv = head * c["num_attention_heads"], head * c["num_key_value_heads"]
-    block = layers * (2 * h * q + 2 * h * kv + 3 * h * ffn)
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, ffn),
+            "up_proj": (h, ffn), "down_proj": (ffn, h)}
+
+
+def forward_parts(model: str | dict, prompt_tokens: float, completion_tokens: float, sequences: int,
+                  context: float | None = None, lora: dict | None = None) -> dict[str, float]:
+    """Model FLOPs of one forward over a step's real tokens, by part: ``weights``, ``2 * matmul weights`` per
+    token through the blocks (q, k, v, o and the gated MLP: ``L (2 H Hq + 2 H Hkv + 3 H F)``, ``Hq`` = heads x
+    head dim, ``Hkv`` = key-value heads x head dim); ``head``, ``2 * V * H`` per completion token through the LM
+    head (one logits row per completion token); ``attention``, ``4 * L * Hq`` per attended key for attention
+    scores and values; ``adapters``, with ``lora`` (``{"r": ..., "target_modules": [...]}``), ``2 r (in + out)``
+    per token through each adapted projection of every layer, else 0. ``context``: the keys attended over all
+    those tokens (``*_context`` of ``group_counts``); without it, the causal average over ``sequences``
+    mean-length sequences."""
+    c = model_config(model)
+    h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    widths = _projections(c)
+    block = layers * sum(i * o for i, o in widths.values())  # L (2 H Hq + 2 H Hkv + 3 H F)
     tokens = prompt_tokens + completion_tokens
     if context is None:
         length = tokens / max(sequences, 1)
         context = tokens * (length + 1) / 2
-    return 2 * block * tokens + 2 * vocab * h * completion_tokens + 4 * layers * q * context
+    adapted = sum(i + o for name, (i, o) in widths.items() if name in (lora or {}).get("target_modules", ()))
+    return {"weights": 2 * block * tokens, "head": 2 * vocab * h * completion_tokens,
+            "attention": 4 * layers * widths["q_proj"][1] * context,
+            "adapters": 2 * (lora or {}).get("r", 0) * layers * adapted * tokens}
 
 
-def useful_flops(model: str | dict, sums: dict[str, float], steps: int) -> dict[str, float] | None:
+def forward_flops(model: str | dict, prompt_tokens: float, completion_tokens: float, sequences: int,
+                  context: float | None = None) -> float:
+    """Model FLOPs of one forward over a step's real tokens: the sum of :func:`forward_parts` (no adapters)."""
+    return sum(forward_parts(model, prompt_tokens, completion_tokens, sequences, context).values())
+
+
+def training_flops(model: str | dict, prompt_tokens: float, completion_tokens: float, sequences: int,
+                   context: float | None = None, lora: dict | None = None) -> float:
+    """FLOPs of a forward and backward over the tokens. Every weight trained: 3 forwards (the backward computes
+    the gradients of the activations and of the weights). With ``lora`` the frozen weights and LM head need only
+    the activations' gradients, 2 forwards of them (within the first layer's input gradients, which nothing
+    needs); attention and the adapters 3 forwards."""
+    f = forward_parts(model, prompt_tokens, completion_tokens, sequences, context, lora)
+    frozen = 2 if lora else 3
+    return frozen * (f["weights"] + f["head"]) + 3 * (f["attention"] + f["adapters"])
+
+
+def useful_flops(model: str | dict, sums: dict[str, float], steps: int, lora: dict | None = None,
+                 ) -> dict[str, float] | None:
     """Useful GFLOP per step of each phase, from the counts of ``steps`` steps summed (``None`` for a run that
     did not count the attention context). ``generation``: one forward over every group's prompt once (its
     prefill) and every sampled token (its decode; one position a row more than strictly needed, as the last
-    sampled token is never fed back), the LM head on every sampled token; ``training``: forward + backward = 3
-    forwards over the useful rows (groups whose rewards differ) with each prompt once; ``step``: both."""
+    sampled token is never fed back), the LM head on every sampled token, adapters folded into the weights (none
+    counted); ``training``: :func:`training_flops` over the useful rows (groups whose rewards differ) with each
+    prompt once; ``step``: both."""
     if "sampled_context" not in sums:
         return None
     gen = forward_flops(model, sums["sampled_prompt_tokens"], sums["sampled_tokens"], 0, sums["sampled_context"])
-    train = 3 * forward_flops(model, sums["useful_prompt_tokens"], sums["useful_tokens"], 0, sums["useful_context"])
+    train = training_flops(model, sums["useful_prompt_tokens"], sums["useful_tokens"], 0, sums["useful_context"],
+                           lora)
     per_step = 1e9 * max(steps, 1)
     return {"generation": gen / per_step, "training": train / per_step, "step": (gen + train) / per_step}
 
@@ -77,14 +110,14 @@ def flop_rates(model_dir: str, row: dict, sequences: int) -> dict[str, float]:
     }
 
 
-def work_flops(model_dir: str, sums: dict[str, float], steps: int) -> dict[str, float]:
-    """Training GFLOP per step (forward + backward = 3 forwards) over the tokens a trainer ran (``executed``)
-    and over the useful ones (rows of groups whose rewards differ, each prompt once), from the summed counts
-    of ``steps`` steps (with the exact attention context where the run counted it)."""
+def work_flops(model_dir: str, sums: dict[str, float], steps: int, lora: dict | None = None) -> dict[str, float]:
+    """Training GFLOP per step (:func:`training_flops`) over the tokens a trainer ran (``executed``) and over the
+    useful ones (rows of groups whose rewards differ, each prompt once), from the summed counts of ``steps``
+    steps (with the exact attention context where the run counted it)."""
     def gflop(prefix: str, rows: str) -> float:
-        fwd = forward_flops(model_dir, sums[f"{prefix}_prompt_tokens"], sums[f"{prefix}_tokens"], sums[rows],
-                            sums.get(f"{prefix}_context"))
-        return 3 * fwd / max(steps, 1) / 1e9
+        flops = training_flops(model_dir, sums[f"{prefix}_prompt_tokens"], sums[f"{prefix}_tokens"], sums[rows],
+                               sums.get(f"{prefix}_context"), lora)
+        return flops / max(steps, 1) / 1e9
 
     return {
         "executed_gflop": gflop("trained", "trained_rows"),
@@ -242,6 +275,7 @@ TARGETS = (
     ("real", "completion tokens/s, lit-grpo / TRL", "ratio", 6.0),
     ("real", "the whole step's useful FLOPs, share of the matmul peak", "step_peak", 0.60),
     ("quickstart", "completion tokens/s, lit-grpo / TRL", "ratio", 2.0),
+    ("lora", "completion tokens/s, lit-grpo / TRL + peft", "ratio", 4.0),
 )
 
 
@@ -281,6 +315,16 @@ def write_into(path: Path, text: str, name: str = "grpo_step.py") -> None:
     path.write_text(doc)
 
 
+def _adapters(r: dict) -> str:
+    """``, LoRA r16 on 7 projections: 4.9M trained`` for a workload that trains adapters, else nothing."""
+    lora = r.get("lora")
+    if not lora:
+        return ""
+    trained = r["lit"].get("trainable")
+    return (f", LoRA r{lora['r']} on {len(lora['target_modules'])} projections"
+            + (f": {trained / 1e6:.1f}M trained" if trained else ""))
+
+
 def _throughput_cells(r: dict) -> str:
     """The cells both throughput tables share: tokens/s of each side with its range, the ratio, the ratio per A/B
     pair, seconds per step of each side."""
@@ -317,8 +361,8 @@ def render_realistic(report: dict) -> str:
         ]
         for r in rows:
             lines.append(
-                f"| {r['workload']}: {r['model']} ({r['lit']['params'] / 1e6:.1f}M) | {r['prompts']} x {r['group']} x "
-                f"{r['new_tokens']} | {_throughput_cells(r)} |"
+                f"| {r['workload']}: {r['model']} ({r['lit']['params'] / 1e6:.1f}M{_adapters(r)}) | {r['prompts']} x "
+                f"{r['group']} x {r['new_tokens']} | {_throughput_cells(r)} |"
             )
         agree = {True: "yes", False: "**no**", None: "not recorded"}
         lines += [
@@ -343,7 +387,9 @@ def render_realistic(report: dict) -> str:
             "",
             "**Work done against work needed** (per timed step, mean: rows trained and their tokens; useful = the "
             "rows of groups whose rewards differ, the only rows with a non-zero advantage, with each prompt "
-            "once; training GFLOP = 3 forwards over those tokens):",
+            "once; training GFLOP = 3 forwards over those tokens" + (
+                ", with adapters 2 forwards through the frozen weights and LM head and 3 through attention and the "
+                "adapters" if any(r.get("lora") for r in rows) else "") + "):",
             "",
             "| workload | trainer | groups of equal rewards | rows trained | prompt + completion tokens trained | "
             "useful tokens | training GFLOP executed | useful | executed / useful |",

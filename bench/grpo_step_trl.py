@@ -13,7 +13,8 @@ prompts and reward of ``--workload`` (``bench/grpo_step_workloads.py``, the same
 prompts in the order lit-grpo draws them, unshuffled, and torch reseeded with ``step_seed`` before each step's
 generation), TRL's default optimizer (fused
 AdamW, as lit-grpo's) at a constant learning rate, gradient clipping at 1, no gradient checkpointing (TRL's default turns it on; lit-grpo's is off),
-``bf16`` autocast only for ``--precision bf16``, no logging or saving during the run.
+``bf16`` autocast only for ``--precision bf16``, on the ``lora`` workload ``peft`` adapters with the settings of
+``grpo_step_workloads.LORA`` (``peft_config``), no logging or saving during the run.
 
 Per phase, on the same clock as the lit-grpo runner: ``generate_s`` (TRL's generation call),
 ``score_s`` (the reward function), ``forward_s`` (the loss forward), ``backward_s``,
@@ -53,7 +54,7 @@ def main() -> None:
     import transformers
     import trl
     from datasets import Dataset
-    from grpo_step_workloads import GreedyEval, reward, train_order
+    from grpo_step_workloads import LORA, WORKLOADS, GreedyEval, reward, train_order
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -144,6 +145,12 @@ def main() -> None:
             dataloader_num_workers=0,
             log_completions=False,
         )
+        peft_config = None
+        if WORKLOADS[args.workload].lora:
+            from peft import LoraConfig
+
+            peft_config = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
+                                     target_modules=LORA["target_modules"], task_type="CAUSAL_LM")
         trainer = TimedGRPOTrainer(
             model=model,
             reward_funcs=workload_reward,
@@ -151,6 +158,7 @@ def main() -> None:
             train_dataset=dataset,
             processing_class=tokenizer,
             callbacks=[StepEnd()],
+            peft_config=peft_config,
         )
         backward = trainer.accelerator.backward
 
@@ -173,6 +181,7 @@ def main() -> None:
 
         trainer._generate = counted_generate
         params = sum(p.numel() for p in trainer.model.parameters())
+        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         load_rss = rss_mib()
         trainer.train()
     emit(
@@ -180,6 +189,7 @@ def main() -> None:
         args,
         runner="trl",
         params=params,
+        trainable=trainable,
         load_rss_mib=load_rss,
         trl=trl.__version__,
         transformers=transformers.__version__,

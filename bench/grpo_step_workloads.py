@@ -9,6 +9,9 @@ them, unshuffled, in that order (:func:`train_order`).
 - ``real``: SmolLM2-135M-Instruct (``lit-grpo models fetch smollm2-135m-instruct``) asked "What is a + b?
   Answer with the number only." (a, b <= 30) in its chat template, scored by :class:`lit_grpo.LastNumber`:
   the workload of ``configs/real/quickstart.yaml``, here as a full fine-tune.
+- ``lora``: the same model, prompts and reward with the real quickstart's LoRA (:data:`LORA`: rank 16, alpha 32,
+  no dropout, on every projection) at its learning rate 3e-4; TRL trains it through ``peft`` with the same
+  adapter settings.
 - ``quickstart``: the shipped starting policy ``tiny-arith-sft`` on two-digit addition with
   :class:`lit_grpo.ExactMatch`: the workload of ``configs/quickstart.yaml``.
 """
@@ -27,11 +30,17 @@ class Workload:
     group: int
     new_tokens: int
     lr: float
+    lora: bool = False  # train the adapters of :data:`LORA` instead of every weight
 
+
+#: The adapters of ``configs/real/quickstart.yaml`` (lit-grpo's ``LoraSettings``; TRL: ``peft.LoraConfig``).
+LORA = {"r": 16, "alpha": 32, "dropout": 0.0,
+        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
 
 WORKLOADS = {
     "zero": Workload(None, 8, 8, 16, 1e-5),
     "real": Workload("smollm2-135m-instruct", 8, 8, 32, 1e-5),
+    "lora": Workload("smollm2-135m-instruct", 8, 8, 32, 3e-4, lora=True),
     "quickstart": Workload("tiny-arith-sft", 16, 8, 6, 1e-4),
 }
 
@@ -53,7 +62,7 @@ def source(workload: str, model: str):
     from lit_grpo import SyntheticArithmetic
     from lit_grpo.data.sources import PromptSource
 
-    if workload == "real":
+    if workload in ("real", "lora"):
         return SyntheticArithmetic(max_operand=30, num_train=461, num_val=200, num_test=0, style="chat",
                                    tokenizer=model, question="What is {a} {op} {b}?",
                                    instruction="Answer with the number only.", seed=0)
@@ -101,7 +110,7 @@ def reward(workload: str):
             scores = torch.zeros(len(completions))  # [N]
             return RewardOutput(scores, {self.name: scores}, {"errors": 0, "timeouts": 0, "unscorable": 0})
 
-    return {"zero": ZeroReward, "real": LastNumber, "quickstart": ExactMatch}[workload]()
+    return {"zero": ZeroReward, "real": LastNumber, "lora": LastNumber, "quickstart": ExactMatch}[workload]()
 
 
 class GreedyEval:

@@ -4,6 +4,7 @@ the tables of docs/performance.md recomputed from the committed run data."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -14,7 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from grpo_step_common import causal_context, group_counts  # noqa: E402
-from grpo_step_report import forward_flops, render_realistic, roofline, useful_flops  # noqa: E402
+from grpo_step_report import (  # noqa: E402
+    forward_flops,
+    forward_parts,
+    render_realistic,
+    roofline,
+    training_flops,
+    useful_flops,
+)
 
 # one layer, H = 4, two query heads and one key-value head of dim 2, F = 8, V = 10: per token through the block
 # 2 x (q 4x4 + k 2x4 + v 2x4 + o 4x4 + gate, up, down 3 x 4x8) = 2 x 144 FLOPs; LM head 2 x 40 a completion token;
@@ -47,15 +55,21 @@ def test_executed_work_counts_the_trained_rows_and_each_prompt_once_when_shared(
 
 
 def test_the_docs_tables_are_the_committed_run_rendered():
-    data = ROOT / "docs" / "results" / "grpo_step_realistic.json"
     doc = (ROOT / "docs" / "performance.md").read_text()
-    if not data.exists():
-        pytest.fail("docs/results/grpo_step_realistic.json is missing: the realistic tables have no data")
-    begin, end = "<!-- grpo_step.py:realistic:begin -->\n", "<!-- grpo_step.py:realistic:end -->"
-    block = doc[doc.index(begin) + len(begin) : doc.index(end)]
-    assert block == render_realistic(json.loads(data.read_text())), (
-        "docs/performance.md differs from its data: python bench/grpo_step.py --render "
-        "docs/results/grpo_step_realistic.json --write docs/performance.md")
+    # each realistic block and its data: grpo_step.py:realistic[:NAMES] <- docs/results/grpo_step_realistic[-NAMES].json
+    names = re.findall(r"<!-- grpo_step\.py:realistic(:[\w+]+)?:begin -->", doc)
+    assert "" in names, "docs/performance.md lost its realistic block (<!-- grpo_step.py:realistic:begin -->)"
+    for name in names:
+        data = ROOT / "docs" / "results" / f"grpo_step_realistic{name.replace(':', '-')}.json"
+        if not data.exists():
+            pytest.fail(f"{data.relative_to(ROOT)} is missing: the grpo_step.py:realistic{name} tables have no data")
+        begin, end = f"<!-- grpo_step.py:realistic{name}:begin -->\n", f"<!-- grpo_step.py:realistic{name}:end -->"
+        block = doc[doc.index(begin) + len(begin) : doc.index(end)]
+        report = json.loads(data.read_text())
+        assert report["meta"].get("block", "grpo_step.py:realistic") == f"grpo_step.py:realistic{name}"
+        assert block == render_realistic(report), (
+            f"docs/performance.md differs from its data: python bench/grpo_step.py --render "
+            f"{data.relative_to(ROOT)} --write docs/performance.md")
 
 
 def test_causal_context_counts_the_keys_each_token_attends():
@@ -67,6 +81,17 @@ def test_forward_flops_by_hand_on_a_one_layer_model():
     # one sequence, 3 prompt + 2 completion tokens: 2 x 144 x 5 + 2 x 40 x 2 + 16 x 15
     assert forward_flops(TINY, 3, 2, 1, context=15) == 1440 + 160 + 240
     assert forward_flops(TINY, 3, 2, 1) == 1440 + 160 + 16 * 5 * 6 / 2  # the mean-length estimate: 5 x (5+1)/2
+
+
+def test_training_flops_by_hand_with_and_without_adapters():
+    # one sequence, 3 prompt + 2 completion tokens, 15 keys attended: weights 1440, head 160, attention 240
+    assert training_flops(TINY, 3, 2, 1, context=15) == 3 * (1440 + 160 + 240)
+    lora = {"r": 1, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+    # adapters: 2 x r x (in + out) a token: (4+4) + (4+2) + (4+2) + (4+4) + (4+8) + (4+8) + (8+4) = 64, x 2 x 5 tokens
+    assert forward_parts(TINY, 3, 2, 1, context=15, lora=lora)["adapters"] == 640
+    assert forward_parts(TINY, 3, 2, 1, context=15, lora={"r": 2, "target_modules": ["q_proj"]})["adapters"] == 160
+    # frozen weights and head: forward + the activations' gradients; attention and adapters: 3 forwards
+    assert training_flops(TINY, 3, 2, 1, context=15, lora=lora) == 2 * (1440 + 160) + 3 * (240 + 640)
 
 
 def test_useful_flops_of_generation_and_training_by_hand():
@@ -138,6 +163,31 @@ def test_a_report_with_the_new_fields_renders_them():
     assert "during a measuring process): never." in text
     assert "fp32 100.0 GFLOP/s on cpu" in text and "| real | lit-grpo | " + " | ".join(["12.00 | 40.0 | 40.0%"] * 3) in text
     assert "quickstart yes, real yes" in text
+
+
+def test_an_adapter_workload_says_what_it_trains_and_is_held_to_its_own_target():
+    from grpo_step_workloads import LORA
+
+    report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+    real = next(r for r in report["realistic"] if r["workload"] == "real")
+    real.update(workload="lora", lora=LORA, pair_ratios=[4.5, 3.9], ratio=4.2)
+    real["lit"]["trainable"] = 4_884_480
+    text = render_realistic(report)
+    assert f"| lora: smollm2-135m-instruct ({real['lit']['params'] / 1e6:.1f}M, LoRA r16 on 7 projections: 4.9M " \
+        "trained) |" in text
+    assert "| lora | completion tokens/s, lit-grpo / TRL + peft | >= 4x | 4.20x (A/B pairs 3.90-4.50) | **no** |" in text
+    assert "with adapters 2 forwards through the frozen weights" in text
+    assert "with adapters" not in render_realistic(json.loads(
+        (ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text()))
+
+
+def test_unknown_realistic_workloads_are_refused_with_the_known_ones():
+    import subprocess
+
+    for args in (["--parts", "realistic", "--workloads", "lora,nope"], ["--workloads", "lora"]):
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "grpo_step.py"), *args], capture_output=True,
+                              text=True)
+        assert proc.returncode == 2 and "needs --parts realistic and names of quickstart, real, lora" in proc.stderr
 
 
 def test_the_realistic_plan_times_at_least_ten_steps_a_process():
