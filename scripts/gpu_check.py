@@ -2,6 +2,7 @@
 
     python scripts/gpu_check.py instantiate -- FIT_ARGS...   build the fit config (no weights load); print the model name
     python scripts/gpu_check.py report --work DIR --out FILE [--dry-run]
+    python scripts/gpu_check.py publish --out FILE REPORT   a report without the machine's paths, to commit
 
 The shell script runs each part and leaves, per part NAME in ``DIR/parts``: ``NAME.cmd`` (the command),
 ``NAME.log`` (its output), ``NAME.rc``, ``NAME.time`` (start and end, ns), ``NAME.note`` (a remark),
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -35,16 +37,21 @@ def instantiate(args: list[str]) -> None:
 
 # ---- numbers from each part's output ------------------------------------------------------------------------
 def junit_counts(path: Path) -> dict:
-    """Passed, failed, errors and skipped tests (with the skip reasons) of a pytest ``--junitxml`` file."""
+    """Passed, failed, errors and skipped tests (with the skip reasons) of a pytest ``--junitxml`` file, and what
+    each passed test printed (``printed``: the measured differences the GPU tests print beside their asserts;
+    recorded when pytest ran with ``-o junit_logging=system-out``)."""
     counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
-    skips = []
+    skips, printed = [], {}
     for case in ET.parse(path).getroot().iter("testcase"):
         outcome = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
         key = {"failure": "failed", "error": "errors", "skipped": "skipped", None: "passed"}[getattr(outcome, "tag", None)]
         counts[key] += 1
         if key == "skipped":
             skips.append(f"{case.get('classname')}::{case.get('name')}: {outcome.get('message', '')}")
-    return {**counts, "skip_reasons": skips}
+        out = case.find("system-out")
+        if key == "passed" and out is not None and (out.text or "").strip():
+            printed[f"{case.get('classname')}::{case.get('name')}"] = out.text.strip().splitlines()
+    return {**counts, "skip_reasons": skips, "printed": printed}
 
 
 def tensorboard_scalars(runs: Path) -> dict:
@@ -165,10 +172,29 @@ def report(work: Path, out: Path, dry_run: bool) -> int:
     return 1 if bad else 0
 
 
+def publish(report_path: Path, out: Path) -> None:
+    """The report with its work directory written ``<work>`` and the GPU machine's Python packages folder
+    ``<site-packages>`` wherever they appear, so that the copy holds no path of that machine."""
+    text = report_path.read_text()
+    work = json.loads(text).get("work_dir")
+    if work:
+        text = text.replace(work, "<work>")
+    text = re.sub(r"/[^\s\"']*?/site-packages", "<site-packages>", text)
+    out.write_text(text)
+    print(f"wrote {out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["instantiate"]:
         instantiate(argv[2:] if argv[1:2] == ["--"] else argv[1:])
+        return 0
+    if argv[:1] == ["publish"]:
+        publisher = argparse.ArgumentParser(prog="gpu_check.py publish")
+        publisher.add_argument("report", type=Path)
+        publisher.add_argument("--out", type=Path, required=True)
+        args = publisher.parse_args(argv[1:])
+        publish(args.report, args.out)
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["report"])

@@ -93,7 +93,8 @@ in_root() { if [[ "$1" == /* ]]; then echo "$1"; else echo "$root/$1"; fi; }
 
 # ---- tests: every test that skips without CUDA ---------------------------------------------------------------
 part_tests() {
-  run tests "$(limit TESTS 180)" -- "$py" -m pytest -q -p no:cacheprovider --junitxml="$work/tests.xml" "${gpu_tests[@]}"
+  run tests "$(limit TESTS 180)" -- "$py" -m pytest -q -p no:cacheprovider --junitxml="$work/tests.xml" \
+    -o junit_logging=system-out "${gpu_tests[@]}"
   (( dry_run )) || return 0
   check tests "the GPU tests collect" "$py" -m pytest --collect-only -q -p no:cacheprovider "${gpu_tests[@]}"
   unlisted() {  # test files with a CUDA skip that the list leaves out

@@ -25,6 +25,8 @@ def _needs(config: str) -> str | None:
                     if prev == "--config" and c != config and (ROOT / c).is_file())
     if "VLLMEngine" in text and importlib.util.find_spec("vllm") is None:
         return "vllm, which is not installed"
+    if "SearchEnvironment" in text and importlib.util.find_spec("bm25s") is None:
+        return "bm25s, which is not installed (pip install 'lit-grpo[agents]')"
     if re.search(r"^\s*accelerator:\s*(gpu|cuda)\b", text, re.M) and not torch.cuda.is_available():
         return "a CUDA GPU, which this machine lacks (tests/scale instantiates it with accelerator=cpu)"
     return None

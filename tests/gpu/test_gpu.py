@@ -1,6 +1,6 @@
 """The GPU paths: training on CUDA, bf16 mixed precision, bf16 weights, FSDP2 through
-ModelParallelStrategy (FSDP2) and FSDPStrategy (FSDP1) on one device, and the CLI
-with ``accelerator: gpu``.
+ModelParallelStrategy (FSDP2) and FSDPStrategy (FSDP1) on one device, the CLI
+with ``accelerator: gpu``, and the HF engine's own decoding loop on CUDA.
 
 Skipped where no CUDA device is present. Runs are compared by their parameter updates: the strategies
 must reach the single-device float32 parameters, the bf16 runs must move the weights the same way.
@@ -15,8 +15,10 @@ import pytest
 import torch
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
+from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.models.loading import load_policy
 from lit_grpo.parallel import full_state_dict
+from lit_grpo.types import SamplingParams
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 from tests.scale.train_tiny import DigitReward, ScriptedEngine
 
@@ -141,3 +143,34 @@ def test_cli_quickstart_on_gpu_in_bf16(tmp_path, capsys):
     out = capsys.readouterr()
     assert "Held-out prompts" in out.out + out.err
     assert glob.glob(f"{tmp_path}/quickstart/version_*/events*")
+
+
+def own_loop_checks(device: str, sampling: SamplingParams) -> None:
+    """The own decoding loop's checks of tests/rollout/test_hf_decode.py on ``device``: without ``shrink`` the same
+    samples as ``generate`` from the same seed and its log-probs within float32 rounding; with ``shrink`` each
+    returned log-prob that of the trainer's teacher-forced forward."""
+    from tests.rollout.test_hf_decode import _generate, _policy, logprob_tolerance
+
+    policy, tokenizer = _policy(device=device)
+    tolerance = logprob_tolerance(policy, sampling)
+    reference = _generate(policy, tokenizer, sampling, n=16, decoder="generate")
+    own = _generate(policy, tokenizer, sampling, n=16, decoder="own")
+    assert own.completion_ids.device.type == device
+    assert torch.equal(own.completion_ids, reference.completion_ids)
+    assert torch.equal(own.completion_mask, reference.completion_mask)
+    torch.testing.assert_close(own.logprobs, reference.logprobs, rtol=0, atol=tolerance)
+    shrunk = _generate(policy, tokenizer, sampling, n=16, decoder="own", shrink=True)
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(policy, shrunk, temperature=sampling.temperature or 1.0)
+    torch.testing.assert_close(logp * shrunk.completion_mask, shrunk.logprobs, rtol=0, atol=tolerance)
+    print(f"own loop on {device}, t={sampling.temperature} top_p={sampling.top_p} top_k={sampling.top_k}: the same "
+          f"samples as generate; max |log-prob - generate's| = {float((own.logprobs - reference.logprobs).abs().max()):.1e}, "
+          f"shrinking, max |log-prob - the forward's| = "
+          f"{float((logp * shrunk.completion_mask - shrunk.logprobs).abs().max()):.1e} (bound {tolerance:.1e})")
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(temperature=t, top_p=p, top_k=k, max_new_tokens=10)
+                                      for t, p, k in [(0.0, 1.0, 0), (1.0, 1.0, 0), (0.7, 0.9, 7)]],
+                         ids=lambda s: f"t{s.temperature}-p{s.top_p}-k{s.top_k}")
+def test_the_own_decoding_loop_on_cuda_samples_as_generate_and_scores_as_the_trainer(sampling):
+    own_loop_checks("cuda", sampling)

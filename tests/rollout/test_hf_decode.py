@@ -25,10 +25,10 @@ STEPS = 10
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _policy(eos_bias: float = 2.0, keep: dict[int, float] | None = None):
+def _policy(eos_bias: float = 2.0, keep: dict[int, float] | None = None, device: str = "cpu"):
     """A random tiny Qwen2 with a bias on its head: ``eos_bias`` on EOS (about one chance in six per token at 2.0,
     so completions end at every position), and with ``keep`` (token -> bias) every token but EOS and those made
-    negligible (bias -20)."""
+    negligible (bias -20); on ``device`` (tests/gpu runs these checks on CUDA)."""
     tokenizer = char_tokenizer()
     torch.manual_seed(0)
     policy = AutoModelForCausalLM.from_config(tiny_config(tokenizer, "tiny")).float()
@@ -40,7 +40,7 @@ def _policy(eos_bias: float = 2.0, keep: dict[int, float] | None = None):
     bias[tokenizer.eos_token_id] += eos_bias
     policy.lm_head.bias = torch.nn.Parameter(bias)
     policy.eval()
-    return policy, tokenizer
+    return policy.to(device), tokenizer
 
 
 @pytest.fixture(scope="module")

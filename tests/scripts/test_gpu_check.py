@@ -57,3 +57,27 @@ def test_dry_run_fails_naming_a_renamed_config_key(runs):
     result = json.loads((tmp / "gpu_check.json").read_text())
     assert not result["ok"] and any("precison" in p for p in result["problems"])
     assert list(result["parts"]) == ["train"] and result["parts"]["train"]["status"] == "dry-run"
+
+
+def test_the_report_keeps_what_passed_tests_printed_and_publishes_without_the_machines_paths(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_check
+
+    (tmp_path / "tests.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.gpu.test_gpu" name="test_fsdp1">'
+        "<system-out>FSDP1 vs single device: max |diff| = 1.0e-07\n</system-out></testcase>"
+        '<testcase classname="tests.gpu.test_gpu" name="test_quiet"/>'
+        '<testcase classname="tests.gpu.test_gpu" name="test_bad"><failure message="x"/>'
+        "<system-out>not kept</system-out></testcase></testsuite></testsuites>")
+    counts = gpu_check.junit_counts(tmp_path / "tests.xml")
+    assert counts["passed"] == 2 and counts["failed"] == 1
+    assert counts["printed"] == {"tests.gpu.test_gpu::test_fsdp1": ["FSDP1 vs single device: max |diff| = 1.0e-07"]}
+    work = tmp_path / "gpu_check.x1"
+    report = {"work_dir": str(work), "parts": {"tests": {"command": f"pytest --junitxml={work}/tests.xml",
+                                                         "log_tail": ["/opt/v/lib/python3.12/site-packages/a.py:1: W"]}}}
+    (tmp_path / "raw.json").write_text(json.dumps(report))
+    assert gpu_check.main(["publish", str(tmp_path / "raw.json"), "--out", str(tmp_path / "out.json")]) == 0
+    published = json.loads((tmp_path / "out.json").read_text())
+    assert published["work_dir"] == "<work>"
+    assert published["parts"]["tests"] == {"command": "pytest --junitxml=<work>/tests.xml",
+                                           "log_tail": ["<site-packages>/a.py:1: W"]}
