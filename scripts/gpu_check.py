@@ -49,9 +49,15 @@ def junit_counts(path: Path) -> dict:
         if key == "skipped":
             skips.append(f"{case.get('classname')}::{case.get('name')}: {outcome.get('message', '')}")
         out = case.find("system-out")
-        if key == "passed" and out is not None and (out.text or "").strip():
-            printed[f"{case.get('classname')}::{case.get('name')}"] = out.text.strip().splitlines()
+        lines = _printed(out.text.splitlines() if out is not None and out.text else [])
+        if key == "passed" and lines:
+            printed[f"{case.get('classname')}::{case.get('name')}"] = lines
     return {**counts, "skip_reasons": skips, "printed": printed}
+
+
+def _printed(lines: list[str]) -> list[str]:
+    """A test's printed lines without pytest's section headers (``---- Captured Out ----``) and blank lines."""
+    return [line.strip() for line in lines if line.strip() and not re.fullmatch(r"-+ Captured .* -+", line.strip())]
 
 
 def tensorboard_scalars(runs: Path) -> dict:
@@ -174,13 +180,18 @@ def report(work: Path, out: Path, dry_run: bool) -> int:
 
 def publish(report_path: Path, out: Path) -> None:
     """The report with its work directory written ``<work>`` and the GPU machine's Python packages folder
-    ``<site-packages>`` wherever they appear, so that the copy holds no path of that machine."""
+    ``<site-packages>`` wherever they appear, so that the copy holds no path of that machine; the tests' printed
+    lines without pytest's headers."""
     text = report_path.read_text()
     work = json.loads(text).get("work_dir")
     if work:
         text = text.replace(work, "<work>")
     text = re.sub(r"/[^\s\"']*?/site-packages", "<site-packages>", text)
-    out.write_text(text)
+    report = json.loads(text)
+    numbers = report.get("parts", {}).get("tests", {}).get("numbers", {})
+    if "printed" in numbers:  # reports written before the headers were dropped when reading them
+        numbers["printed"] = {test: kept for test, lines in numbers["printed"].items() if (kept := _printed(lines))}
+    out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out}")
 
 

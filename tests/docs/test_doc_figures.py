@@ -113,6 +113,7 @@ def test_the_scale_doc_states_the_bounds_tests_gpu_asserts():
         "`precision: bf16-mixed`": r"cos > ([\d.]+)\n\n\ndef test_bf16_weights",
         "`model.dtype: bfloat16`": r"cos > ([\d.]+)\n\n\ndef test_fsdp1",
         "FSDP2": r"def test_fsdp2.*?worst < ([\d.e-]+)",
+        "`FSDPStrategy` (FSDP1": r"def test_fsdp1.*?worst < ([\d.e-]+)",
     }
     problems = []
     for start, pattern in asserted.items():

@@ -261,3 +261,45 @@ def test_the_rebuild_at_the_experiments_code_is_its_published_start():
     # errors of their difference (sqrt(2 p (1 - p) / 8000) = 0.0069 at p = 0.26), the later code's policy by 0.035
     p = start.pop()
     assert abs(study["probe"]["sampled_accuracy"] - p) < 3 * (2 * p * (1 - p) / 8000) ** 0.5
+
+
+# ---- the GPU check's run: docs/performance.md and README.md against docs/results/gpu_check.json ----------------
+
+
+def _printed(gpu: dict, test: str) -> str:
+    lines = [line for name, ls in gpu["parts"]["tests"]["numbers"]["printed"].items() if test in name for line in ls]
+    return "\n".join(lines)
+
+
+def test_the_gpu_check_is_quoted_from_its_report():
+    gpu = _json("gpu_check.json")
+    env, tests = gpu["environment"], gpu["parts"]["tests"]
+    doc, readme = _doc("docs/performance.md"), _doc("README.md")
+    versions = re.search(r"torch (\S+) with CUDA (\S+), transformers (\S+), Lightning (\S+), PEFT\n(\S+), Python (\S+),",
+                         doc).groups()  # fmt: skip
+    assert versions == (*(env["versions"][k] for k in ("torch",)), env["gpu"]["cuda"],
+                        *(env["versions"][k] for k in ("transformers", "lightning", "peft")), env["python"])
+    problems = []
+    assert env["gpu"]["name"] == "NVIDIA H200" and env["versions"]["vllm"] is None and "no vLLM" in doc
+    assert env["git_commit"].startswith("9573214") and "`git_commit` reads 9573214, dirty" in doc
+    counts = tests["numbers"]
+    assert tests["status"] == "passed" and counts["failed"] == counts["errors"] == 0
+    assert all("needs vllm" in reason for reason in counts["skip_reasons"])
+    problems += _says(doc, r"\*\*(\d+) passed, (\d+) skipped\*\* \(the (\d+) configs that need vLLM\) in ([\d.]+) s",
+                      counts["passed"], counts["skipped"], counts["skipped"], tests["seconds"])
+    problems += _says(readme, r"its CUDA tests passed \((\d+) passed, (\d+)\nskipped", counts["passed"], counts["skipped"])
+    engine = re.search(r"logp_diff_mean=(\S+) max=(\S+)", _printed(gpu, "hf_engine_on_cuda")).groups()
+    problems += _says(doc, r"mean ([\d.e-]+) and max ([\d.e-]+) apart", *(float(x) for x in engine))
+    cosines = [float(re.search(r"cosine: (\S+)", _printed(gpu, t)).group(1)) for t in ("bf16_mixed", "bf16_weights")]
+    problems += _says(doc, r"cosine ([\d.]+), and of bf16 weights ([\d.]+)", *cosines)
+    fsdp = {float(re.search(r"= (\S+)", _printed(gpu, f"fsdp{n}_")).group(1)) for n in (1, 2)}
+    assert len(fsdp) == 1, "the doc quotes one bound for FSDP1 and FSDP2"
+    problems += _says(doc, r"on one GPU within ([\d.e-]+) of the single-device", *fsdp)
+    loop = _printed(gpu, "own_decoding_loop")
+    assert loop.count("the same samples as generate") == 3 and set(re.findall(r"generate's\| = (\S+),", loop)) == {"0.0e+00"}
+    forward = max(float(x) for x in re.findall(r"the forward's\| = (\S+) ", loop))
+    bounds = sorted(float(x) for x in re.findall(r"bound (\S+)\)", loop))
+    problems += _says(doc, r"within ([\d.e-]+) of the\n\s*training forward's \(the float32 bound ([\d.e-]+) to ([\d.e-]+)\)",
+                      forward, bounds[0], bounds[-1])
+    assert gpu["parts"]["trl_env"]["status"] == "skipped" and "fetch" not in gpu["parts"] and "train" not in gpu["parts"]
+    assert not problems, "the GPU check's quotes differ from docs/results/gpu_check.json:\n" + "\n".join(problems)

@@ -65,8 +65,9 @@ def test_the_report_keeps_what_passed_tests_printed_and_publishes_without_the_ma
 
     (tmp_path / "tests.xml").write_text(
         '<testsuites><testsuite><testcase classname="tests.gpu.test_gpu" name="test_fsdp1">'
-        "<system-out>FSDP1 vs single device: max |diff| = 1.0e-07\n</system-out></testcase>"
-        '<testcase classname="tests.gpu.test_gpu" name="test_quiet"/>'
+        "<system-out>---- Captured Out ----\nFSDP1 vs single device: max |diff| = 1.0e-07\n</system-out></testcase>"
+        '<testcase classname="tests.gpu.test_gpu" name="test_quiet"><system-out>-- Captured Out --\n</system-out>'
+        "</testcase>"
         '<testcase classname="tests.gpu.test_gpu" name="test_bad"><failure message="x"/>'
         "<system-out>not kept</system-out></testcase></testsuite></testsuites>")
     counts = gpu_check.junit_counts(tmp_path / "tests.xml")
