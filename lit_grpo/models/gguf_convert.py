@@ -56,6 +56,32 @@ def gguf_architecture(path: Path) -> str:
     return architecture
 
 
+#: The special tokens a GGUF file names (``tokenizer.ggml.<key>``) and the tokenizer attribute each sets.
+GGUF_SPECIAL_TOKENS = {"bos_token_id": "bos_token", "eos_token_id": "eos_token", "padding_token_id": "pad_token",
+                       "unknown_token_id": "unk_token"}
+
+
+def gguf_special_tokens(path: Path) -> dict[str, int]:
+    """The special token ids the GGUF file's tokenizer metadata names, by tokenizer attribute (``eos_token``...)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(path)).fields
+    found = {}
+    for key, attribute in GGUF_SPECIAL_TOKENS.items():
+        field = fields.get(f"tokenizer.ggml.{key}")
+        if field is not None and field.data:
+            found[attribute] = int(field.parts[field.data[0]][0])
+    return found
+
+
+def use_special_tokens(tokenizer, ids: dict[str, int]) -> None:
+    """Set the tokenizer's special tokens to the ids the GGUF file names (``gguf_special_tokens``): some
+    transformers versions read them wrongly from GGUF (5.17 takes BOS for EOS and leaves no pad token)."""
+    for attribute, token_id in ids.items():
+        if 0 <= token_id < len(tokenizer):
+            setattr(tokenizer, attribute, tokenizer.convert_ids_to_tokens(token_id))
+
+
 def check_supported(path: Path, architecture: str) -> None:
     """Fails unless transformers can read ``architecture`` from GGUF."""
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
@@ -83,6 +109,7 @@ def convert_gguf(path: Path, out: Path, expected_parameters: int | None = None) 
     folder, name = str(path.parent), path.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        use_special_tokens(tokenizer, gguf_special_tokens(path))
         loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except Exception as err:
         raise ModelSourceError(

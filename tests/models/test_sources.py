@@ -28,12 +28,15 @@ def cache(tmp_path, monkeypatch) -> Path:
     return root
 
 
-def write_gguf(path: Path, architecture: str) -> Path:
-    """A small valid GGUF file of ``architecture`` with one float32 tensor."""
+def write_gguf(path: Path, architecture: str, special: dict[str, int] | None = None) -> Path:
+    """A small valid GGUF file of ``architecture`` with one float32 tensor, and the special token ids ``special``
+    (``{"eos": 2, "pad": 2}``: ``tokenizer.ggml.eos_token_id``...) in its tokenizer metadata."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_block_count(1)
+    for role, token_id in (special or {}).items():
+        getattr(writer, f"add_{role}_token_id")(token_id)
     writer.add_tensor("token_embd.weight", np.arange(32, dtype=np.float32).reshape(4, 8))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -80,6 +83,21 @@ def test_other_names_pass_through_unchanged(cache):
 
 def test_a_valid_gguf_header_gives_its_architecture(tmp_path):
     assert gguf_architecture(write_gguf(tmp_path / "m.gguf", "llama")) == "llama"
+
+
+def test_the_special_tokens_come_from_the_gguf_metadata(tmp_path):
+    from lit_grpo.models.gguf_convert import gguf_special_tokens, use_special_tokens
+    from lit_grpo.models.tiny import char_tokenizer
+
+    path = write_gguf(tmp_path / "m.gguf", "llama", {"bos": 1, "eos": 2, "pad": 2, "unk": 0})
+    assert gguf_special_tokens(path) == {"bos_token": 1, "eos_token": 2, "pad_token": 2, "unk_token": 0}
+    assert gguf_special_tokens(write_gguf(tmp_path / "bare.gguf", "llama")) == {}
+    tokenizer = char_tokenizer()
+    tokens = tokenizer.convert_ids_to_tokens([5, 6, 7])
+    tokenizer.eos_token, tokenizer.pad_token = tokenizer.bos_token, None  # as transformers 5.17 reads SmolLM2's GGUF
+    use_special_tokens(tokenizer, {"eos_token": 6, "pad_token": 7, "bos_token": 5, "unk_token": 10**6})
+    assert (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id) == (6, 7, 5)
+    assert (tokenizer.eos_token, tokenizer.pad_token, tokenizer.bos_token) == (tokens[1], tokens[2], tokens[0])
 
 
 def test_unsupported_architecture_fails_with_what_transformers_reads(cache, tmp_path):
