@@ -166,6 +166,7 @@ def report(work: Path, out: Path, dry_run: bool) -> int:
     result = {"mode": "dry-run" if dry_run else "run", "environment": environment(), "parts": parts}
     if not dry_run:
         result["work_dir"] = str(work)  # the logs, TensorBoard events and benchmark JSON
+        result["root"] = str(ROOT)  # the checkout the commands ran in
     if dry_run:
         bad = [f"{n}: {c['check']}" for n, p in parts.items() for c in p["checks"] if not c["ok"]]
     else:
@@ -179,14 +180,17 @@ def report(work: Path, out: Path, dry_run: bool) -> int:
 
 
 def publish(report_path: Path, out: Path) -> None:
-    """The report with its work directory written ``<work>`` and the GPU machine's Python packages folder
-    ``<site-packages>`` wherever they appear, so that the copy holds no path of that machine; the tests' printed
-    lines without pytest's headers."""
+    """The report without a path of the GPU machine, to commit: its work directory written ``<work>``, the
+    checkout ``<repo>`` (the report's ``root``, else this checkout's), the Python packages folder
+    ``<site-packages>``, any other path under /tmp, /root, /home, /Users or /work ``<machine>/`` and its last
+    part; the tests' printed lines without pytest's headers."""
     text = report_path.read_text()
-    work = json.loads(text).get("work_dir")
-    if work:
-        text = text.replace(work, "<work>")
+    raw = json.loads(text)
+    for path, name in ((raw.get("work_dir"), "<work>"), (raw.get("root") or str(ROOT), "<repo>")):
+        if path:
+            text = text.replace(path, name)
     text = re.sub(r"/[^\s\"']*?/site-packages", "<site-packages>", text)
+    text = re.sub(r"(?<![\w.~<>])/(?:tmp|root|home|Users|work)/(?:[^\s\"'/]+/)*", "<machine>/", text)
     report = json.loads(text)
     numbers = report.get("parts", {}).get("tests", {}).get("numbers", {})
     if "printed" in numbers:  # reports written before the headers were dropped when reading them

