@@ -52,9 +52,11 @@ the training tokens each side ran forward and backward against the useful ones (
 rewards differ, each prompt once), as FLOPs; and the roofline: per phase (generation, training) and for the
 whole step, the useful FLOPs (``grpo_step_report.useful_flops``), their rate and its share of the matmul peak
 measured in the same run (before and after the workloads, the larger).
-``tta``: wall-clock training time (evaluations excluded) for each trainer to reach held-out greedy
-accuracy 0.70 on the quickstart workload from the same start, evaluated every 25 steps by the same code,
-3 seeds each, alternating.
+``tta``: wall-clock training time (evaluations excluded) for each trainer to reach a held-out accuracy from the
+same start, evaluated by the same code (``grpo_step_workloads.HeldOut``), 5 seeds a side, alternating, and per
+seed the paired ratio TRL / lit-grpo with its geometric mean and 95% t interval: ``quickstart`` to greedy accuracy
+0.70 (evaluated every 25 steps); ``lora`` to sampled accuracy (4 completions a prompt, a fixed evaluation seed)
+0.10 above the starting policy's (every 5 steps, at most 60). ``--workloads`` picks them here too.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import platform
 import statistics
@@ -112,7 +115,7 @@ def plan(quick: bool) -> dict:
             "memory": {"prompts": 2, "group": 2, "new_tokens": 4, "warmup": 0, "steps": 1},
             "scaling": {"G": [2], "P": [4], "size": ["tiny"], "warmup": 0, "steps": 1},
             "realistic": [("quickstart", 1, 1, 3)],  # a smoke run: not the >= 10 timed steps of the real plan
-            "tta": {"seeds": [0], "max_steps": 20, "eval_every": 10, "target": 0.99},
+            "tta": {"quickstart": {"seeds": [0], "max_steps": 20, "eval_every": 10, "target": 0.99, "samples": 0}},
         }
     return {
         "compare": [
@@ -132,7 +135,12 @@ def plan(quick: bool) -> dict:
         # (workload, A/B pairs, warm-up steps, timed steps): at least 10 timed steps a process, as the cost of a
         # step varies about 1.6x with the sampled rewards; the real model's TRL steps take 40-70 s (about 50 min)
         "realistic": [("quickstart", 3, 5, 40), ("real", 3, 2, 10), ("lora", 3, 2, 10)],
-        "tta": {"seeds": [0, 1, 2], "max_steps": 2000, "eval_every": 25, "target": 0.70},
+        # time to accuracy, per workload: >= 5 seeds a side, paired by seed. quickstart: held-out greedy accuracy
+        # 0.70; lora: held-out sampled accuracy (4 samples a prompt) 0.10 above the starting policy's
+        "tta": {
+            "quickstart": {"seeds": [0, 1, 2, 3, 4], "max_steps": 2000, "eval_every": 25, "target": 0.70, "samples": 0},
+            "lora": {"seeds": [0, 1, 2, 3, 4], "max_steps": 60, "eval_every": 5, "gain": 0.10, "samples": 4},
+        },
     }
 
 
@@ -463,27 +471,44 @@ def add_roofline(side: dict, model: str, peak_gflops: float, lora: dict | None =
         side["roofline"] = roofline(gflop, {k: v / n for k, v in side["time_sums"].items()}, peak_gflops)
 
 
-def part_tta(threads: int, quick: bool) -> dict:
-    """Training time to held-out greedy accuracy ``target`` on the quickstart workload, per seed and trainer."""
-    p = plan(quick)["tta"]
-    w = WORKLOADS["quickstart"]
-    model = model_dir(w.model)
-    runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
-    extra = ("--eval-every", str(p["eval_every"]), "--target", str(p["target"]))
-    for seed in p["seeds"]:
-        for runner in ("lit-grpo", "trl"):
-            r = measure(runner, model, threads, warmup=0, steps=p["max_steps"], prompts=w.prompts, group=w.group,
-                        new_tokens=w.new_tokens, workload="quickstart", lr=w.lr, extra=(*extra, "--seed", str(seed)))
-            hit = next((e for e in r["evals"] if e["greedy"] >= p["target"]), None)
-            runs[runner].append({"seed": seed, "reached": hit is not None, "step": hit and hit["step"],
-                                 "train_s": hit and hit["train_s"], "evals": r["evals"],
-                                 "step_s": _median(r["steps"], "step_s")})
-    out: dict = {**p, "runs": runs}
-    for runner, rs in runs.items():
-        hits = [r["train_s"] for r in rs if r["reached"]]
-        out[runner] = {"median_train_s": statistics.median(hits) if len(hits) == len(rs) else None,
-                       "median_step": statistics.median(r["step"] for r in rs) if len(hits) == len(rs) else None,
-                       "reached": len(hits), "seeds": len(rs)}
+def part_tta(threads: int, quick: bool, workloads: tuple[str, ...] | None = None) -> list[dict]:
+    """Training time until held-out accuracy reaches each workload's target (``plan()["tta"]``), per seed and
+    trainer, the trainers alternating; and per seed both reached, the paired ratio TRL / lit-grpo."""
+    out = []
+    for workload, p in plan(quick)["tta"].items():
+        if workloads is not None and workload not in workloads:
+            continue
+        w = WORKLOADS[workload]
+        model = model_dir(w.model)
+        extra = ["--eval-every", str(p["eval_every"]), "--eval-samples", str(p["samples"])]
+        extra += ["--target-gain", str(p["gain"])] if "gain" in p else ["--target", str(p["target"])]
+        runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
+        for seed in p["seeds"]:
+            for runner in ("lit-grpo", "trl"):
+                r = measure(runner, model, threads, warmup=0, steps=p["max_steps"], prompts=w.prompts, group=w.group,
+                            new_tokens=w.new_tokens, workload=workload, lr=w.lr, extra=(*extra, "--seed", str(seed)))
+                hit = next((e for e in r["evals"] if e["step"] > 0 and e["accuracy"] >= r["target"]), None)
+                runs[runner].append({"seed": seed, "reached": hit is not None, "step": hit and hit["step"],
+                                     "train_s": hit and hit["train_s"], "target": r["target"], "evals": r["evals"],
+                                     "step_s": _median(r["steps"], "step_s")})
+        out.append({"workload": workload, **p, "runs": runs, "paired": paired_ratios(runs)})
+    return out
+
+
+def paired_ratios(runs: dict[str, list[dict]]) -> dict:
+    """Per seed both trainers reached the target: TRL's time / lit-grpo's; their geometric mean and its 95% t
+    interval (on the log ratios; None below 2 seeds), and how many seeds each side reached."""
+    from lit_grpo.experiments.stats import t_quantile
+
+    both = [(a["seed"], b["train_s"] / a["train_s"]) for a, b in zip(runs["lit-grpo"], runs["trl"], strict=True)
+            if a["reached"] and b["reached"] and a["train_s"] > 0]
+    logs = [math.log(r) for _, r in both]
+    out = {"ratios": dict(both), "seeds": len(runs["lit-grpo"]),
+           "reached": {side: sum(r["reached"] for r in rs) for side, rs in runs.items()},
+           "geomean": math.exp(statistics.fmean(logs)) if logs else None, "ci95": None}
+    if len(logs) >= 2:
+        half = t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        out["ci95"] = [math.exp(statistics.fmean(logs) - half), math.exp(statistics.fmean(logs) + half)]
     return out
 
 
@@ -499,7 +524,7 @@ def main() -> None:
     parser.add_argument(
         "--parts", default="peak,compare,memory,scaling", help=f"comma separated, of {ALL_PARTS}"
     )
-    parser.add_argument("--workloads", help=f"comma separated: the realistic part's workloads, of "
+    parser.add_argument("--workloads", help=f"comma separated: the realistic and tta parts' workloads, of "
                         f"{', '.join(w for w, *_ in plan(False)['realistic'])} (default: all); a selection is written "
                         "into a block of its own (<!-- grpo_step.py:realistic:NAMES:begin -->)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
@@ -522,9 +547,9 @@ def main() -> None:
     if unknown:
         parser.error(f"--parts {args.parts}: unknown {sorted(unknown)}; choose from {', '.join(ALL_PARTS)}")
     workloads = None if args.workloads is None else tuple(w.strip() for w in args.workloads.split(",") if w.strip())
-    known = [w for w, *_ in plan(args.quick)["realistic"]]
-    if workloads is not None and (not workloads or set(workloads) - set(known) or "realistic" not in parts):
-        parser.error(f"--workloads {args.workloads}: needs --parts realistic and names of {', '.join(known)}")
+    known = list(dict.fromkeys([w for w, *_ in plan(args.quick)["realistic"]] + list(plan(args.quick)["tta"])))
+    if workloads is not None and (not workloads or set(workloads) - set(known) or not {"realistic", "tta"} & set(parts)):
+        parser.error(f"--workloads {args.workloads}: needs --parts realistic or tta and names of {', '.join(known)}")
 
     import torch
     import transformers
@@ -558,7 +583,7 @@ def main() -> None:
             report["realistic"], report["realistic_peak"] = part_realistic(args.threads, args.quick, args.device,
                                                                            workloads)
         if "tta" in parts:
-            report["tta"] = part_tta(args.threads, args.quick)
+            report["tta"] = part_tta(args.threads, args.quick, workloads)
     command = "python bench/grpo_step.py" + "".join(f" {a}" for a in sys.argv[1:])
     trl_version = next((r["trl"]["trl"] for r in [*report.get("compare", []), *report.get("realistic", [])]), None)
     report["meta"] = {

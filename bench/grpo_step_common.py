@@ -36,9 +36,14 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
                         help="prompts, reward and held-out set (bench/grpo_step_workloads.py)")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--eval-every", type=int, default=0,
-                        help="held-out greedy accuracy every this many steps (0: never); its time is not counted")
-    parser.add_argument("--target", type=float, default=None,
-                        help="stop at the first evaluation whose greedy accuracy reaches this")
+                        help="held-out accuracy every this many steps (0: never); its time is not counted")
+    parser.add_argument("--eval-samples", type=int, default=0,
+                        help="0: greedy accuracy (one completion a prompt); N: sampled, N completions a prompt")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--target", type=float, default=None,
+                        help="stop at the first evaluation whose held-out accuracy reaches this")
+    target.add_argument("--target-gain", type=float, default=None,
+                        help="evaluate the starting policy too and stop at the first evaluation this far above it")
 
 
 def bench_prompts(n: int, seed: int = 0) -> list[str]:

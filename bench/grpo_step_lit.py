@@ -82,17 +82,20 @@ def main() -> None:
     from lit_grpo.settings import Algorithm, Batching, Optim, Sampling
 
     torch.set_num_threads(args.threads)
-    from grpo_step_workloads import LORA, WORKLOADS, GreedyEval, reward, source
+    from grpo_step_workloads import LORA, WORKLOADS, HeldOut, reward, source
 
     from lit_grpo.lora import LoraSettings
 
     clock = StepClock()
-    evals: list[dict] = []
-    held_out = GreedyEval(args.workload, args.model, args.new_tokens) if args.eval_every else None
+    held_out = HeldOut(args.workload, args.model, args.new_tokens, args.eval_every, args.eval_samples, args.target,
+                       args.target_gain)
 
     step_prompts: list[str] = []
 
     class Collect(L.Callback):
+        def on_train_start(self, trainer, pl_module):
+            held_out.start(pl_module.policy)
+
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if batch_idx == 0:
                 clock.begin()  # the first step's time excludes the trainer's setup
@@ -110,11 +113,8 @@ def main() -> None:
                                           stats.group_size, trained, prompt_once=pl_module.batching.shared_prefix))
             clock.end_step()
             step = batch_idx + 1
-            if held_out is not None and step % args.eval_every == 0:
-                accuracy = held_out(pl_module.policy)
-                evals.append({"step": step, "train_s": sum(s["step_s"] for s in clock.steps), "greedy": accuracy})
-                print(f"step {step}: held-out greedy {accuracy:.3f}", flush=True)
-                if args.target is not None and accuracy >= args.target:
+            if held_out.every and step % held_out.every == 0:
+                if held_out.after(step, sum(s["step_s"] for s in clock.steps), pl_module.policy):
                     trainer.should_stop = True
                 clock.begin()  # the evaluation is not training time
 
@@ -163,7 +163,8 @@ def main() -> None:
         torch=torch.__version__,
         workload=args.workload,
         options=options,
-        evals=evals,
+        evals=held_out.evals,
+        target=held_out.target,
         step_prompts=step_prompts,
     )
 

@@ -315,6 +315,34 @@ def write_into(path: Path, text: str, name: str = "grpo_step.py") -> None:
     path.write_text(doc)
 
 
+def _tta_table(tta: dict) -> list[str]:
+    """One workload's time to accuracy: per seed and trainer the training seconds (and steps) until the target,
+    and per seed the paired ratio TRL / lit-grpo with its geometric mean and 95% interval."""
+    kind = f"sampled accuracy ({tta['samples']} completions a prompt)" if tta["samples"] else "greedy accuracy"
+    goal = f"{tta['gain']:+.2f} over the starting policy's" if "gain" in tta else f"{tta['target']:.2f}"
+    seeds = [r["seed"] for r in tta["runs"]["lit-grpo"]]
+    lines = ["", f"**Time to accuracy, {tta['workload']}** (training seconds, evaluations and set-up excluded, until "
+             f"held-out {kind} on the validation prompts first reaches {goal}; evaluated every {tta['eval_every']} "
+             f"steps, at most {tta['max_steps']} steps; the step count in brackets):", "",
+             "| trainer | " + " | ".join(f"seed {s}" for s in seeds) + " | s/step (median) |",
+             "|---|" + "---|" * (len(seeds) + 1)]
+    for runner, name in (("lit-grpo", "lit-grpo"), ("trl", "TRL")):
+        rs = tta["runs"][runner]
+        cells = [f"{r['train_s']:.0f} ({r['step']})" if r["reached"] else f"not reached ({tta['max_steps']})" for r in rs]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {statistics.median(r['step_s'] for r in rs):.3f} |")
+    if "gain" in tta:
+        starts = [f"{r['evals'][0]['accuracy']:.3f}" for r in tta["runs"]["lit-grpo"]]
+        lines.append("| start (lit-grpo's evaluation at step 0) | " + " | ".join(starts) + " | |")
+    p = tta["paired"]
+    ratios = ", ".join(f"seed {s}: {r:.2f}" for s, r in p["ratios"].items()) or "none"
+    line = (f"Paired by seed, TRL's time / lit-grpo's (seeds where both reached the target: {len(p['ratios'])} of "
+            f"{p['seeds']}; reached: lit-grpo {p['reached']['lit-grpo']}, TRL {p['reached']['trl']}): {ratios}")
+    if p["geomean"] is not None:
+        line += f"; geometric mean **{p['geomean']:.2f}x**"
+        line += f", 95% t interval [{p['ci95'][0]:.2f}, {p['ci95'][1]:.2f}]" if p["ci95"] else " (one pair: no interval)"
+    return lines + ["", line + "."]
+
+
 def _adapters(r: dict) -> str:
     """``, LoRA r16 on 7 projections: 4.9M trained`` for a workload that trains adapters, else nothing."""
     lora = r.get("lora")
@@ -407,27 +435,6 @@ def render_realistic(report: dict) -> str:
             )
         lines += _roofline_table(rows, report.get("realistic_peak"))
         lines += _targets_table(rows)
-    tta = report.get("tta")
-    if tta:
-        seeds = [r["seed"] for r in tta["runs"]["lit-grpo"]]
-        lines += [
-            "",
-            f"**Time to accuracy** (quickstart workload: training seconds, evaluations excluded, until held-out "
-            f"greedy accuracy on the 200 validation prompts first reaches {tta['target']:.2f}; evaluated every "
-            f"{tta['eval_every']} steps, at most {tta['max_steps']} steps; the step count in brackets):",
-            "",
-            "| trainer | " + " | ".join(f"seed {s}" for s in seeds) + " | median s | median steps | s/step |",
-            "|---|" + "---|" * (len(seeds) + 3),
-        ]
-        for runner, name in (("lit-grpo", "lit-grpo"), ("trl", "TRL")):
-            cells = [f"{r['train_s']:.0f} ({r['step']})" if r["reached"] else f"not reached ({tta['max_steps']})"
-                     for r in tta["runs"][runner]]
-            summary = tta[runner]
-            median_s = f"{summary['median_train_s']:.0f}" if summary["median_train_s"] is not None else "-"
-            median_step = f"{summary['median_step']:.0f}" if summary["median_step"] is not None else "-"
-            step_s = statistics.median(r["step_s"] for r in tta["runs"][runner])
-            lines.append(f"| {name} | " + " | ".join(cells) + f" | {median_s} | {median_step} | {step_s:.3f} |")
-        a, b = tta["lit-grpo"]["median_train_s"], tta["trl"]["median_train_s"]
-        if a and b:
-            lines += ["", f"Median time to {tta['target']:.2f}: TRL / lit-grpo = **{b / a:.2f}x**."]
+    for tta in report.get("tta") or []:
+        lines += _tta_table(tta)
     return "\n".join(lines) + "\n"

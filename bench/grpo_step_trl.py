@@ -54,13 +54,13 @@ def main() -> None:
     import transformers
     import trl
     from datasets import Dataset
-    from grpo_step_workloads import LORA, WORKLOADS, GreedyEval, reward, train_order
+    from grpo_step_workloads import LORA, WORKLOADS, HeldOut, reward, train_order
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     clock = StepClock()
-    evals: list[dict] = []
-    held_out = GreedyEval(args.workload, args.model, args.new_tokens) if args.eval_every else None
+    held_out = HeldOut(args.workload, args.model, args.new_tokens, args.eval_every, args.eval_samples, args.target,
+                       args.target_gain)
     scorer = reward(args.workload)
     last: dict[str, list] = {}  # the current step's rows: prompt and completion lengths, rewards
     step_prompts: list[str] = []
@@ -81,6 +81,9 @@ def main() -> None:
         def on_optimizer_step(self, *a, **kw):
             clock.stop("optimizer_s")
 
+        def on_train_begin(self, args_, state, control, **kw):
+            held_out.start(kw["model"])
+
         def on_step_begin(self, args, state, control, **kw):
             if state.global_step == 0:
                 clock.begin()  # the first step's time excludes the trainer's setup
@@ -88,12 +91,8 @@ def main() -> None:
         def on_step_end(self, args_, state, control, **kw):
             clock.add_counts(group_counts(last["rewards"], last["prompt_lens"], last["completion_lens"], args.group))
             clock.end_step()
-            if held_out is not None and state.global_step % args.eval_every == 0:
-                accuracy = held_out(kw["model"])
-                evals.append({"step": state.global_step, "train_s": sum(s["step_s"] for s in clock.steps),
-                              "greedy": accuracy})
-                print(f"step {state.global_step}: held-out greedy {accuracy:.3f}", flush=True)
-                if args.target is not None and accuracy >= args.target:
+            if held_out.every and state.global_step % held_out.every == 0:
+                if held_out.after(state.global_step, sum(s["step_s"] for s in clock.steps), kw["model"]):
                     control.should_training_stop = True
                 clock.begin()  # the evaluation is not training time
 
@@ -195,7 +194,8 @@ def main() -> None:
         transformers=transformers.__version__,
         torch=torch.__version__,
         workload=args.workload,
-        evals=evals,
+        evals=held_out.evals,
+        target=held_out.target,
         step_prompts=step_prompts,
     )
 

@@ -113,26 +113,63 @@ def reward(workload: str):
     return {"zero": ZeroReward, "real": LastNumber, "lora": LastNumber, "quickstart": ExactMatch}[workload]()
 
 
-class GreedyEval:
-    """Held-out greedy accuracy of a model: the workload's ``val`` prompts, one greedy completion each through
-    lit-grpo's HF engine, scored by the workload's reward. Both runners call this on their live model, so
-    both are judged by the same code."""
+class HeldOut:
+    """Held-out accuracy of a model during training, and when a run has reached its target: the workload's ``val``
+    prompts through lit-grpo's HF engine, scored by the workload's reward; ``samples`` 0 for one greedy completion
+    a prompt, else that many completions a prompt at temperature 1, drawn from a fixed seed inside a forked RNG (the
+    training's random stream is left as it was). Both runners call this on their live model, so both are judged by
+    the same code.
 
-    def __init__(self, workload: str, model: str, new_tokens: int) -> None:
-        from transformers import AutoTokenizer
+    The target is ``target`` (an accuracy), or with ``gain`` the accuracy of the starting policy (:meth:`start`)
+    plus ``gain``. ``evals`` records each evaluation (step, training seconds so far, accuracy)."""
 
-        self.records = source(workload, model).load("val")
-        self.reward = reward(workload)
-        self.tokenizer = AutoTokenizer.from_pretrained(model)
-        self.new_tokens = new_tokens
+    EVAL_SEED = 1234
+
+    def __init__(self, workload: str, model: str, new_tokens: int, every: int, samples: int = 0,
+                 target: float | None = None, gain: float | None = None) -> None:
+        self.workload, self.model = workload, model
+        self.new_tokens, self.every, self.samples = new_tokens, every, samples
+        self.target, self.gain = target, gain
+        self.evals: list[dict] = []
 
     def __call__(self, policy) -> float:
+        import torch
+
         from lit_grpo.rollout.hf import HFGenerateEngine
         from lit_grpo.types import SamplingParams
 
+        if not hasattr(self, "records"):  # loaded on first use: a run without evaluations needs none of it
+            from transformers import AutoTokenizer
+
+            self.records = source(self.workload, self.model).load("val")
+            self.reward, self.tokenizer = reward(self.workload), AutoTokenizer.from_pretrained(self.model)
         engine = HFGenerateEngine()
         engine.bind(policy, self.tokenizer)
-        rollouts = engine.generate([r["prompt"] for r in self.records], 1,
-                                   SamplingParams(temperature=0.0, max_new_tokens=self.new_tokens))
-        scores = self.reward(rollouts.texts, [r["reference"] for r in self.records]).scores
+        sampling = SamplingParams(temperature=1.0 if self.samples else 0.0, max_new_tokens=self.new_tokens)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.EVAL_SEED)
+            rollouts = engine.generate([r["prompt"] for r in self.records], max(self.samples, 1), sampling)
+        references = [r["reference"] for r in self.records for _ in range(max(self.samples, 1))]
+        scores = self.reward(rollouts.texts, references).scores
         return float(scores.nan_to_num(0.0).mean())
+
+    def start(self, policy) -> None:
+        """With ``gain``: evaluate the starting policy (step 0) and set the target from it."""
+        if self.gain is not None:
+            accuracy = self(policy)
+            self.evals.append({"step": 0, "train_s": 0.0, "accuracy": accuracy})
+            self.target = accuracy + self.gain
+            print(f"step 0: held-out {self.kind} {accuracy:.3f}; target {self.target:.3f}", flush=True)
+
+    def after(self, step: int, train_s: float, policy) -> bool:
+        """Evaluate after ``step`` when it is due; True when the run has reached its target."""
+        if not self.every or step % self.every:
+            return False
+        accuracy = self(policy)
+        self.evals.append({"step": step, "train_s": train_s, "accuracy": accuracy})
+        print(f"step {step}: held-out {self.kind} {accuracy:.3f}", flush=True)
+        return self.target is not None and accuracy >= self.target
+
+    @property
+    def kind(self) -> str:
+        return f"sampled ({self.samples} a prompt)" if self.samples else "greedy"

@@ -187,7 +187,7 @@ def test_unknown_realistic_workloads_are_refused_with_the_known_ones():
     for args in (["--parts", "realistic", "--workloads", "lora,nope"], ["--workloads", "lora"]):
         proc = subprocess.run([sys.executable, str(ROOT / "bench" / "grpo_step.py"), *args], capture_output=True,
                               text=True)
-        assert proc.returncode == 2 and "needs --parts realistic and names of quickstart, real, lora" in proc.stderr
+        assert proc.returncode == 2 and "needs --parts realistic or tta and names of quickstart, real, lora" in proc.stderr
 
 
 def test_the_realistic_plan_times_at_least_ten_steps_a_process():
@@ -246,3 +246,49 @@ def test_the_trl_runner_reads_the_prompts_in_the_order_lit_grpo_draws_them(monke
     trainer.fit(Record(), datamodule=PromptDataModule(Ten(), prompts_per_step=4, seed=3))
     order = grpo_step_workloads.train_order("any", "any", prompts=4, steps=5, seed=3)
     assert len(seen) == 20 and [r["prompt"] for r in order] == seen  # 2 batches an epoch: 3 data epochs
+
+
+def _tta_run(seed, reached, train_s, step, start=0.2):
+    return {"seed": seed, "reached": reached, "step": step if reached else None, "train_s": train_s if reached else None,
+            "target": start + 0.1, "evals": [{"step": 0, "train_s": 0.0, "accuracy": start}], "step_s": 2.0}
+
+
+def test_time_to_accuracy_pairs_the_seeds_both_trainers_finished():
+    import math
+
+    import grpo_step
+
+    runs = {"lit-grpo": [_tta_run(0, True, 10.0, 5), _tta_run(1, True, 20.0, 10), _tta_run(2, True, 5.0, 5)],
+            "trl": [_tta_run(0, True, 40.0, 5), _tta_run(1, True, 20.0, 5), _tta_run(2, False, None, None)]}
+    p = grpo_step.paired_ratios(runs)
+    assert p["ratios"] == {0: 4.0, 1: 1.0} and p["reached"] == {"lit-grpo": 3, "trl": 2} and p["seeds"] == 3
+    assert p["geomean"] == pytest.approx(2.0)  # exp(mean(log 4, log 1))
+    half = 12.7062047 * math.log(4) / math.sqrt(2) / math.sqrt(2)  # t(0.975, 1) x sd(log ratios) / sqrt(2)
+    assert p["ci95"] == pytest.approx([2.0 * math.exp(-half), 2.0 * math.exp(half)], rel=1e-6)
+    one = grpo_step.paired_ratios({side: rs[:1] for side, rs in runs.items()})
+    assert one["geomean"] == pytest.approx(4.0) and one["ci95"] is None
+    report = {"tta": [{"workload": "lora", "seeds": [0, 1, 2], "max_steps": 60, "eval_every": 5, "gain": 0.1,
+                       "samples": 4, "runs": runs, "paired": p}]}
+    text = render_realistic({"meta": json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())[
+        "meta"], **report})
+    assert "**Time to accuracy, lora**" in text and "reaches +0.10 over the starting policy's" in text
+    assert "| TRL | 40 (5) | 20 (5) | not reached (60) | 2.000 |" in text
+    assert "| start (lit-grpo's evaluation at step 0) | 0.200 | 0.200 | 0.200 | |" in text
+    assert (f"both reached the target: 2 of 3; reached: lit-grpo 3, TRL 2): seed 0: 4.00, seed 1: 1.00; geometric "
+            f"mean **2.00x**, 95% t interval [{p['ci95'][0]:.2f}, {p['ci95'][1]:.2f}]") in text
+
+
+def test_held_out_targets_the_start_plus_the_gain_and_evaluates_when_due():
+    from grpo_step_workloads import HeldOut
+
+    accuracies = iter([0.25, 0.30, 0.36])
+    held = HeldOut("lora", "unused", 32, every=5, samples=4, gain=0.1)
+    held.__class__ = type("Scripted", (HeldOut,), {"__call__": lambda self, policy: next(accuracies)})
+    held.start(policy=None)
+    assert held.target == pytest.approx(0.35) and held.evals == [{"step": 0, "train_s": 0.0, "accuracy": 0.25}]
+    assert not held.after(3, 1.0, None) and len(held.evals) == 1  # not due
+    assert not held.after(5, 2.0, None) and held.after(10, 4.0, None)
+    assert [e["step"] for e in held.evals] == [0, 5, 10]
+    fixed = HeldOut("quickstart", "unused", 6, every=25, target=0.7)
+    fixed.start(policy=None)
+    assert fixed.target == 0.7 and fixed.evals == []  # a fixed target needs no start evaluation
