@@ -30,7 +30,7 @@ DOC = (ROOT / "docs" / "results.md").read_text()
 
 #: the experiments docs/results.md quotes (each with runs.csv and report.md under docs/results/<name>/)
 EXPERIMENTS = ("degeneracy", "sign_vs_drgrpo", "sign_starvation", "real_sign_vs_drgrpo", "softmax_budget",
-               "gradient_rank", "passk_crossing", "sign_balance_skill")
+               "gradient_rank", "passk_crossing", "sign_balance_skill", "rg_sign_vs_drgrpo")
 
 
 class Data:
@@ -163,6 +163,7 @@ def claims() -> dict[str, list]:
             sampled["diff"], sampled["lo"], sampled["hi"], greedy["diff"], greedy["lo"], greedy["hi"], None,
             Pct(real.s("share of all-wrong groups at the first", "Sign")["mean"]),
             sampled["n"], None, real.family, sampled["holm"]],
+        "Sign above Dr. GRPO on a reasoning-gym task": _rg_claim(),
         "SoftmaxGRPO moves the budget": [
             None, sm.s("budget/exact_share_0.0-0.2", "SoftmaxGRPO-tau0.1")["mean"],
             sm.s("budget/exact_share_0.0-0.2", "GRPO")["mean"], exact["diff"], exact["lo"], exact["hi"],
@@ -191,6 +192,15 @@ def claims() -> dict[str, list]:
             len({r["prompt"] for r in real7}),
             len(tiny), len(real7), None, None],  # the Holm families: every prompt x estimator pair; "1 correct in 256"
     }
+
+
+def _rg_claim() -> list:
+    rg = data("rg_sign_vs_drgrpo")
+    sampled, greedy = rg.pair("sampled test", "Sign", "DrGRPO"), rg.pair("greedy test", "Sign", "DrGRPO")
+    return [sampled["diff"], sampled["lo"], sampled["hi"], greedy["diff"], greedy["lo"], greedy["hi"], None,  # 12 steps
+            Pct(rg.s("share of all-wrong groups at the first", "Sign")["mean"]),
+            sampled["n"], None, rg.family, sampled["holm"], greedy["holm"],  # None: the 1000-prompt split
+            None, sampled["n"] - sampled["ahead"], greedy["n"] - greedy["ahead"]]  # None: the criterion's +0.05
 
 
 def _crossing(arm: str) -> tuple[int, list[float]]:
@@ -256,10 +266,63 @@ def status() -> dict[str, list]:
             data("sign_balance_skill").runtime()[2]],
         "`passk_crossing`": [None, None, data("passk_crossing").s("gain in pass@256", "GRPO")["mean"],
                              *timed("passk_crossing")],
-        "`rg_sign_vs_drgrpo`": [None, None, None],  # not run: the grid's size and an estimate
+        "`rg_sign_vs_drgrpo`": _rg_status(),
         "`lit-grpo fidelity`": [len({r["prompt"] for r in _fidelity("fidelity")[1]}),
                                 len({r["prompt"] for r in _fidelity("fidelity_real")[1]}), None],
     }
+
+
+def _rg_status() -> list:
+    rg = data("rg_sign_vs_drgrpo")
+    p, (runs, timed, wall) = rg.pair("sampled test", "Sign", "DrGRPO"), rg.runtime()
+    report = (RESULTS / "rg_sign_vs_drgrpo" / "report.md").read_text()
+    total = float(re.search(r"run time: ([\d.]+) min in all", report).group(1))
+    assert total == pytest.approx(sum(rg.seconds()) / 60, abs=0.05)
+    return [p["diff"], p["lo"], p["hi"], p["holm"], runs, total, min(rg.seconds()), max(rg.seconds()),
+            None, timed, wall, None, None]  # None: 2 at a time; "the first 6"; the 62-minute pause
+
+
+def rg_sign_vs_drgrpo() -> dict[str, list]:
+    rg = data("rg_sign_vs_drgrpo")
+
+    def row(key: str, family: bool) -> list:
+        p = rg.pair(key, "Sign", "DrGRPO")
+        return [*rg.values(key, "Sign"), *rg.values(key, "DrGRPO"), p["diff"], p["lo"], p["hi"], p["p_t"],
+                *([p["holm"]] if family else [])]
+
+    return {
+        "sampled test accuracy": [None, None, *row("sampled test", True)],  # "(1 × 1000)"
+        "greedy test accuracy": [None, *row("greedy test", True)],
+        "training reward over the 12 steps": [None, *row("training reward over", False)],
+        "share of all-wrong groups over the 12 steps": [None, *row("share of all-wrong groups over", False)],
+        "completion length at the last step": row("mean completion length at the last", False),
+    }
+
+
+def test_the_reasoning_gym_section_reads_its_prose_from_the_data():
+    rg = data("rg_sign_vs_drgrpo")
+    section = DOC[DOC.index("## 2d."):DOC.index("## 3.")].replace("−", "-")
+    mean = {k: rg.s(k, arm)["mean"] for k, arm in (("training reward at the first", "Sign"),
+                                                   ("share of all-wrong groups at the first", "Sign"))}
+    assert rg.values("training reward at the first", "Sign") == rg.values("training reward at the first", "DrGRPO")
+    problems = mismatches(list(re.search(r"was ([\d.]+) on average\nover the (\d+) seeds, and (\d+)% of the groups",
+                                         section).groups()),
+                          [mean["training reward at the first"], rg.s("sampled test", "Sign")["n"],
+                           Pct(mean["share of all-wrong groups at the first"])], "start")
+    problems += mismatches(list(re.search(r"(\d+)% of Sign's groups\nstayed all wrong against (\d+)% of", section).groups()),
+                           [Pct(rg.s("share of all-wrong groups over", a)["mean"]) for a in ("Sign", "DrGRPO")], "over")
+    ses = [s for c in rg.metric("sampled test").cells + rg.metric("greedy test").cells for s in c.se]
+    problems += mismatches(list(re.search(r"test accuracy is ([\d.]+) to ([\d.]+)", section).groups()),
+                           [min(ses), max(ses)], "SE")
+    lengths = [rg.s("mean completion length at the last", a)["mean"] for a in ("Sign", "DrGRPO")]
+    problems += mismatches(list(re.search(r"\((\d+) against (\d+) tokens", section).groups()), lengths, "lengths")
+    last6 = [r.seconds for r in rg.records if r.run.seed >= 3]
+    problems += mismatches(list(re.search(r"the last 6 took (\d+) to (\d+) s", section).groups()),
+                           [min(last6), max(last6)], "times")
+    flips = [rg.pair(k, "Sign", "DrGRPO")["p_flip"] for k in ("sampled test", "greedy test")]
+    problems += mismatches(list(re.search(r"it reads ([\d.]+) for the sampled accuracy .* and ([\d.]+) for\nthe greedy",
+                                          section, re.S).groups()), flips, "sign flip")
+    assert not problems, "docs/results.md section 2d differs from its data:\n" + "\n".join(problems)
 
 
 def degeneracy() -> dict[str, list]:
@@ -436,6 +499,7 @@ TABLES = {  # header start -> (label columns, the mapping)
     "arm | chosen lr": (1, sign_starvation_arms),
     "Sign − | mean difference": (1, sign_starvation_pairs),
     "per seed (0, 1, 2, 3)": (0, real_sign_vs_drgrpo),
+    "per seed (0 to 5)": (0, rg_sign_vs_drgrpo),
     "mean over steps, then seeds (n = 5)": (0, softmax_budget),
     "setting | erank": (0, gradient_rank),
     "n = 5 | gain in pass@1": (1, passk_crossing),
