@@ -251,7 +251,9 @@ def _roofline_table(rows: list[dict], peak: dict | None) -> list[str]:
         "",
         "**Roofline** (useful FLOPs per step and their rate over each phase's time, against the matmul peak "
         f"measured in the same run: {top}; generation = a forward over every prompt once and every sampled "
-        "token; training = 3 forwards over the useful rows, each prompt once; step = both over the whole step):",
+        "token; training = 3 forwards over the useful rows, each prompt once" + (
+            " (with adapters 2 through the frozen weights and LM head)" if any(r.get("lora") for r in rows) else "")
+        + "; step = both over the whole step):",
         "",
         "| workload | trainer | generation GFLOP | GFLOP/s | % of peak | training GFLOP | GFLOP/s | % of peak | "
         "step GFLOP | GFLOP/s | % of peak |",
