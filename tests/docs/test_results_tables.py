@@ -283,20 +283,9 @@ def _rg_status() -> list:
 
 
 def rg_sign_vs_drgrpo() -> dict[str, list]:
-    rg = data("rg_sign_vs_drgrpo")
-
-    def row(key: str, family: bool) -> list:
-        p = rg.pair(key, "Sign", "DrGRPO")
-        return [*rg.values(key, "Sign"), *rg.values(key, "DrGRPO"), p["diff"], p["lo"], p["hi"], p["p_t"],
-                *([p["holm"]] if family else [])]
-
-    return {
-        "sampled test accuracy": [None, None, *row("sampled test", True)],  # "(1 × 1000)"
-        "greedy test accuracy": [None, *row("greedy test", True)],
-        "training reward over the 12 steps": [None, *row("training reward over", False)],
-        "share of all-wrong groups over the 12 steps": [None, *row("share of all-wrong groups over", False)],
-        "completion length at the last step": row("mean completion length at the last", False),
-    }
+    rows = sign_against_drgrpo("rg_sign_vs_drgrpo")
+    return {**rows, "share of all-wrong groups over the 12 steps": [None, *_sign_drgrpo_row(
+        "rg_sign_vs_drgrpo", "share of all-wrong groups over", False)]}
 
 
 def test_the_reasoning_gym_section_reads_its_prose_from_the_data():
@@ -382,19 +371,21 @@ def sign_starvation_pairs() -> dict[str, list]:
     return out
 
 
-def real_sign_vs_drgrpo() -> dict[str, list]:
-    real = data("real_sign_vs_drgrpo")
+def _sign_drgrpo_row(name: str, key: str, family: bool) -> list:
+    """A per-seed row of sections 2c and 2d: Sign's values, Dr. GRPO's, the paired difference with its interval and
+    p, and the Holm p for the primary metrics."""
+    d = data(name)
+    p = d.pair(key, "Sign", "DrGRPO")
+    return [*d.values(key, "Sign"), *d.values(key, "DrGRPO"), p["diff"], p["lo"], p["hi"], p["p_t"],
+            *([p["holm"]] if family else [])]
 
-    def row(key: str, family: bool) -> list:
-        p = real.pair(key, "Sign", "DrGRPO")
-        return [*real.values(key, "Sign"), *real.values(key, "DrGRPO"), p["diff"], p["lo"], p["hi"], p["p_t"],
-                *([p["holm"]] if family else [])]
 
+def sign_against_drgrpo(name: str) -> dict[str, list]:
     return {
-        "sampled test accuracy": [None, None, *row("sampled test", True)],  # "(1 × 1000)"
-        "greedy test accuracy": [None, *row("greedy test", True)],
-        "training reward over the 12 steps": [None, *row("training reward over", False)],
-        "completion length at the last step": row("mean completion length at the last", False),
+        "sampled test accuracy": [None, None, *_sign_drgrpo_row(name, "sampled test", True)],  # "(1 × 1000)"
+        "greedy test accuracy": [None, *_sign_drgrpo_row(name, "greedy test", True)],
+        "training reward over the 12 steps": [None, *_sign_drgrpo_row(name, "training reward over", False)],
+        "completion length at the last step": _sign_drgrpo_row(name, "mean completion length at the last", False),
     }
 
 
@@ -498,7 +489,7 @@ TABLES = {  # header start -> (label columns, the mapping)
     "lr | policy": (0, sign_vs_drgrpo),
     "arm | chosen lr": (1, sign_starvation_arms),
     "Sign − | mean difference": (1, sign_starvation_pairs),
-    "per seed (0, 1, 2, 3)": (0, real_sign_vs_drgrpo),
+    "per seed (0, 1, 2, 3)": (0, lambda: sign_against_drgrpo("real_sign_vs_drgrpo")),
     "per seed (0 to 5)": (0, rg_sign_vs_drgrpo),
     "mean over steps, then seeds (n = 5)": (0, softmax_budget),
     "setting | erank": (0, gradient_rank),
