@@ -557,8 +557,9 @@ def main() -> None:
     DEVICE["name"] = args.device
     machine_start = read_state()
     if args.write or args.json:  # results that will be published: refuse a busy machine before measuring
-        need = max([NEED_MIB.get(w, 0.0) for w, *_ in plan(args.quick)["realistic"]
-                    if "realistic" in parts and (workloads is None or w in workloads)] or [0.0])
+        p = plan(args.quick)
+        measured = [w for w, *_ in p["realistic"]] * ("realistic" in parts) + list(p["tta"]) * ("tta" in parts)
+        need = max([NEED_MIB.get(w, 0.0) for w in measured if workloads is None or w in workloads] or [0.0])
         reasons = busy_reasons(machine_start, need, args.threads, os.cpu_count() or 1)
         if reasons and not args.allow_busy:
             raise SystemExit(refusal(reasons, "measure for --write/--json"))

@@ -113,7 +113,7 @@ def main() -> None:
                                           stats.group_size, trained, prompt_once=pl_module.batching.shared_prefix))
             clock.end_step()
             step = batch_idx + 1
-            if held_out.every and step % held_out.every == 0:
+            if held_out.due(step):
                 if held_out.after(step, sum(s["step_s"] for s in clock.steps), pl_module.policy):
                     trainer.should_stop = True
                 clock.begin()  # the evaluation is not training time

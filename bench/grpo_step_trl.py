@@ -91,7 +91,7 @@ def main() -> None:
         def on_step_end(self, args_, state, control, **kw):
             clock.add_counts(group_counts(last["rewards"], last["prompt_lens"], last["completion_lens"], args.group))
             clock.end_step()
-            if held_out.every and state.global_step % held_out.every == 0:
+            if held_out.due(state.global_step):
                 if held_out.after(state.global_step, sum(s["step_s"] for s in clock.steps), kw["model"]):
                     control.should_training_stop = True
                 clock.begin()  # the evaluation is not training time

@@ -18,6 +18,7 @@ them, unshuffled, in that order (:func:`train_order`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from grpo_step_common import bench_prompts
@@ -132,25 +133,30 @@ class HeldOut:
         self.target, self.gain = target, gain
         self.evals: list[dict] = []
 
+    @functools.cached_property
+    def _scoring(self) -> tuple[list[dict], object, object]:
+        """The ``val`` records, the reward and the tokenizer, loaded on first use (a run without evaluations
+        needs none of them)."""
+        from transformers import AutoTokenizer
+
+        return source(self.workload, self.model).load("val"), reward(self.workload), AutoTokenizer.from_pretrained(
+            self.model)
+
     def __call__(self, policy) -> float:
         import torch
 
         from lit_grpo.rollout.hf import HFGenerateEngine
         from lit_grpo.types import SamplingParams
 
-        if not hasattr(self, "records"):  # loaded on first use: a run without evaluations needs none of it
-            from transformers import AutoTokenizer
-
-            self.records = source(self.workload, self.model).load("val")
-            self.reward, self.tokenizer = reward(self.workload), AutoTokenizer.from_pretrained(self.model)
+        records, score, tokenizer = self._scoring
         engine = HFGenerateEngine()
-        engine.bind(policy, self.tokenizer)
+        engine.bind(policy, tokenizer)
         sampling = SamplingParams(temperature=1.0 if self.samples else 0.0, max_new_tokens=self.new_tokens)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.EVAL_SEED)
-            rollouts = engine.generate([r["prompt"] for r in self.records], max(self.samples, 1), sampling)
-        references = [r["reference"] for r in self.records for _ in range(max(self.samples, 1))]
-        scores = self.reward(rollouts.texts, references).scores
+            rollouts = engine.generate([r["prompt"] for r in records], max(self.samples, 1), sampling)
+        references = [r["reference"] for r in records for _ in range(max(self.samples, 1))]
+        scores = score(rollouts.texts, references).scores
         return float(scores.nan_to_num(0.0).mean())
 
     def start(self, policy) -> None:
@@ -161,9 +167,13 @@ class HeldOut:
             self.target = accuracy + self.gain
             print(f"step 0: held-out {self.kind} {accuracy:.3f}; target {self.target:.3f}", flush=True)
 
+    def due(self, step: int) -> bool:
+        """Whether an evaluation follows ``step`` (the runners restart their step clock after one)."""
+        return bool(self.every) and step % self.every == 0
+
     def after(self, step: int, train_s: float, policy) -> bool:
         """Evaluate after ``step`` when it is due; True when the run has reached its target."""
-        if not self.every or step % self.every:
+        if not self.due(step):
             return False
         accuracy = self(policy)
         self.evals.append({"step": step, "train_s": train_s, "accuracy": accuracy})

@@ -107,7 +107,8 @@ def main() -> int:
         print(f".ci/run exited {rc} after {minutes(wall)}; log: {args.log}")
         if rc:
             return rc
-        commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout
+        commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True,
+                                cwd=ROOT).stdout
         record = {**parse(args.log.read_text()), "wall_s": round(wall), "load_at_start": round(load, 2),
                   "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"), "commit": commit.strip() or None}
         args.json.write_text(json.dumps(record, indent=1) + "\n")

@@ -183,7 +183,7 @@ def publish(report_path: Path, out: Path) -> None:
     """The report without a path of the GPU machine, to commit: its work directory written ``<work>``, the
     checkout ``<repo>`` (the report's ``root``, else this checkout's), the Python packages folder
     ``<site-packages>``, any other path under /tmp, /root, /home, /Users or /work ``<machine>/`` and its last
-    part; the tests' printed lines without pytest's headers."""
+    part."""
     text = report_path.read_text()
     raw = json.loads(text)
     for path, name in ((raw.get("work_dir"), "<work>"), (raw.get("root") or str(ROOT), "<repo>")):
@@ -191,11 +191,7 @@ def publish(report_path: Path, out: Path) -> None:
             text = text.replace(path, name)
     text = re.sub(r"/[^\s\"']*?/site-packages", "<site-packages>", text)
     text = re.sub(r"(?<![\w.~<>])/(?:tmp|root|home|Users|work)/(?:[^\s\"'/]+/)*", "<machine>/", text)
-    report = json.loads(text)
-    numbers = report.get("parts", {}).get("tests", {}).get("numbers", {})
-    if "printed" in numbers:  # reports written before the headers were dropped when reading them
-        numbers["printed"] = {test: kept for test, lines in numbers["printed"].items() if (kept := _printed(lines))}
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    out.write_text(text)
     print(f"wrote {out}")
 
 
