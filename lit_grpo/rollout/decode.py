@@ -17,7 +17,10 @@ or ``max_new_tokens`` are out. What it does differently:
 - the attention mask and the output tensors are allocated once too, and filled in place;
 - with ``shrink``, rows that emitted EOS leave the batch (their cache rows are dropped), so later forwards run
   only on unfinished rows. Fewer rows then draw from the generator, so the samples differ from ``generate``'s
-  for the same seed; they come from the same distribution.
+  for the same seed; they come from the same distribution;
+- with ``sampler="inverse_cdf"``, each row's token comes from one uniform number against its cumulative
+  probabilities (:func:`inverse_cdf`) instead of ``torch.multinomial``, whose kernel draws one exponential number
+  per vocabulary entry and row: the same distribution, other samples for the same seed.
 
 The log-probs are those the engine always returned: of the sampled token under the raw logits divided by the
 temperature, before top-k/top-p (:func:`~lit_grpo.logprobs.token_logprobs`).
@@ -158,23 +161,50 @@ def filtered_scores(logits: Tensor, temperature: float, top_k: int, top_p: float
     return scores
 
 
-def next_tokens(logits: Tensor, sampling: SamplingParams) -> Tensor:
-    """The tokens ``[n]`` drawn from the last position's logits ``[n, V]``: greedy at temperature 0."""
+def inverse_cdf(probs: Tensor) -> Tensor:
+    """One token ``[n]`` per row of the probabilities ``probs [n, V]``, from one uniform number per row: the first
+    token whose cumulative probability (summed in float64) exceeds the uniform times the row's sum.
+
+    The same distribution as ``torch.multinomial(probs, 1)`` up to the float64 rounding of the sums (about 1e-12 of
+    a probability), from ``n`` random numbers where ``multinomial`` draws ``n x V`` (an exponential per entry and
+    row, then the largest ``probs / exponential``). A token of probability 0 is never drawn: its cumulative sum
+    does not rise above the one before it, and the scaled uniform stays below the row's sum.
+    """
+    cdf = probs.to(torch.float64).cumsum(dim=-1)  # [n, V]
+    total = cdf[:, -1:]  # [n, 1]
+    target = torch.rand(total.shape, dtype=torch.float64, device=probs.device) * total  # [n, 1] in [0, total)
+    target = torch.minimum(target, torch.nextafter(total, torch.zeros_like(total)))  # rounding cannot reach total
+    return torch.searchsorted(cdf, target, right=True).squeeze(1)
+
+
+#: How :func:`next_tokens` draws from the filtered distribution: ``generate``'s ``torch.multinomial`` (the same
+#: samples as ``generate`` from the same seed), or one uniform a row (:func:`inverse_cdf`; the same distribution)
+SAMPLERS = ("multinomial", "inverse_cdf")
+
+
+def next_tokens(logits: Tensor, sampling: SamplingParams, sampler: str = "multinomial") -> Tensor:
+    """The tokens ``[n]`` drawn from the last position's logits ``[n, V]`` by ``sampler`` (:data:`SAMPLERS`):
+    greedy at temperature 0."""
     scores = logits.to(copy=True, dtype=torch.float32)  # [n, V]
     if sampling.temperature == 0:
         return torch.argmax(scores, dim=-1)
     scores = filtered_scores(scores, sampling.temperature, sampling.top_k, sampling.top_p)
-    return torch.multinomial(nn.functional.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+    probs = nn.functional.softmax(scores, dim=-1)  # [n, V]
+    if sampler == "inverse_cdf":
+        return inverse_cdf(probs)
+    return torch.multinomial(probs, num_samples=1).squeeze(1)
 
 
 def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams, eos_ids: list[int], pad_id: int,
-           prefix: DynamicCache | None = None, shrink: bool = False) -> tuple[Tensor, Tensor]:
+           prefix: DynamicCache | None = None, shrink: bool = False, sampler: str = "multinomial",
+           ) -> tuple[Tensor, Tensor]:
     """Sample up to ``sampling.max_new_tokens`` tokens after the left-padded prompts ``ids, mask [N, Tp]``.
 
     Returns ``(tokens [N, T], logprobs [N, T])``, ``T`` the steps run (as ``generate``: until every row emitted one
     of ``eos_ids`` or ``max_new_tokens``); a row's tokens after its EOS are ``pad_id``. ``prefix`` is the cache of
     every row's prompt but its last token (:func:`~lit_grpo.rollout.prefill.prompt_cache`); without it the first
-    forward runs the whole prompts. With ``shrink``, finished rows leave the batch. Raises :class:`NotServed`,
+    forward runs the whole prompts. With ``shrink``, finished rows leave the batch; ``sampler`` is how a step draws
+    (:func:`next_tokens`). Raises :class:`NotServed`,
     before drawing any random number, when the model ignores the cache it is given.
     """
     n, tp = ids.shape
@@ -198,7 +228,7 @@ def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams
             raise NotServed(f"{type(model).__name__}'s forward returns {type(out.past_key_values).__name__}, not "
                             "the cache it was given")
         logits = out.logits[:, -1]  # [n, V]
-        sampled = next_tokens(logits, sampling)  # [n]
+        sampled = next_tokens(logits, sampling, sampler)  # [n]
         if eos.numel():  # as generate: rows that are done get pad tokens (with shrink, none is in the batch)
             sampled = sampled.masked_fill(~unfinished, pad_id)
             unfinished = unfinished & ~torch.isin(sampled, eos)

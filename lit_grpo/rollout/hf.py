@@ -44,6 +44,12 @@ class HFGenerateEngine(RolloutEngine):
             unfinished rows (faster when lengths vary). Fewer rows then draw from the random generator, so the
             samples differ from ``generate``'s for the same seed; they come from the same distribution and their
             log-probs are those of the training forward. Ignored with ``decoder=generate``.
+        sampler: With ``decoder=own``, how a token is drawn from the filtered distribution: ``multinomial``
+            (``generate``'s ``torch.multinomial``, the same samples as ``generate``) or ``inverse_cdf`` (one uniform
+            number a row against the cumulative probabilities, :func:`~lit_grpo.rollout.decode.inverse_cdf`: the
+            same distribution and log-probs, other samples for the same seed; ``multinomial`` draws one random
+            number per vocabulary entry and row, a fifth of a CPU's decoding time at a 49k-token vocabulary,
+            docs/performance.md). ``decoder=generate`` takes ``multinomial`` only.
         batch_size: Completions generated per call (``None``: all at once). Lower it
             when generation runs out of memory.
         use_cache: Use the KV cache while generating (the own loop needs it; without it, ``generate`` runs).
@@ -62,14 +68,21 @@ class HFGenerateEngine(RolloutEngine):
     """
 
     def __init__(self, decoder: Literal["own", "generate"] = "own", shrink: bool = False,
+                 sampler: Literal["multinomial", "inverse_cdf"] = "multinomial",
                  batch_size: int | None = None, use_cache: bool = True, merge_lora: bool = True,
                  shared_prefill: bool = True) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1 (or null for one call)")
         if decoder not in ("own", "generate"):
             raise ValueError(f"decoder={decoder!r} is not a decoder; choose 'own' (the project's loop) or 'generate'")
+        if sampler not in own.SAMPLERS:
+            raise ValueError(f"sampler={sampler!r} is not a sampler; choose one of {', '.join(own.SAMPLERS)}")
+        if sampler != "multinomial" and decoder == "generate":
+            raise ValueError(f"sampler={sampler!r} needs decoder='own': generate draws with torch.multinomial "
+                             "(set decoder: own, or sampler: multinomial)")
         self.decoder = decoder
         self.shrink = shrink
+        self.sampler = sampler
         self.batch_size = batch_size
         self.use_cache = use_cache
         self.merge_lora = merge_lora
@@ -160,7 +173,8 @@ class HFGenerateEngine(RolloutEngine):
             if self.decoder == "own" and self._serves(base_model(model)):
                 try:
                     return own.decode(base_model(model), ids[rows], mask[rows], sampling, self.eos_ids(),
-                                      self.tokenizer.pad_token_id, prefix=cache, shrink=self.shrink)
+                                      self.tokenizer.pad_token_id, prefix=cache, shrink=self.shrink,
+                                      sampler=self.sampler)
                 except own.NotServed as refused:  # found before any random number was drawn
                     own.FALLBACK.say(str(refused))
                     own.FALLBACK.remember(base_model(model), str(refused))

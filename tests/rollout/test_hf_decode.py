@@ -1,5 +1,6 @@
 """The HF engine's own decoding loop (``decoder="own"``): without ``shrink`` the same samples as ``generate`` from the
-same seed; with ``shrink`` log-probs of the training forward and the same distribution of samples."""
+same seed; with ``shrink`` or ``sampler="inverse_cdf"`` log-probs of the training forward and the same distribution of
+samples."""
 
 import functools
 import logging
@@ -154,13 +155,14 @@ def test_lora_folded_the_same_samples_as_generate(temperature):
                                atol=logprob_tolerance(policy, sampling))
 
 
+@pytest.mark.parametrize("sampler", ["multinomial", "inverse_cdf"])
 @pytest.mark.parametrize("sampling", [SamplingParams(temperature=1.0, max_new_tokens=STEPS),
                                       SamplingParams(temperature=0.7, top_p=0.9, top_k=7, max_new_tokens=STEPS)],
                          ids=["t1", "t0.7-p0.9-k7"])
-def test_with_shrink_finished_rows_leave_and_logprobs_are_the_training_forwards(tiny, sampling):
+def test_with_shrink_finished_rows_leave_and_logprobs_are_the_training_forwards(tiny, sampling, sampler):
     policy, tokenizer = tiny
     with CacheKinds(policy) as calls:
-        r = _generate(policy, tokenizer, sampling, n=16, decoder="own", shrink=True)
+        r = _generate(policy, tokenizer, sampling, n=16, decoder="own", shrink=True, sampler=sampler)
     assert calls.pop(0) == (3, "DynamicCache")  # the shared prompt prefill
     rows = [n for n, _ in calls]
     still = [int((r.completion_mask.sum(-1) > t).sum()) for t in range(r.completion_ids.shape[1])]
@@ -186,23 +188,44 @@ def _chi_square_p(a: Counter, b: Counter, min_count: int = 20) -> tuple[float, i
     return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), statistic / 2)), dof
 
 
-def test_with_shrink_the_samples_follow_generates_distribution():
+@pytest.mark.parametrize("options", [{"shrink": True}, {"sampler": "inverse_cdf"},
+                                     {"shrink": True, "sampler": "inverse_cdf"}], ids=["shrink", "cdf", "shrink-cdf"])
+def test_with_shrink_or_inverse_cdf_the_samples_follow_generates_distribution(options):
     """Whole completions of at most 4 tokens over three likely tokens (EOS, "a", "b": 1 + 2 + 4 + 8 + 16 outcomes
     per prompt), of two prompts, 8000 from each engine, compared by a chi-square test at alpha = 1e-3. Fixed seeds,
-    so the outcome is the same at every run (p = 0.62 here, 35 degrees of freedom); sampling at a temperature 10%
-    off in the shrinking loop fails it (p = 1e-5)."""
+    so the outcome is the same at every run (p = 0.62 with shrink, 35 degrees of freedom); sampling at a
+    temperature 10% off in the shrinking loop fails it (p = 1e-5)."""
     a, b = char_tokenizer().convert_tokens_to_ids(["a", "b"])
     policy, tokenizer = _policy(eos_bias=0.0, keep={a: 1.5, b: 0.0})  # spread logits: the temperature matters
     sampling = SamplingParams(temperature=0.7, max_new_tokens=4)
     counts = {}
-    for decoder, shrink, seed in [("generate", False, 1), ("own", True, 2)]:
+    for decoder, given, seed in [("generate", {}, 1), ("own", options, 2)]:
         r = _generate(policy, tokenizer, sampling, seed=seed, n=4000, prompts=["1+2=", "x"], decoder=decoder,
-                      shrink=shrink)
+                      **given)
         counts[decoder] = Counter((row // 4000, *ids[m].tolist()) for row, (ids, m) in
                                   enumerate(zip(r.completion_ids, r.completion_mask, strict=True)))
     p, dof = _chi_square_p(counts["generate"], counts["own"])
     assert dof >= 20  # enough outcomes for the test to see a changed distribution
     assert p > 1e-3, f"p = {p:.2e} over {dof} degrees of freedom"
+
+
+def test_inverse_cdf_draws_each_token_at_its_probability_and_never_one_of_probability_zero():
+    """200,000 draws from rows of one distribution with zeros at both ends and inside, and its tail of 1e-3 of the
+    mass: a chi-square goodness-of-fit test against the probabilities at alpha = 1e-3 (fixed seed, so the same
+    outcome at every run); a row whose mass is all on one token draws that token."""
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.299, 0.2, 0.001, 0.0])  # [V]
+    torch.manual_seed(0)
+    drawn = decode_mod.inverse_cdf(probs.expand(200_000, -1))  # [n]
+    counts = torch.bincount(drawn, minlength=probs.numel()).double()
+    assert counts[probs == 0].sum() == 0
+    expected = probs[probs > 0].double() * drawn.numel()
+    statistic = ((counts[probs > 0] - expected) ** 2 / expected).sum()
+    dof = int((probs > 0).sum()) - 1
+    p = float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), statistic / 2))
+    assert p > 1e-3, f"p = {p:.2e}"
+    one_hot = torch.zeros(3, 5)
+    one_hot[0, 0], one_hot[1, 4], one_hot[2, 2] = 1.0, 1.0, 1.0
+    assert decode_mod.inverse_cdf(one_hot).tolist() == [0, 4, 2]
 
 
 def test_the_loop_returns_generates_sequences_pads_included(tiny):
@@ -280,12 +303,20 @@ def test_the_decoder_options_on_the_command_line_and_in_yaml(tmp_path, monkeypat
     cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--config", str(overlay)], run=False)
     assert (cli.model.engine.decoder, cli.model.engine.shrink, cli.model.engine.batch_size) == ("own", True, 8)
     assert HFGenerateEngine().decoder == "own" and HFGenerateEngine().shrink is False
+    assert HFGenerateEngine().sampler == "multinomial"
+    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.engine=HFGenerateEngine",
+                           "--model.engine.init_args.sampler=inverse_cdf"], run=False)
+    assert cli.model.engine.sampler == "inverse_cdf"
 
 
 def test_an_unknown_decoder_fails_naming_the_option(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     with pytest.raises(ValueError, match="decoder='vllm'"):
         HFGenerateEngine(decoder="vllm")
+    with pytest.raises(ValueError, match="sampler='gumbel'.*multinomial, inverse_cdf"):
+        HFGenerateEngine(sampler="gumbel")
+    with pytest.raises(ValueError, match="needs decoder='own'"):
+        HFGenerateEngine(decoder="generate", sampler="inverse_cdf")
     with pytest.raises(SystemExit):
         LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.engine=HFGenerateEngine",
                          "--model.engine.init_args.decoder=bogus"], run=False)
