@@ -41,11 +41,13 @@ forward, both exact; TRL trains every row):
 chat prompts "What is a + b? Answer with the number only.", ``LastNumber``, P = 8 x G = 8, 32 new tokens,
 full fine-tune, fp32; (b) ``quickstart``: ``tiny-arith-sft`` on two-digit addition, ``ExactMatch``,
 P = 16 x G = 8, 6 new tokens, lr 1e-4; (c) ``lora``: (a) with the real quickstart's adapters (LoRA r16,
-alpha 32 on every projection, lr 3e-4; TRL through ``peft``), the workload its users run. ``--workloads``
-measures some of them, written into a block of their own:
+alpha 32 on every projection, lr 3e-4; TRL through ``peft``), the workload its users run. On (a) and (c) lit-grpo's
+engine runs with ``shrink`` and ``sampler="inverse_cdf"`` (``Workload.engine``: the same distribution as its
+default, other samples for the same seed). ``--workloads`` measures some of them, and a run of ``tta`` alone is
+written into a block (and a JSON) of its own (:func:`block_name`):
 
-    python bench/grpo_step.py --parts realistic --workloads lora --json docs/results/grpo_step_realistic-lora.json \
-        --write docs/performance.md
+    python bench/grpo_step.py --parts tta --workloads quickstart \
+        --json docs/results/grpo_step_realistic-tta_quickstart.json --write docs/performance.md
 
 At least 10 timed steps a process (``plan()``). Alongside throughput:
 the training tokens each side ran forward and backward against the useful ones (the rows of groups whose
@@ -490,7 +492,7 @@ def part_tta(threads: int, quick: bool, workloads: tuple[str, ...] | None = None
                 hit = next((e for e in r["evals"] if e["step"] > 0 and e["accuracy"] >= r["target"]), None)
                 runs[runner].append({"seed": seed, "reached": hit is not None, "step": hit and hit["step"],
                                      "train_s": hit and hit["train_s"], "target": r["target"], "evals": r["evals"],
-                                     "step_s": _median(r["steps"], "step_s")})
+                                     "step_s": _median(r["steps"], "step_s"), "trl": r.get("trl")})
         out.append({"workload": workload, **p, "runs": runs, "paired": paired_ratios(runs)})
     return out
 
@@ -586,7 +588,8 @@ def main() -> None:
         if "tta" in parts:
             report["tta"] = part_tta(args.threads, args.quick, workloads)
     command = "python bench/grpo_step.py" + "".join(f" {a}" for a in sys.argv[1:])
-    trl_version = next((r["trl"]["trl"] for r in [*report.get("compare", []), *report.get("realistic", [])]), None)
+    trl_version = next((r["trl"]["trl"] for r in [*report.get("compare", []), *report.get("realistic", [])]),
+                       next((r["trl"] for t in report.get("tta", []) for r in t["runs"]["trl"]), None))
     report["meta"] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "command": command,
@@ -602,11 +605,19 @@ def main() -> None:
         "machine_end": read_state(),
         "busy": RUN["busy"],
         "allow_busy": args.allow_busy,
-        "block": "grpo_step.py:realistic" + (f":{'+'.join(workloads)}" if workloads else ""),
+        "block": block_name(parts, workloads),
     }
     if trl_version:
         report["meta"]["trl"] = trl_version
     publish(report, parts, args.write, args.json)
+
+
+def block_name(parts: list[str], workloads: tuple[str, ...] | None) -> str:
+    """The markdown block a run of the realistic or tta part writes: ``grpo_step.py:realistic``, with a suffix
+    naming a selection of workloads (``:lora``) and a run of the tta part alone (``:tta``, ``:tta_quickstart``),
+    so that each such run has a block, and a JSON (``grpo_step_realistic-SUFFIX.json``), of its own."""
+    suffix = "_".join([*(["tta"] if "realistic" not in parts else []), *(["+".join(workloads)] if workloads else [])])
+    return "grpo_step.py:realistic" + (f":{suffix}" if suffix else "")
 
 
 def publish(report: dict, parts: list[str], write: Path | None, save: Path | None) -> None:

@@ -8,7 +8,8 @@ every step, the digest of each step's prompts reported as ``step_prompts``) with
 on the ``zero`` workload ``elide_zero_advantage`` off (every completion is trained, as TRL does;
 ``--module-options`` may turn it on), elsewhere the module's defaults. Token-mean loss, ``beta=0``,
 ``num_iterations=1``, AdamW at a constant learning rate, clipping at 1, ``precision="bf16-mixed"`` for
-``--precision bf16``; on the ``lora`` workload the adapters of ``grpo_step_workloads.LORA``. Phase times are the module's own ``perf/*`` metrics; ``step_s`` is the wall time
+``--precision bf16``; on the ``lora`` workload the adapters of ``grpo_step_workloads.LORA``; the HF engine with
+the workload's options (``Workload.engine``). Phase times are the module's own ``perf/*`` metrics; ``step_s`` is the wall time
 between the ends of consecutive steps. ``--full-logits`` restores the previous log-prob paths (the
 training forward's whole ``[N, T, V]`` logits, and generation keeping every step's logits) for the
 memory comparison. Prints one ``RESULT {json}`` line.
@@ -85,6 +86,7 @@ def main() -> None:
     from grpo_step_workloads import LORA, WORKLOADS, HeldOut, reward, source
 
     from lit_grpo.lora import LoraSettings
+    from lit_grpo.rollout import HFGenerateEngine
 
     clock = StepClock()
     held_out = HeldOut(args.workload, args.model, args.new_tokens, args.eval_every, args.eval_samples, args.target,
@@ -112,7 +114,7 @@ def main() -> None:
             clock.add_counts(group_counts(stats.rewards.reshape(-1).tolist(), prompt_lens, stats.lengths.tolist(),
                                           stats.group_size, trained, prompt_once=pl_module.batching.shared_prefix))
             clock.end_step()
-            step = batch_idx + 1
+            step = len(clock.steps)  # steps so far (batch_idx restarts at every epoch)
             if held_out.due(step):
                 if held_out.after(step, sum(s["step_s"] for s in clock.steps), pl_module.policy):
                     trainer.should_stop = True
@@ -128,7 +130,7 @@ def main() -> None:
         model=args.model,
         reward=reward(args.workload),
         group_size=args.group,
-        engine=full_logits_engine() if args.full_logits else None,
+        engine=full_logits_engine() if args.full_logits else HFGenerateEngine(**dict(WORKLOADS[args.workload].engine)),
         sampling=Sampling(temperature=1.0, max_new_tokens=args.new_tokens, val_samples=0),
         optim=Optim(lr=args.lr, max_grad_norm=1.0),
         algorithm=Algorithm(num_iterations=1, aggregation="token-mean", filter_degenerate=False),

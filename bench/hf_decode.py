@@ -1,7 +1,9 @@
-"""``HFGenerateEngine`` generation alone: the own decoding loop (``decoder=own``, without and with ``shrink``) vs
-Hugging Face ``generate`` (``decoder=generate``).
+"""``HFGenerateEngine`` generation alone: the own decoding loop (``decoder=own``, without and with ``shrink``, each
+with ``sampler=multinomial`` and ``inverse_cdf``) vs Hugging Face ``generate`` (``decoder=generate``).
 
-    python bench/hf_decode.py --workload real --rounds 4 --reps 2 --publish
+    python bench/hf_decode.py --workload real --rounds 5 --reps 2 --threads 2 --publish --write docs/performance.md
+    python bench/hf_decode.py --workload real --profile --threads 2 --publish --write docs/performance.md
+    python bench/hf_decode.py --render --write docs/performance.md    # the tables again from the committed data
     python bench/hf_decode.py --smoke
 
 ``real``: SmolLM2-135M-Instruct (``lit-grpo models fetch smollm2-135m-instruct``; ``LIT_GRPO_CACHE`` names the
@@ -35,6 +37,9 @@ from shared_prefill import merge_result, prompts_for, run_worker, timed_generati
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results" / "hf_decode.json"
+PROFILE = ROOT / "docs" / "results" / "hf_decode_profile.json"
+BEGIN, END = "<!-- hf_decode.py:begin -->", "<!-- hf_decode.py:end -->"
+PROFILE_BEGIN, PROFILE_END = "<!-- hf_decode.py:profile:begin -->", "<!-- hf_decode.py:profile:end -->"
 #: workload -> (model: a hub name or a tiny size built in code, prompts, samples per prompt, new tokens)
 WORKLOADS = {
     "real": ("smollm2-135m-instruct", 8, 8, 32),
@@ -43,7 +48,9 @@ WORKLOADS = {
 }
 #: setting -> HFGenerateEngine options
 SETTINGS = {"generate": {"decoder": "generate"}, "own": {"decoder": "own"},
-            "own_shrink": {"decoder": "own", "shrink": True}}
+            "own_shrink": {"decoder": "own", "shrink": True},
+            "own_cdf": {"decoder": "own", "sampler": "inverse_cdf"},
+            "own_shrink_cdf": {"decoder": "own", "shrink": True, "sampler": "inverse_cdf"}}
 
 
 def load(model: str):
@@ -81,9 +88,85 @@ def worker(args) -> None:
                                   else None}), flush=True)
 
 
+#: the settings the profile compares, and how many of each one's ops it keeps (by self CPU time)
+PROFILED, TOP_OPS = ("own", "own_shrink_cdf"), 6
+
+
+def profile_worker(args) -> None:
+    """One process: warm up, then one generation of the whole batch per setting of :data:`PROFILED` under the torch
+    profiler, from the same seed; prints one ``RESULT {json}`` line: per setting the total self CPU seconds and, per
+    op, its share of them."""
+    import torch
+    from torch.profiler import profile
+
+    from lit_grpo.rollout import HFGenerateEngine
+    from lit_grpo.types import SamplingParams
+
+    torch.set_num_threads(args.threads)
+    model, p, n, new_tokens = WORKLOADS[args.workload]
+    prompts = prompts_for(p, model if args.workload == "real" else None)
+    policy, tokenizer = load(model)
+    out = {}
+    for name in PROFILED:
+        engine = HFGenerateEngine(**SETTINGS[name])
+        engine.bind(policy, tokenizer)
+        engine.generate(prompts[:2], 2, SamplingParams(max_new_tokens=2))  # warm-up
+        torch.manual_seed(0)
+        with profile() as prof:
+            engine.generate(prompts, n, SamplingParams(temperature=1.0, max_new_tokens=new_tokens))
+        ops = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()}  # op -> self CPU seconds
+        total = sum(ops.values())
+        out[name] = {"self_cpu_s": total, "share": {k: v / total for k, v in ops.items()}}
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def render_profile(data: dict) -> str:
+    """The profile table: the ops with the largest self CPU time in either profiled setting, and each one's share
+    of that setting's self CPU time (docs/results/hf_decode_profile.json)."""
+    r = data["result"]
+    names = [name for name in PROFILED if name in r]
+    top = sorted({op for name in names for op, _ in sorted(r[name]["share"].items(), key=lambda kv: -kv[1])[:TOP_OPS]},
+                 key=lambda op: -max(r[name]["share"].get(op, 0.0) for name in names))
+    lines = ["| op | " + " | ".join(f"share of {LABELS[name]}'s self CPU time" for name in names) + " |",
+             "|---|" + "---|" * len(names)]
+    lines += [f"| `{op}` | " + " | ".join(f"{100 * r[name]['share'].get(op, 0.0):.1f}%" for name in names) + " |"
+              for op in top]
+    lines += ["| all ops, self CPU seconds | " + " | ".join(f"{r[name]['self_cpu_s']:.2f}" for name in names) + " |"]
+    return "\n".join(lines) + f"\n\n{data['workload']}, {data['threads']} threads, one generation a setting from the " \
+        f"same seed after a warm-up (`{data['command']}`).\n"
+
+
 def summary(values: list[float], digits: int = 3) -> dict:
     return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
             "max": round(max(values), digits)}
+
+
+#: how the table names each setting
+LABELS = {"generate": "`generate`", "own": "own loop", "own_shrink": "own loop, `shrink`",
+          "own_cdf": "own loop, `inverse_cdf`", "own_shrink_cdf": "own loop, `shrink` + `inverse_cdf`"}
+
+
+def render(data: dict) -> str:
+    """The markdown block of docs/performance.md: per workload of ``data`` (docs/results/hf_decode.json) and setting,
+    the seconds per batch and completion tokens/s (median and range over every timed generation) and the paired
+    speedup over ``generate`` (each generation against the ``generate`` one of its process and repetition)."""
+    def cell(d: dict, digits: int) -> str:
+        return f"{d['median']:.{digits}f} ({d['min']:.{digits}f}-{d['max']:.{digits}f})"
+
+    lines = ["| workload | setting | s per batch, median (range) | completion tokens/s, median (range) "
+             "| paired speedup over `generate`, median (range) |", "|---|---|---|---|---|"]
+    notes = []
+    for r in data.values():
+        name = f"{r['model']}, {r['P']} x {r['n']} x {r['max_new_tokens']}, {r['threads']} threads"
+        for setting in [k.removesuffix("_s") for k in r if k.endswith("_s") and k.removesuffix("_s") in LABELS]:
+            speedup = "1" if setting == "generate" else cell(r[f"{setting}_paired_speedup"], 2)
+            lines.append(f"| {name} | {LABELS[setting]} | {cell(r[f'{setting}_s'], 2)} | "
+                         f"{cell(r[f'{setting}_tokens_per_s'], 1)} | {speedup} |")
+        notes.append(f"{name}: {r['rounds']} processes x {r['reps']} timed generations a setting; the own loop "
+                     f"(no `shrink`, `multinomial`) drew `generate`'s tokens from the same seed in "
+                     f"{r['own_same_tokens_as_generate']}; load average {r['load_before']} before and "
+                     f"{r['load_after']} after (`{r['command']}`).")
+    return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
 
 
 def main() -> None:
@@ -94,17 +177,39 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1, help="timed generations per setting and process")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--publish", action="store_true", help=f"merge the result into {OUT.relative_to(ROOT)}")
+    parser.add_argument("--write", type=Path, help="render the published results into this markdown file's block "
+                        "(<!-- hf_decode.py:begin/end -->), after --publish when both are given")
+    parser.add_argument("--render", action="store_true", help="measure nothing: the --write block again from "
+                        f"{OUT.relative_to(ROOT)}")
+    parser.add_argument("--profile", action="store_true", help="one process profiling one generation of each of "
+                        f"{', '.join(PROFILED)} (torch profiler, self CPU time by op); with --publish saved to "
+                        f"{PROFILE.relative_to(ROOT)}")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
         args.workload, args.rounds, args.reps = "smoke", 1, 1
     if args.worker:
-        worker(args)
+        (profile_worker if args.profile else worker)(args)
+        return
+    if args.render:
+        if not args.write:
+            parser.error("--render rewrites the block of the file --write names")
+        write(args.write)
         return
     if args.publish and args.smoke:
         parser.error("--smoke timings check that the script runs; they are not for publishing")
 
+    if args.profile:
+        result = run_worker(__file__, ["--workload", args.workload, "--profile"], args.threads)
+        data = {"workload": args.workload, "threads": args.threads, "result": result,
+                "command": "python bench/hf_decode.py " + " ".join(sys.argv[1:])}
+        print(render_profile(data))
+        if args.publish:
+            PROFILE.write_text(json.dumps(data, indent=1) + "\n")
+        if args.write:
+            write(args.write)
+        return
     model, p, n, new_tokens = WORKLOADS[args.workload]
     load_before = os.getloadavg()[0]
     seconds: dict[str, list[float]] = {name: [] for name in SETTINGS}
@@ -135,6 +240,19 @@ def main() -> None:
     print("RESULT " + json.dumps(result), flush=True)
     if args.publish:
         merge_result(OUT, args.workload, result)
+    if args.write:
+        write(args.write)
+
+
+def write(path: Path) -> None:
+    """Replace the block between :data:`BEGIN` and :data:`END` of ``path`` with :func:`render` of the published
+    results."""
+    from provenance import write_block
+
+    write_block(path, BEGIN, END, "\n" + render(json.loads(OUT.read_text())))
+    if PROFILE.exists():
+        write_block(path, PROFILE_BEGIN, PROFILE_END, "\n" + render_profile(json.loads(PROFILE.read_text())))
+    print(f"wrote the table into {path}")
 
 
 if __name__ == "__main__":

@@ -292,3 +292,26 @@ def test_held_out_targets_the_start_plus_the_gain_and_evaluates_when_due():
     fixed = HeldOut("quickstart", "unused", 6, every=25, target=0.7)
     fixed.start(policy=None)
     assert fixed.target == 0.7 and fixed.evals == []  # a fixed target needs no start evaluation
+
+
+def test_each_run_of_the_realistic_or_tta_part_names_a_block_of_its_own():
+    from grpo_step import block_name
+
+    assert block_name(["realistic"], None) == "grpo_step.py:realistic"
+    assert block_name(["realistic", "tta"], None) == "grpo_step.py:realistic"
+    assert block_name(["realistic"], ("lora",)) == "grpo_step.py:realistic:lora"
+    assert block_name(["tta"], None) == "grpo_step.py:realistic:tta"
+    assert block_name(["tta"], ("quickstart", "lora")) == "grpo_step.py:realistic:tta_quickstart+lora"
+    # every name fits the doc test's pattern and its data file name
+    assert re.fullmatch(r"grpo_step\.py:realistic(:[\w+]+)?", block_name(["tta"], ("quickstart", "lora")))
+
+
+def test_the_smollm2_workloads_sample_with_the_fast_engine_and_the_quickstart_with_the_default():
+    from grpo_step_workloads import WORKLOADS
+
+    from lit_grpo.rollout import HFGenerateEngine
+
+    for name in ("real", "lora"):
+        engine = HFGenerateEngine(**dict(WORKLOADS[name].engine))
+        assert (engine.shrink, engine.sampler) == (True, "inverse_cdf")
+    assert WORKLOADS["quickstart"].engine == ()

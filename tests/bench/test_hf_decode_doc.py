@@ -1,0 +1,42 @@
+"""docs/performance.md's generation-alone table is the committed run of bench/hf_decode.py rendered, and that run's
+own loop drew generate's tokens whenever it was meant to."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from hf_decode import BEGIN, END, OUT, SETTINGS, render  # noqa: E402
+from provenance import doc_block  # noqa: E402
+
+
+def test_the_docs_block_is_the_committed_run_rendered():
+    block = doc_block((ROOT / "docs" / "performance.md").read_text(), BEGIN, END)
+    assert block == "\n" + render(json.loads(OUT.read_text())), \
+        "docs/performance.md differs from its data: python bench/hf_decode.py --render --write docs/performance.md"
+
+
+def test_the_run_times_every_setting_and_the_exact_loop_matched_generate():
+    for workload, r in json.loads(OUT.read_text()).items():
+        assert {f"{name}_s" for name in SETTINGS} <= set(r), f"{workload}: a setting was not timed"
+        matched, rounds = (int(x) for x in r["own_same_tokens_as_generate"].removesuffix(" rounds").split("/"))
+        assert matched == rounds == r["rounds"], f"{workload}: the own loop left generate's samples"
+
+
+def test_the_profile_block_is_the_committed_profile_rendered():
+    from hf_decode import PROFILE, PROFILE_BEGIN, PROFILE_END, render_profile
+
+    block = doc_block((ROOT / "docs" / "performance.md").read_text(), PROFILE_BEGIN, PROFILE_END)
+    assert block == "\n" + render_profile(json.loads(PROFILE.read_text())), \
+        "docs/performance.md differs from its data: python bench/hf_decode.py --render --write docs/performance.md"
+
+
+def test_the_doc_says_the_fastest_setting_misses_2x_only_while_every_pair_does():
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    best = json.loads(OUT.read_text())["real"]["own_shrink_cdf_paired_speedup"]
+    says_short = "short\nof the 2x over `generate`" in doc or "short of the 2x over `generate`" in doc
+    assert says_short == (best["max"] < 2.0), "performance.md's sentence on the 2x target disagrees with the data"
