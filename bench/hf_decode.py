@@ -177,8 +177,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1, help="timed generations per setting and process")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--publish", action="store_true", help=f"merge the result into {OUT.relative_to(ROOT)}")
-    parser.add_argument("--write", type=Path, help="render the published results into this markdown file's block "
-                        "(<!-- hf_decode.py:begin/end -->), after --publish when both are given")
+    parser.add_argument("--write", type=Path, help="render the published results into this markdown file's blocks "
+                        "(<!-- hf_decode.py:begin/end -->, :profile:): with --publish, after it, or with --render")
     parser.add_argument("--render", action="store_true", help="measure nothing: the --write block again from "
                         f"{OUT.relative_to(ROOT)}")
     parser.add_argument("--profile", action="store_true", help="one process profiling one generation of each of "
@@ -199,6 +199,8 @@ def main() -> None:
         return
     if args.publish and args.smoke:
         parser.error("--smoke timings check that the script runs; they are not for publishing")
+    if args.write and not args.publish:
+        parser.error("--write renders the committed results: measure with --publish, or redraw with --render")
 
     if args.profile:
         result = run_worker(__file__, ["--workload", args.workload, "--profile"], args.threads)

@@ -40,3 +40,11 @@ def test_the_doc_says_the_fastest_setting_misses_2x_only_while_every_pair_does()
     best = json.loads(OUT.read_text())["real"]["own_shrink_cdf_paired_speedup"]
     says_short = "short\nof the 2x over `generate`" in doc or "short of the 2x over `generate`" in doc
     assert says_short == (best["max"] < 2.0), "performance.md's sentence on the 2x target disagrees with the data"
+
+
+def test_write_without_publish_is_refused_rather_than_rendering_older_data():
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "hf_decode.py"), "--profile", "--write", "x.md"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "measure with --publish, or redraw with --render" in proc.stderr
