@@ -15,9 +15,13 @@ or ``max_new_tokens`` are out. What it does differently:
   boundary could differ from ``generate``'s;
 - the prompt cache shared by a group's rows (:func:`~lit_grpo.rollout.prefill.prompt_cache`) is copied in once;
 - the attention mask and the output tensors are allocated once too, and filled in place;
-- with ``shrink``, rows that emitted EOS leave the batch (their cache rows are dropped), so later forwards run
-  only on unfinished rows. Fewer rows then draw from the generator, so the samples differ from ``generate``'s
-  for the same seed; they come from the same distribution;
+- a model that attends with ``sdpa`` and grouped-query heads shares each key/value head with its query heads
+  inside SDPA (:func:`gqa_sdpa_attention`), where transformers copies it once per query head at every layer and
+  token when a mask is given: the same kernel on the same values, the same bits;
+- with ``shrink``, rows that emitted EOS leave the batch, so later forwards run only on unfinished rows: the last
+  unfinished rows move into the finished rows' places in the cache (:meth:`BufferCache.keep_rows`), which copies
+  the rows that move, not the whole cache, and allocates nothing. Fewer rows then draw from the generator, so the
+  samples differ from ``generate``'s for the same seed; they come from the same distribution;
 - with ``sampler="inverse_cdf"``, each row's token comes from one uniform number against its cumulative
   probabilities (:func:`inverse_cdf`) instead of ``torch.multinomial``, whose kernel draws one exponential number
   per vocabulary entry and row: the same distribution, other samples for the same seed.
@@ -36,10 +40,19 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.modeling_utils import AttentionInterface
+
+try:  # transformers >= 4.53 builds masks per attention implementation; before, the models compare its name
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+except ImportError:  # pragma: no cover - the older transformers of the supported range
+    AttentionMaskInterface = sdpa_mask = None
 
 from lit_grpo.logprobs import token_logprobs
 from lit_grpo.perf import Fallback, attention_refusal
@@ -122,10 +135,13 @@ class BufferLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length
 
-    def batch_select_indices(self, indices: Tensor) -> None:
-        """Keep the rows ``indices`` (new buffers of those rows: once per shrink, not per token)."""
+    def move_rows(self, holes: Tensor, fillers: Tensor, rows: int) -> None:
+        """Copy the filled part of rows ``fillers`` into rows ``holes``, then keep the first ``rows`` rows (views of
+        the same buffers: nothing is allocated, and only the moved rows are copied)."""
         if self.is_initialized:
-            self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
+            for buffer in (self.key_buffer, self.value_buffer):
+                buffer[holes, :, : self.length] = buffer[fillers, :, : self.length]
+            self.key_buffer, self.value_buffer = self.key_buffer[:rows], self.value_buffer[:rows]
             self.keys, self.values = self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length]
 
 
@@ -143,6 +159,69 @@ class BufferCache(Cache):
             for layer, (keys, values) in zip(cache.layers, ((p.keys, p.values) for p in prefix.layers), strict=True):
                 layer.update(keys, values)
         return cache
+
+    def keep_rows(self, stay: Tensor) -> Tensor:
+        """Keep the rows where ``stay [n]`` is true, by moving the last of them into the places of the others: only
+        the rows that move are copied (a finished row among the first ``n'`` takes the place of an unfinished one
+        after them). Returns the new order ``[n']``: the old index of each row kept."""
+        rows = int(stay.sum())
+        holes = (~stay[:rows]).nonzero().squeeze(1)  # [k] rows that leave, among the first n'
+        fillers = rows + stay[rows:].nonzero().squeeze(1)  # [k] rows that stay, after the first n'
+        for layer in self.layers:
+            layer.move_rows(holes, fillers, rows)
+        order = torch.arange(rows, device=stay.device)
+        order[holes] = fillers
+        return order
+
+
+#: The attention the loop switches an ``sdpa`` model with grouped-query heads to while it decodes
+GQA_SDPA = "lit_grpo_gqa_sdpa"
+
+
+def gqa_sdpa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+                       dropout: float = 0.0, scaling: float | None = None, is_causal: bool | None = None,
+                       **kwargs) -> tuple[Tensor, None]:
+    """Transformers' ``sdpa`` attention, with each key/value head shared by its group of query heads inside SDPA
+    (``enable_gqa``) where transformers repeats it into copies.
+
+    Transformers shares the heads only without a mask (on a GPU its kernels need that), so on a CPU every step of
+    a left-padded batch copied every layer's keys and values, ``num_key_value_groups`` times over (SmolLM2: 3 heads
+    into 9). With a mask, on a CPU, this calls the same kernel (the CPU flash attention, which supports a mask and
+    shared heads) on the same values: each head's products see the same rows of keys and values, laid out with
+    the same row stride, so the outputs are the same bits (tested against ``generate``, which keeps the copies).
+    Elsewhere (no mask, no grouped heads, another device, other options) it is transformers' own function.
+    """
+    groups = getattr(module, "num_key_value_groups", 1)
+    if attention_mask is None or groups == 1 or query.device.type != "cpu" or kwargs.get("position_bias") is not None \
+            or kwargs.get("cache") is not None or kwargs.get("output_attentions", False):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                                     scale=scaling, is_causal=False, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None  # as transformers': [N, T, heads, D]
+
+
+if AttentionMaskInterface is not None:
+    AttentionInterface.register(GQA_SDPA, gqa_sdpa_attention)
+    AttentionMaskInterface.register(GQA_SDPA, sdpa_mask)  # the masks of sdpa, the same tensors
+
+
+@contextmanager
+def shared_heads(model: nn.Module) -> Iterator[None]:
+    """Inside the block, ``model`` attends with :func:`gqa_sdpa_attention` when it attends with ``sdpa`` and has
+    grouped-query heads; its configuration is set back on leaving, whatever happens inside. The switch is the
+    model's configuration, seen by any forward of the same model object meanwhile (the asynchronous producer
+    generates with a copy of its own)."""
+    config = getattr(model, "config", None)
+    grouped = any(getattr(m, "num_key_value_groups", 1) > 1 for m in model.modules())
+    if AttentionMaskInterface is None or getattr(config, "_attn_implementation", None) != "sdpa" or not grouped:
+        yield
+        return
+    config._attn_implementation = GQA_SDPA
+    try:
+        yield
+    finally:
+        config._attn_implementation = "sdpa"
 
 
 def filtered_scores(logits: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
@@ -207,6 +286,13 @@ def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams
     (:func:`next_tokens`). Raises :class:`NotServed`,
     before drawing any random number, when the model ignores the cache it is given.
     """
+    with shared_heads(model):
+        return _sample(model, ids, mask, sampling, eos_ids, pad_id, prefix, shrink, sampler)
+
+
+def _sample(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams, eos_ids: list[int], pad_id: int,
+            prefix: DynamicCache | None, shrink: bool, sampler: str) -> tuple[Tensor, Tensor]:
+    """:func:`decode`'s loop."""
     n, tp = ids.shape
     steps = sampling.max_new_tokens
     tokens = ids.new_full((n, steps), pad_id)  # [N, T]
@@ -238,8 +324,7 @@ def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams
             return tokens[:, : t + 1], logprobs[:, : t + 1]
         step_ids, step_positions = sampled[:, None], step_positions[:, -1:] + 1  # [n, 1]
         if shrink and not bool(unfinished.all()):
-            stay = unfinished.nonzero().squeeze(1)  # [n'] the rows that go on
-            cache.batch_select_indices(stay)
+            stay = cache.keep_rows(unfinished)  # [n'] the rows that go on, in their new order
             rows, unfinished, step_ids, step_positions = rows[stay], unfinished[stay], step_ids[stay], \
                 step_positions[stay]
             attention = None if attention is None else attention[stay]
