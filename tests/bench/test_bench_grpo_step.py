@@ -319,3 +319,22 @@ def test_the_smollm2_workloads_sample_with_the_fast_engine_and_the_quickstart_wi
         engine = HFGenerateEngine(**dict(WORKLOADS[name].engine))
         assert (engine.shrink, engine.sampler) == (True, "inverse_cdf")
     assert WORKLOADS["quickstart"].engine == ()
+
+
+def test_the_realistic_prose_says_what_the_committed_run_measured():
+    """The sentences of docs/performance.md that read the realistic run (generation's share of lit-grpo's step and
+    its share of the peak against TRL's; the trajectories' differences) hold for the committed data."""
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    runs = {r["workload"]: r for r in json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+            ["realistic"]}
+    fast = [runs["real"], runs["lora"]]
+    share = [r["lit"]["generate_s"] / r["lit"]["step_s"] for r in fast]
+    peak = [r["lit"]["roofline"]["generation"]["peak_frac"] / r["trl"]["roofline"]["generation"]["peak_frac"]
+            for r in fast]
+    assert (f"takes {100 * min(share):.0f} to {100 * max(share):.0f}% of lit-grpo's step and runs at "
+            f"{min(peak):.1f} to {max(peak):.1f} times TRL's share of the peak") in doc
+    real, lora = runs["real"], runs["lora"]
+    assert ("`real` trajectory has fewer groups of equal rewards than TRL's" in doc) == \
+        (real["lit"]["zero_variance_share"] < real["trl"]["zero_variance_share"])
+    assert ("its `lora` completions are longer than TRL's" in doc) == \
+        (lora["lit"]["sampled_tokens"] > lora["trl"]["sampled_tokens"])
