@@ -43,7 +43,8 @@ class HFGenerateEngine(RolloutEngine):
         shrink: With ``decoder=own``, drop rows that emitted EOS from the batch, so later forwards run only on
             unfinished rows (faster when lengths vary). Fewer rows then draw from the random generator, so the
             samples differ from ``generate``'s for the same seed; they come from the same distribution and their
-            log-probs are those of the training forward. Ignored with ``decoder=generate``.
+            log-probs are those of the training forward. ``decoder=generate`` keeps every row (refused with it);
+            a model the loop cannot serve generates with ``generate``, every row, saying so once.
         sampler: With ``decoder=own``, how a token is drawn from the filtered distribution: ``multinomial``
             (``generate``'s ``torch.multinomial``, the same samples as ``generate``) or ``inverse_cdf`` (one uniform
             number a row against the cumulative probabilities, :func:`~lit_grpo.rollout.decode.inverse_cdf`: the
@@ -80,6 +81,9 @@ class HFGenerateEngine(RolloutEngine):
         if sampler != "multinomial" and decoder == "generate":
             raise ValueError(f"sampler={sampler!r} needs decoder='own': generate draws with torch.multinomial "
                              "(set decoder: own, or sampler: multinomial)")
+        if shrink and decoder == "generate":
+            raise ValueError("shrink=True needs decoder='own': generate keeps every row until the batch ends "
+                             "(set decoder: own, or shrink: false)")
         self.decoder = decoder
         self.shrink = shrink
         self.sampler = sampler

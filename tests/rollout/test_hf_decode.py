@@ -364,9 +364,8 @@ def test_models_the_loop_cannot_serve_generate_saying_why_once(change, expected,
 def test_the_decoder_options_on_the_command_line_and_in_yaml(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.engine=HFGenerateEngine",
-                           "--model.engine.init_args.decoder=generate", "--model.engine.init_args.shrink=true"],
-                     run=False)
-    assert (cli.model.engine.decoder, cli.model.engine.shrink) == ("generate", True)
+                           "--model.engine.init_args.decoder=generate"], run=False)
+    assert (cli.model.engine.decoder, cli.model.engine.shrink) == ("generate", False)
     overlay = tmp_path / "engine.yaml"
     overlay.write_text("model:\n  engine:\n    class_path: lit_grpo.HFGenerateEngine\n"
                        "    init_args: {decoder: own, shrink: true, batch_size: 8}\n")
@@ -387,6 +386,8 @@ def test_an_unknown_decoder_fails_naming_the_option(capsys, monkeypatch):
         HFGenerateEngine(sampler="gumbel")
     with pytest.raises(ValueError, match="needs decoder='own'"):
         HFGenerateEngine(decoder="generate", sampler="inverse_cdf")
+    with pytest.raises(ValueError, match="shrink=True needs decoder='own'.*shrink: false"):
+        HFGenerateEngine(decoder="generate", shrink=True)
     with pytest.raises(SystemExit):
         LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.engine=HFGenerateEngine",
                          "--model.engine.init_args.decoder=bogus"], run=False)
