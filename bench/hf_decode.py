@@ -132,8 +132,9 @@ def render_profile(data: dict) -> str:
     lines += [f"| `{op}` | " + " | ".join(f"{100 * r[name]['share'].get(op, 0.0):.1f}%" for name in names) + " |"
               for op in top]
     lines += ["| all ops, self CPU seconds | " + " | ".join(f"{r[name]['self_cpu_s']:.2f}" for name in names) + " |"]
+    load = f"; load average {data['load_before']} before and {data['load_after']} after" if "load_before" in data else ""
     return "\n".join(lines) + f"\n\n{data['workload']}, {data['threads']} threads, one generation a setting from the " \
-        f"same seed after a warm-up (`{data['command']}`).\n"
+        f"same seed after a warm-up{load} (`{data['command']}`).\n"
 
 
 def summary(values: list[float], digits: int = 3) -> dict:
@@ -203,8 +204,10 @@ def main() -> None:
         parser.error("--write renders the committed results: measure with --publish, or redraw with --render")
 
     if args.profile:
+        load_before = os.getloadavg()[0]
         result = run_worker(__file__, ["--workload", args.workload, "--profile"], args.threads)
         data = {"workload": args.workload, "threads": args.threads, "result": result,
+                "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
                 "command": "python bench/hf_decode.py " + " ".join(sys.argv[1:])}
         print(render_profile(data))
         if args.publish:

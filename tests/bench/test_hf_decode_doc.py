@@ -35,6 +35,16 @@ def test_the_profile_block_is_the_committed_profile_rendered():
         "docs/performance.md differs from its data: python bench/hf_decode.py --render --write docs/performance.md"
 
 
+def test_a_profile_states_the_load_it_was_measured_at():
+    from hf_decode import PROFILE, render_profile
+
+    profile = json.loads(PROFILE.read_text())
+    profile.update(load_before=0.31, load_after=1.87)
+    assert "load average 0.31 before and 1.87 after" in render_profile(profile)
+    del profile["load_before"], profile["load_after"]  # a profile published before the load was recorded
+    assert "load average" not in render_profile(profile)
+
+
 def test_the_doc_says_the_fastest_setting_misses_2x_only_while_every_pair_does():
     doc = (ROOT / "docs" / "performance.md").read_text()
     best = json.loads(OUT.read_text())["real"]["own_shrink_cdf_paired_speedup"]
