@@ -1,12 +1,13 @@
 """GRPO step throughput of lit-grpo against TRL's GRPOTrainer, side by side; FLOP/s, memory and scaling.
 
     bash bench/setup_trl_env.sh                        # once: TRL in its own environment, bench/.venv-trl
-    python bench/grpo_step.py --write docs/performance.md   # the full report, written into the docs
+    python bench/grpo_step.py --json docs/results/grpo_step.json --write docs/performance.md   # the full report
     python bench/grpo_step.py --quick                  # a 1-2 minute smoke run of every part
     python bench/grpo_step.py --parts scaling          # one part (peak, compare, memory, scaling)
 
 One GRPO step on both sides: P = 8 prompts x G = 8 completions of 16 new tokens sampled at temperature 1
-by Hugging Face ``generate``, a reward that is always 0, token-mean clipped loss without KL, one
+by each side's Hugging Face decoding (lit-grpo's own loop, which draws ``generate``'s samples from a seed; TRL's
+``generate``), a reward that is always 0, token-mean clipped loss without KL, one
 forward/backward and one AdamW step; fp32, or bf16 autocast (Lightning ``bf16-mixed``, TRL
 ``bf16=True``). The character-level Qwen2 models of ``lit_grpo.models.tiny`` (``small`` ~3M, ``medium``
 ~19M parameters) are saved once with ``save_pretrained`` and loaded by both trainers. A random model earns

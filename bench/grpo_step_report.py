@@ -98,15 +98,37 @@ def roofline(gflop: dict[str, float], seconds: dict[str, float], peak_gflops: fl
     return out
 
 
-def flop_rates(model_dir: str, row: dict, sequences: int) -> dict[str, float]:
-    """Training FLOP/s (forward + backward = 3 forwards, over their time) and whole-step FLOP/s (those plus
-    generation, counted as one more forward, over the step's wall time)."""
-    fwd = forward_flops(model_dir, row["prompt_tokens"], row["tokens"], sequences)
+FLOP_LABELS = {
+    "every row": "**FLOP/s against the matmul peak** (training = forward + backward FLOPs over their time; step = "
+                 "training plus generation over the whole step; every row counted with its prompt):",
+    "executed": "**FLOP/s against the matmul peak** (training: the forward + backward FLOPs each trainer ran, over "
+                "their time, each prompt counted as often as the trainer encoded it; step: those plus generation's "
+                "useful FLOPs, each prompt once and every sampled token, over the whole step):",
+}
+
+
+def flop_rates(model_dir: str | dict, row: dict, sequences: int) -> dict[str, float]:
+    """Training FLOP/s and whole-step FLOP/s of a run's row (per-step counts). Training: the FLOPs the trainer ran
+    forward and backward (:func:`training_flops` over the rows it trained, each prompt as often as it encoded it:
+    once a group with lit-grpo's shared prefix, once a row in TRL), over their time. Step: those plus generation's
+    useful FLOPs (one forward over each group's prompt once and every sampled token, as :func:`useful_flops`
+    counts it, the same for both trainers) over the step's wall time. A row without those counts (a run before
+    they were recorded): one forward over every row's prompt and completion, 3 for training and 1 more for
+    generation."""
+    executed = "trained_prompt_tokens" in row and "sampled_context" in row
+    if executed:
+        train = training_flops(model_dir, row["trained_prompt_tokens"], row["trained_tokens"], row["trained_rows"],
+                               row.get("trained_context"))
+        gen = forward_flops(model_dir, row["sampled_prompt_tokens"], row["sampled_tokens"], 0, row["sampled_context"])
+    else:
+        fwd = forward_flops(model_dir, row["prompt_tokens"], row["tokens"], sequences)
+        train, gen = 3 * fwd, fwd
     train_s = row["forward_s"] + row["backward_s"]
     return {
-        "train_gflop": 3 * fwd / 1e9,
-        "train_gflops": 3 * fwd / train_s / 1e9,
-        "step_gflops": 4 * fwd / row["step_s"] / 1e9,
+        "train_gflop": train / 1e9,
+        "train_gflops": train / train_s / 1e9,
+        "step_gflops": (train + gen) / row["step_s"] / 1e9,
+        "flop_count": "executed" if executed else "every row",
     }
 
 
@@ -189,8 +211,7 @@ def render(report: dict) -> str:
         if peak:
             lines += [
                 "",
-                "**FLOP/s against the matmul peak** (training = forward + backward FLOPs over their time; "
-                "step = training plus generation over the whole step):",
+                FLOP_LABELS[report["compare"][0]["lit"].get("flop_count", "every row")],
                 "",
                 "| model | precision | trainer | train GFLOP/step | train GFLOP/s | % of peak | "
                 "step GFLOP/s | % of peak |",

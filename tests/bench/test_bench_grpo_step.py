@@ -16,8 +16,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from grpo_step_common import causal_context, group_counts  # noqa: E402
 from grpo_step_report import (  # noqa: E402
+    flop_rates,
     forward_flops,
     forward_parts,
+    render,
     render_realistic,
     roofline,
     training_flops,
@@ -72,6 +74,18 @@ def test_the_docs_tables_are_the_committed_run_rendered():
             f"{data.relative_to(ROOT)} --write docs/performance.md")
 
 
+def test_the_main_block_is_the_committed_run_rendered():
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    data = ROOT / "docs" / "results" / "grpo_step.json"
+    begin, end = "<!-- grpo_step.py:begin -->\n", "<!-- grpo_step.py:end -->"
+    block = doc[doc.index(begin) + len(begin) : doc.index(end)]
+    report = json.loads(data.read_text())
+    assert {"peak", "compare", "memory", "scaling"} <= set(report), "the main block's run lacks a part"
+    assert block == render(report), (
+        "docs/performance.md differs from its data: python bench/grpo_step.py --render docs/results/grpo_step.json "
+        "--write docs/performance.md")
+
+
 def test_causal_context_counts_the_keys_each_token_attends():
     # prompt of 3 (1 + 2 + 3 keys), completion of 2 after it (4 + 5 keys)
     assert causal_context(3, 2) == 15 and causal_context(3, 2, prompt=False) == 9 and causal_context(0, 3) == 6
@@ -108,6 +122,26 @@ def test_useful_flops_of_generation_and_training_by_hand():
     assert gflop["step"] == pytest.approx(gflop["generation"] + gflop["training"])
     assert useful_flops(TINY, {k: 2 * v for k, v in counts.items()}, steps=2) == pytest.approx(gflop)  # per step
     assert useful_flops(TINY, {"useful_tokens": 1.0}, steps=1) is None  # a run from before the context counts
+
+
+def test_the_compare_rates_count_what_each_trainer_ran_and_generation_once():
+    # the same two groups: lit-grpo encodes each prompt once a group, TRL once a row (its attention context too)
+    counts = group_counts([1.0, 0.0, 0.0, 0.0], [3, 3, 2, 2], [2, 1, 1, 1], group=2)
+    times = {"forward_s": 1.0, "backward_s": 2.0, "step_s": 4.0}
+    lit = {**counts, **times, "trained_prompt_tokens": 5, "trained_context": counts["sampled_context"]}
+    trl = {**counts, **times, "trained_prompt_tokens": 10}
+    generation = forward_flops(TINY, 5, 5, 0, counts["sampled_context"])  # 2880 + 400 + 448, as above
+    for row, prompts, context in ((lit, 5, 28), (trl, 10, 37)):
+        rates = flop_rates(TINY, row, sequences=4)
+        train = training_flops(TINY, prompts, 5, 4, context)
+        assert rates["flop_count"] == "executed"
+        assert rates["train_gflop"] * 1e9 == pytest.approx(train)
+        assert rates["train_gflops"] * 1e9 == pytest.approx(train / 3)
+        assert rates["step_gflops"] * 1e9 == pytest.approx((train + generation) / 4)
+    assert flop_rates(TINY, lit, 4)["train_gflop"] < flop_rates(TINY, trl, 4)["train_gflop"]
+    old = {"prompt_tokens": 10, "tokens": 5, **times}  # a run before the counts: every row, generation once more
+    assert flop_rates(TINY, old, 4)["step_gflops"] * 1e9 == pytest.approx(4 * forward_flops(TINY, 10, 5, 4) / 4)
+    assert flop_rates(TINY, old, 4)["flop_count"] == "every row"
 
 
 def test_roofline_divides_each_phase_by_its_time_and_the_peak():
@@ -338,3 +372,73 @@ def test_the_realistic_prose_says_what_the_committed_run_measured():
         (real["lit"]["zero_variance_share"] < real["trl"]["zero_variance_share"])
     assert ("its `lora` completions are longer than TRL's" in doc) == \
         (lora["lit"]["sampled_tokens"] > lora["trl"]["sampled_tokens"])
+
+
+def test_the_comparison_and_scaling_prose_says_what_the_committed_run_measured():
+    """The numbers the prose of docs/performance.md reads from the Results block (What the comparison shows,
+    Scaling, the changes table) are those of docs/results/grpo_step.json."""
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    report = json.loads((ROOT / "docs" / "results" / "grpo_step.json").read_text())
+    rows = {(r["size"], r["precision"]): r for r in report["compare"]}
+    peak = report["peak"]
+
+    def train(x: dict) -> float:
+        return x["forward_s"] + x["backward_s"]
+
+    def pct(x: dict, key: str, precision: str = "fp32") -> str:
+        return f"{100 * x[key] / peak[precision]:.0f}%"
+
+    small, medium = rows["small", "fp32"], rows["medium", "fp32"]
+    expected = [
+        f"spread from {small['pair_ratio']['min']:.2f} to {small['pair_ratio']['max']:.2f} (`small`) and from {medium['pair_ratio']['min']:.2f} to "
+        f"{medium['pair_ratio']['max']:.2f} (`medium`)",
+        f"it runs {small['lit']['train_gflop']:.1f} GFLOP a `small` step and {medium['lit']['train_gflop']:.1f} a "
+        f"`medium` one against TRL's {small['trl']['train_gflop']:.1f} and {medium['trl']['train_gflop']:.1f}",
+        f"({pct(small['lit'], 'train_gflops')} of the fp32 peak against {pct(small['trl'], 'train_gflops')} for "
+        f"`small`, {pct(medium['lit'], 'train_gflops')} against {pct(medium['trl'], 'train_gflops')} for `medium`",
+        f"Its training takes {train(small['lit']):.3f} s against {train(small['trl']):.3f} (`small`) and "
+        f"{train(medium['lit']):.3f} s against {train(medium['trl']):.3f} (`medium`); generation "
+        f"{small['lit']['generate_s']:.3f} s against {small['trl']['generate_s']:.3f} and "
+        f"{medium['lit']['generate_s']:.3f} s against {medium['trl']['generate_s']:.3f}",
+        f"The {small['ratio']:.2f}x and {medium['ratio']:.2f}x come from less work",
+        f"TRL runs its whole `medium` step at {pct(medium['trl'], 'step_gflops')} of the fp32 peak measured in the "
+        f"same run ({pct(small['trl'], 'step_gflops')} for `small`)",
+        f"is a step of {medium['trl']['step_s'] / 2:.3f} s; lit-grpo's generation alone takes "
+        f"{medium['lit']['generate_s']:.3f} s of its {medium['lit']['step_s']:.3f}, which would leave "
+        f"{medium['trl']['step_s'] / 2 - medium['lit']['generate_s']:.3f} s for a training phase that takes "
+        f"{train(medium['lit']):.3f} s at {pct(medium['lit'], 'train_gflops')} of the peak",
+        f"reaches {peak['bf16']:.1f} GFLOP/s against {peak['fp32']:.1f} in fp32",
+        f"(lit-grpo `small` {rows['small', 'bf16']['lit']['step_s']:.3f} against {small['lit']['step_s']:.3f} s, "
+        f"`medium` {rows['medium', 'bf16']['lit']['step_s']:.3f} against {medium['lit']['step_s']:.3f} s)",
+    ]
+    bf16 = [100 * rows[size, "bf16"][side]["train_gflops"] / peak["bf16"] for size in ("small", "medium")
+            for side in ("lit", "trl")]
+    expected.append(f"training reaches {min(bf16):.0f} to {max(bf16):.0f}% of the bf16 peak")
+    shares = [r["lit"]["generate_s"] / r["lit"]["step_s"] for r in (small, medium)]
+    expected.append(f"Generation is {100 * shares[0]:.0f}% of lit-grpo's `small` step and {100 * shares[1]:.0f}% "
+                    f"of its `medium` one, so even free generation would make a step at most "
+                    f"{1 / (1 - shares[0]):.1f}x and {1 / (1 - shares[1]):.1f}x faster")
+    expected.append(f"optimizer phase (clip + step) {small['lit']['optimizer_s']:.3f} s (`small`) and "
+                    f"{medium['lit']['optimizer_s']:.3f} s (`medium`)")
+    memory = [m["peak_rss_mib"] for m in report["memory"]]
+    expected.append(f"vocabulary {memory[1]:.0f} -> {memory[0]:.0f} MiB (TRL {memory[2]:.0f};")
+
+    def series(rs: list[dict], f) -> str:
+        return ", ".join(f"{f(r):.3f}" for r in rs)
+
+    scaling = report["scaling"]
+    for key in ("G", "P"):
+        rs = scaling[key]
+        expected += [series(rs, lambda r: r["step_s"]), series(rs, train), series(rs, lambda r: r["generate_s"])]
+    g = scaling["G"]
+    expected.append(f"{g[-1]['tokens'] / g[0]['tokens']:.1f}x the tokens for {g[-1]['step_s'] / g[0]['step_s']:.1f}x "
+                    "the time")
+    p = scaling["P"]
+    expected.append(f"({p[0]['step_s'] * 1000 / p[0]['tokens']:.2f} down to {p[-1]['step_s'] * 1000 / p[-1]['tokens']:.2f} ms)")
+    tiny, small_, medium_ = scaling["size"]
+    expected.append(f"`tiny` -> `small` is {small_['params'] / tiny['params']:.1f}x the parameters for "
+                    f"{small_['step_s'] / tiny['step_s']:.1f}x the time, `small` -> `medium` "
+                    f"{medium_['params'] / small_['params']:.1f}x for {medium_['step_s'] / small_['step_s']:.1f}x")
+    expected.append(f"its training runs at {pct(medium['lit'], 'train_gflops')} of the fp32 peak in the comparison")
+    missing = [e for e in expected if e not in doc]
+    assert not missing, f"docs/performance.md no longer says what docs/results/grpo_step.json measured: {missing}"
