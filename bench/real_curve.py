@@ -1,12 +1,14 @@
 """The curve of a real-quickstart run: per-step numbers from its TensorBoard events, as JSON and a figure.
 
-    python bench/real_curve.py runs/real_quickstart/version_0 --json docs/results/real_quickstart.json \
-        --figure docs/results/real_quickstart_curve.png
+    /usr/bin/time -v -o runs/real_quickstart/time.txt lit-grpo fit --config real/quickstart
+    python bench/real_curve.py runs/real_quickstart/version_0 --time-log runs/real_quickstart/time.txt \
+        --json docs/results/real_quickstart.json --figure docs/results/real_quickstart_curve.png
 
 Reads ``rollout/reward_mean`` (the mean reward of the step's sampled completions: sampled accuracy on
 training prompts the policy had not seen before, since an epoch has more prompts than the run draws),
 ``rollout/len_mean``, ``rollout/truncated_frac``, ``reward/no_answer``, the ``perf/*`` seconds per phase and
-the held-out numbers ``heldout/*_before|after`` that ``HeldOutReport`` logs at the end. The figure shows the
+the held-out numbers ``heldout/*_before|after`` that ``HeldOutReport`` logs at the end; with ``--time-log``, the
+whole run's wall seconds and peak RSS from the report of ``/usr/bin/time -v``. The figure shows the
 per-step sampled reward with a moving average, and the held-out sampled and greedy accuracy before/after.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from provenance import portable
@@ -56,6 +59,19 @@ def summarise(steps: dict, heldout: dict, window: int = 5, gain: float = 0.10) -
     return out
 
 
+def read_time_log(text: str) -> dict:
+    """``wall_s`` and ``peak_rss_gib`` from the report ``/usr/bin/time -v`` writes (anywhere in ``text``)."""
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    if wall is None or rss is None:
+        raise SystemExit("the time log holds no '/usr/bin/time -v' report (its 'Elapsed (wall clock) time' and "
+                         "'Maximum resident set size' lines); run the training under '/usr/bin/time -v -o FILE'")
+    seconds = 0.0
+    for part in wall.group(1).split(":"):  # h:mm:ss or m:ss.cc
+        seconds = seconds * 60 + float(part)
+    return {"wall_s": round(seconds, 1), "peak_rss_gib": round(int(rss.group(1)) / 2**20, 1)}
+
+
 def plot(data: dict, out: Path, ylabel: str = "accuracy (last number = a + b)",
          title: str = "SmolLM2-135M-Instruct, LoRA GRPO, 2 CPU cores") -> None:
     import matplotlib
@@ -94,11 +110,14 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="the run's version directory (holding the events file)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--figure", type=Path)
-    parser.add_argument("--note", default="", help="what else to record with the numbers (load, wall time)")
+    parser.add_argument("--time-log", type=Path, help="the report of /usr/bin/time -v for the run (wall time, peak RSS)")
+    parser.add_argument("--note", default="", help="what else to record with the numbers (the commit, the load)")
     parser.add_argument("--ylabel", default="accuracy (last number = a + b)", help="the figure's y label")
     parser.add_argument("--title", default="SmolLM2-135M-Instruct, LoRA GRPO, 2 CPU cores", help="the figure's title")
     args = parser.parse_args()
     data = read_run(args.run)
+    if args.time_log:
+        data.update(read_time_log(args.time_log.read_text()))
     if args.note:
         data["note"] = args.note
     print(json.dumps({k: v for k, v in data.items() if k != "per_step"}, indent=1))

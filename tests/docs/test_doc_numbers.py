@@ -49,9 +49,9 @@ def _says(text: str, pattern: str, *values) -> list[str]:
 QUICK = _json("real_quickstart.json")
 HELD = QUICK["heldout"]
 SUMMARY = QUICK["summary"]
-#: the run's wall time and peak RSS, as its note records them ("wall 63 min 53 s", "peak RSS 10.4 GiB")
-WALL_MIN, WALL_S = (int(x) for x in re.search(r"wall (\d+) min (\d+) s", QUICK["note"]).groups())
-PEAK_GIB = float(re.search(r"peak RSS ([\d.]+) GiB", QUICK["note"]).group(1))
+#: the run's wall time and peak RSS, read from its ``/usr/bin/time -v`` report (``bench/real_curve.py --time-log``)
+WALL_MIN, WALL_S = divmod(round(QUICK["wall_s"]), 60)
+PEAK_GIB = QUICK["peak_rss_gib"]
 
 
 def test_the_readme_prints_the_real_quickstart_run():
@@ -60,7 +60,8 @@ def test_the_readme_prints_the_real_quickstart_run():
                      HELD["heldout/accuracy_after"])  # fmt: skip
     problems += _says(readme, r"reward_mean +before ([\d.]+) +after ([\d.]+)", HELD["heldout/reward_mean_before"],
                       HELD["heldout/reward_mean_after"])  # fmt: skip
-    problems += _says(readme, r"one run, (\d+) steps, (\d+) minutes wall in all", QUICK["steps"], WALL_MIN)
+    problems += _says(readme, r"one run, (\d+) steps, (\d+) min (\d+) s wall in all", QUICK["steps"], WALL_MIN,
+                      WALL_S)  # fmt: skip
     problems += _says(readme, r"RSS ([\d.]+) GiB;", PEAK_GIB)
     problems += _says(readme, r"passes \+(\d+) points after (\d+) steps \(under (\d+) minutes", 10,
                       SUMMARY["gain_0.1_at_step"], None)  # fmt: skip
@@ -103,6 +104,27 @@ def test_real_model_doc_prints_the_real_quickstart_run():
     lengths = steps["rollout/len_mean"]
     problems += _says(doc, r"completions shrink from (\d+) to (\d+) tokens", lengths[0], min(lengths))
     assert not problems, "docs/real_model.md differs from docs/results/real_quickstart.json:\n" + "\n".join(problems)
+
+
+def test_real_model_doc_compares_the_real_quickstart_with_the_run_before_the_packed_forward_and_own_loop():
+    """The claim that the rerun drew the same samples: every per-step number but the gradient norm and the
+    seconds equals the earlier run's, the gradient norms differ as the doc says, and the earlier run's wall time and
+    peak RSS are its note's."""
+    doc, old = _doc("docs/real_model.md"), _json("real_quickstart_76774fa.json")
+    for name in ("rollout/reward_mean", "rollout/len_mean", "rollout/truncated_frac", "reward/no_answer", "train/loss",
+                 "perf/elided_frac"):
+        assert QUICK["per_step"][name] == old["per_step"][name], name
+    assert QUICK["heldout"] == old["heldout"]
+    norms = list(zip(QUICK["per_step"]["train/grad_norm"], old["per_step"]["train/grad_norm"], strict=True))
+    differ = [(a, b) for a, b in norms if a != b]
+    problems = _says(doc, r"\((\d+) of the (\d+) gradient norms differ, by 1 in their fourth\s+decimal\)", len(differ),
+                     len(norms))  # fmt: skip
+    assert all(round(abs(a - b), 6) == 0.0001 for a, b in differ), differ
+    wall_min, wall_s = re.search(r"wall (\d+) min (\d+) s", old["note"]).groups()
+    problems += _says(doc, r"real_quickstart_76774fa\.json`: (\d+) min (\d+) s wall, (\d+) minutes of training, peak "
+                      r"RSS ([\d.]+) GiB", int(wall_min), int(wall_s), old["summary"]["training_min"],
+                      float(re.search(r"peak RSS ([\d.]+) GiB", old["note"]).group(1)))  # fmt: skip
+    assert not problems, "docs/real_model.md differs from the two real-quickstart runs:\n" + "\n".join(problems)
 
 
 def test_real_model_doc_prints_the_task_and_engine_measurements():
