@@ -117,7 +117,7 @@ def worker(args) -> None:
     seconds, _, first = timed_generations(engines, order, prompts, n, new_tokens, args.reps)
     r = first["plain"]
     print("RESULT " + json.dumps({
-        "seconds": seconds, "tokens": int(r.completion_mask.sum()),
+        "seconds": seconds, "tokens": int(r.completion_mask.sum()), "decoder": engines["plain"].decoder,
         "prompt_tokens_mean": round(float(r.prompt_mask.sum(-1).float().mean()), 1),
         "prompt_tokens_padded": r.prompt_ids.shape[1],
         **{f"{name}_completion_ids": first[name].completion_ids.tolist() for name in SETTINGS},
@@ -162,7 +162,7 @@ def main() -> None:
     median = {name: statistics.median(values) for name, values in seconds.items()}
     result = {
         "model": Path(model).name, "P": p, "n": n, "max_new_tokens": new_tokens, "dtype": "float32",
-        "threads": args.threads, "rounds": args.rounds, "reps": args.reps,
+        "decoder": last["decoder"], "threads": args.threads, "rounds": args.rounds, "reps": args.reps,
         "prompt_tokens_mean": last["prompt_tokens_mean"], "prompt_tokens_padded": last["prompt_tokens_padded"],
         "completion_tokens_last": last["tokens"],
         **{f"{name}_s": {"median": round(median[name], 3), "min": round(min(values), 3),
