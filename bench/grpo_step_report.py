@@ -233,7 +233,9 @@ def render(report: dict) -> str:
             f"**Memory at a {LARGE_VOCAB:,}-token vocabulary** (the `small` model with that vocabulary, "
             f"{r0['params'] / 1e6:.0f}M parameters, P = {r0['prompts']} x G = {r0['group']}, {r0['new_tokens']} new "
             "tokens, "
-            "fp32; peak RSS over the whole process, RSS once the model is loaded):",
+            "fp32; peak RSS over the whole process, RSS once the model is loaded; s/step: the median of "
+            f"{r0.get('steps', 1)} timed step(s) after {r0.get('warmup', 0)} warm-up step(s), where the chunked head "
+            "recomputes each chunk's logits in the backward pass, one more LM-head matmul than the whole-logits path):",
             "",
             "| trainer | peak RSS MiB | RSS after load MiB | peak - load MiB | s/step |",
             "|---|---|---|---|---|",
