@@ -3,6 +3,7 @@ with ``sampler=multinomial`` and ``inverse_cdf``) vs Hugging Face ``generate`` (
 
     python bench/hf_decode.py --workload real --rounds 5 --reps 2 --threads 2 --publish --write docs/performance.md
     python bench/hf_decode.py --workload real --profile --threads 2 --publish --write docs/performance.md
+    python bench/hf_decode.py --workload real --compile --rounds 3 --reps 2 --threads 2 --publish --write docs/performance.md
     python bench/hf_decode.py --render --write docs/performance.md    # the tables again from the committed data
     python bench/hf_decode.py --smoke
 
@@ -19,6 +20,15 @@ of the seconds per batch and of the generated tokens per second, the paired spee
 whether ``own`` sampled ``generate``'s tokens from the same seed. ``--publish`` merges it, by workload, into
 docs/results/hf_decode.json; publish only from a machine that runs nothing else (the load averages before and
 after are recorded).
+
+``--compile``: the fastest setting (``shrink`` + ``inverse_cdf``) with the model's forward eager and under
+``torch.compile(dynamic=True)`` (inductor, default mode), in ``--rounds`` fresh processes, each compiling from
+scratch (inductor's cache in a new directory). Each process times its first compiled generation of the whole batch
+(compiling included), then ``--reps`` generations a side from the same seeds, eager and compiled alternating (the
+order rotating). Compiled code rounds differently, so the two sides' samples (and their lengths) can differ: the
+paired figure is the eager seconds per completion token over the compiled ones. The reading, fixed before the
+first run: compiling the decode step pays on this workload when that paired speedup exceeds 1 in every pair;
+the table states the compile time either way. Published to docs/results/hf_decode_compile.json.
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ OUT = ROOT / "docs" / "results" / "hf_decode.json"
 PROFILE = ROOT / "docs" / "results" / "hf_decode_profile.json"
 BEGIN, END = "<!-- hf_decode.py:begin -->", "<!-- hf_decode.py:end -->"
 PROFILE_BEGIN, PROFILE_END = "<!-- hf_decode.py:profile:begin -->", "<!-- hf_decode.py:profile:end -->"
+COMPILE = ROOT / "docs" / "results" / "hf_decode_compile.json"
+COMPILE_BEGIN, COMPILE_END = "<!-- hf_decode.py:compile:begin -->", "<!-- hf_decode.py:compile:end -->"
 #: workload -> (model: a hub name or a tiny size built in code, prompts, samples per prompt, new tokens)
 WORKLOADS = {
     "real": ("smollm2-135m-instruct", 8, 8, 32),
@@ -120,6 +132,112 @@ def profile_worker(args) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
+#: the setting the compile comparison runs (the fastest of the table)
+COMPILED = "own_shrink_cdf"
+
+
+def compile_worker(args) -> None:
+    """One process of ``--compile``: prints one ``RESULT {json}`` line with the first compiled generation's seconds,
+    per side the seconds and completion tokens of each timed generation, and what dynamo recorded."""
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="hf-decode-inductor-")  # compile from scratch
+    import time
+
+    import torch
+    from torch._dynamo.utils import counters
+
+    from lit_grpo.rollout import HFGenerateEngine
+    from lit_grpo.types import SamplingParams
+
+    torch.set_num_threads(args.threads)
+    model, p, n, new_tokens = WORKLOADS[args.workload]
+    prompts = prompts_for(p, model if args.workload == "real" else None)
+    policy, tokenizer = load(model)
+    engine = HFGenerateEngine(**SETTINGS[COMPILED])
+    engine.bind(policy, tokenizer)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=new_tokens)
+    engine.generate(prompts[:2], 2, SamplingParams(max_new_tokens=2))  # eager warm-up
+    compiled = torch.compile(policy.forward, dynamic=True)
+
+    def generate(side: str, seed: int) -> tuple[float, int]:
+        if side == "compiled":
+            policy.forward = compiled  # the instance attribute shadows the class's forward
+        try:
+            torch.manual_seed(seed)
+            start = time.perf_counter()
+            r = engine.generate(prompts, n, sampling)
+            return time.perf_counter() - start, int(r.completion_mask.sum())
+        finally:
+            policy.__dict__.pop("forward", None)
+
+    first_s, _ = generate("compiled", 0)  # compiles, and recompiles as the shapes first change
+    out: dict = {"first_compiled_s": first_s, "seconds": {"eager": [], "compiled": []},
+                 "tokens": {"eager": [], "compiled": []}}
+    for rep in range(args.reps):
+        sides = ["eager", "compiled"] if (rep + args.first) % 2 == 0 else ["compiled", "eager"]
+        for side in sides:
+            seconds, tokens = generate(side, rep)
+            out["seconds"][side].append(seconds)
+            out["tokens"][side].append(tokens)
+    out["graphs"] = int(counters["stats"]["unique_graphs"])
+    out["graph_breaks"] = int(sum(counters["graph_break"].values()))
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def compile_main(args) -> dict:
+    """``--compile``: :func:`compile_worker` in ``args.rounds`` fresh processes; the summary it publishes."""
+    import torch
+
+    model, p, n, new_tokens = WORKLOADS[args.workload]
+    load_before = os.getloadavg()[0]
+    first, eager, compiled, speedup, graphs, breaks = [], [], [], [], [], []
+    for k in range(args.rounds):
+        r = run_worker(__file__, ["--workload", args.workload, "--compile", "--first", str(k), "--reps",
+                                  str(args.reps)], args.threads)
+        per_token = {side: [s / t for s, t in zip(r["seconds"][side], r["tokens"][side], strict=True)]
+                     for side in ("eager", "compiled")}
+        first.append(r["first_compiled_s"])
+        eager += r["seconds"]["eager"]
+        compiled += r["seconds"]["compiled"]
+        speedup += [e / c for e, c in zip(per_token["eager"], per_token["compiled"], strict=True)]
+        graphs.append(r["graphs"])
+        breaks.append(r["graph_breaks"])
+        print(f"  round {k}: first compiled generation {r['first_compiled_s']:.1f} s; eager "
+              f"{' '.join(f'{s:.2f}' for s in r['seconds']['eager'])} s, compiled "
+              f"{' '.join(f'{s:.2f}' for s in r['seconds']['compiled'])} s", flush=True)
+    return {
+        "model": model, "P": p, "n": n, "max_new_tokens": new_tokens, "dtype": "float32", "threads": args.threads,
+        "setting": COMPILED, "rounds": args.rounds, "reps": args.reps, "torch": torch.__version__,
+        "first_compiled_s": summary(first, 1), "eager_s": summary(eager, 2), "compiled_s": summary(compiled, 2),
+        "paired_speedup_per_token": summary(speedup, 3), "pairs": [round(x, 3) for x in speedup],
+        "graphs": sorted(set(graphs)), "graph_breaks": sorted(set(breaks)),
+        "command": "python bench/hf_decode.py " + " ".join(sys.argv[1:]),
+        "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def render_compile(data: dict) -> str:
+    """The compile block: per workload of ``data`` (docs/results/hf_decode_compile.json) the eager and compiled
+    seconds per batch, the paired speedup per completion token, the compile time and the reading of the rule in
+    the module's docstring."""
+    def cell(d: dict, digits: int) -> str:
+        return f"{d['median']:.{digits}f} ({d['min']:.{digits}f}-{d['max']:.{digits}f})"
+
+    lines = ["| workload | eager s per batch | compiled s per batch | paired speedup per completion token | first "
+             "compiled generation s (compiling included) | graphs, graph breaks |", "|---|---|---|---|---|---|"]
+    notes = []
+    for r in data.values():
+        name = f"{r['model']}, {r['P']} x {r['n']} x {r['max_new_tokens']}, {r['threads']} threads"
+        lines.append(f"| {name} | {cell(r['eager_s'], 2)} | {cell(r['compiled_s'], 2)} | "
+                     f"{cell(r['paired_speedup_per_token'], 3)} | {cell(r['first_compiled_s'], 1)} | "
+                     f"{', '.join(map(str, r['graphs']))}; {', '.join(map(str, r['graph_breaks']))} |")
+        pays = all(x > 1 for x in r["pairs"])
+        notes.append(f"{name}: {LABELS[r['setting']]}, torch {r['torch']}, {r['rounds']} processes x {r['reps']} "
+                     f"timed generations a side; pairs {', '.join(f'{x:.3f}' for x in r['pairs'])}: compiling the "
+                     f"decode step {'pays' if pays else 'does not pay'} here (the rule: a speedup above 1 in every "
+                     f"pair); load average {r['load_before']} before and {r['load_after']} after (`{r['command']}`).")
+    return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+
+
 def render_profile(data: dict) -> str:
     """The profile table: the ops with the largest self CPU time in either profiled setting, and each one's share
     of that setting's self CPU time (docs/results/hf_decode_profile.json)."""
@@ -185,13 +303,16 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="one process profiling one generation of each of "
                         f"{', '.join(PROFILED)} (torch profiler, self CPU time by op); with --publish saved to "
                         f"{PROFILE.relative_to(ROOT)}")
+    parser.add_argument("--compile", action="store_true", help=f"the {COMPILED} setting with the model's forward "
+                        "eager and under torch.compile, paired (see above); with --publish saved to "
+                        f"{COMPILE.relative_to(ROOT)}")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
         args.workload, args.rounds, args.reps = "smoke", 1, 1
     if args.worker:
-        (profile_worker if args.profile else worker)(args)
+        (compile_worker if args.compile else profile_worker if args.profile else worker)(args)
         return
     if args.render:
         if not args.write:
@@ -203,6 +324,15 @@ def main() -> None:
     if args.write and not args.publish:
         parser.error("--write renders the committed results: measure with --publish, or redraw with --render")
 
+    if args.compile:
+        result = compile_main(args)
+        print("RESULT " + json.dumps(result), flush=True)
+        print(render_compile({args.workload: result}))
+        if args.publish:
+            merge_result(COMPILE, args.workload, result)
+        if args.write:
+            write(args.write)
+        return
     if args.profile:
         load_before = os.getloadavg()[0]
         result = run_worker(__file__, ["--workload", args.workload, "--profile"], args.threads)
@@ -257,6 +387,8 @@ def write(path: Path) -> None:
     write_block(path, BEGIN, END, "\n" + render(json.loads(OUT.read_text())))
     if PROFILE.exists():
         write_block(path, PROFILE_BEGIN, PROFILE_END, "\n" + render_profile(json.loads(PROFILE.read_text())))
+    if COMPILE.exists():
+        write_block(path, COMPILE_BEGIN, COMPILE_END, "\n" + render_compile(json.loads(COMPILE.read_text())))
     print(f"wrote the table into {path}")
 
 
