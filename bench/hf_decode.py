@@ -231,10 +231,15 @@ def render_compile(data: dict) -> str:
                      f"{cell(r['paired_speedup_per_token'], 3)} | {cell(r['first_compiled_s'], 1)} | "
                      f"{', '.join(map(str, r['graphs']))}; {', '.join(map(str, r['graph_breaks']))} |")
         pays = all(x > 1 for x in r["pairs"])
+        saved = r["eager_s"]["median"] * (1 - 1 / r["paired_speedup_per_token"]["median"])  # s per generation
+        extra = r["first_compiled_s"]["median"] - r["compiled_s"]["median"]  # compiling, s
+        recovered = (f"; the compile time (the first generation's {extra:.0f} s more than a compiled one) is recovered "
+                     f"after about {extra / saved:.0f} generations of this batch, one a training step, at the median "
+                     f"speedup") if saved > 0 else ""
         notes.append(f"{name}: {LABELS[r['setting']]}, torch {r['torch']}, {r['rounds']} processes x {r['reps']} "
                      f"timed generations a side; pairs {', '.join(f'{x:.3f}' for x in r['pairs'])}: compiling the "
                      f"decode step {'pays' if pays else 'does not pay'} here (the rule: a speedup above 1 in every "
-                     f"pair); load average {r['load_before']} before and {r['load_after']} after (`{r['command']}`).")
+                     f"pair){recovered}; load average {r['load_before']} before and {r['load_after']} after (`{r['command']}`).")
     return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
 
 

@@ -29,9 +29,11 @@ or ``max_new_tokens`` are out. What it does differently:
 The log-probs are those the engine always returned: of the sampled token under the raw logits divided by the
 temperature, before top-k/top-p (:func:`~lit_grpo.logprobs.token_logprobs`).
 
-Models the loop cannot serve exactly (:func:`refusal`) keep ``generate``. The step is not compiled: the cache
-grows by one position per step and the batch shrinks, so ``torch.compile`` would need dynamic shapes or one graph
-per length, and the sampling draws must stay those of eager ``torch.multinomial``.
+Models the loop cannot serve exactly (:func:`refusal`) keep ``generate``. The step is not compiled: with dynamic
+shapes the forward compiles into 4 graphs in about four and a half minutes a process on SmolLM2 (2 CPU threads) and
+then decodes a token about 7% faster (``bench/hf_decode.py --compile``, docs/performance.md), which repays the
+compile time only after several hundred steps; compiled code also rounds differently, so the exact setting would
+no longer draw ``generate``'s samples.
 
 Shapes: ``N`` rows, ``Tp`` prompt tokens, ``T`` new tokens, ``V`` vocabulary, ``H`` key/value heads, ``D`` head size.
 """

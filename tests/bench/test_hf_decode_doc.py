@@ -58,3 +58,33 @@ def test_write_without_publish_is_refused_rather_than_rendering_older_data():
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "hf_decode.py"), "--profile", "--write", "x.md"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "measure with --publish, or redraw with --render" in proc.stderr
+
+
+def test_the_compile_block_is_the_committed_comparison_rendered():
+    from hf_decode import COMPILE, COMPILE_BEGIN, COMPILE_END, render_compile
+
+    block = doc_block((ROOT / "docs" / "performance.md").read_text(), COMPILE_BEGIN, COMPILE_END)
+    assert block == "\n" + render_compile(json.loads(COMPILE.read_text())), \
+        "docs/performance.md differs from its data: python bench/hf_decode.py --render --write docs/performance.md"
+
+
+def test_the_compile_verdict_reads_the_rule_on_the_pairs():
+    """'pays' only when every pair's speedup per completion token exceeds 1, whatever the median says."""
+    from hf_decode import COMPILE, render_compile
+
+    r = json.loads(COMPILE.read_text())["real"]
+    assert len(r["pairs"]) == r["rounds"] * r["reps"]
+    for pairs, verdict in (([1.2, 1.1, 1.3], "pays"), ([1.2, 0.99, 1.3], "does not pay"), ([0.9, 0.95], "does not pay")):
+        text = render_compile({"real": {**r, "pairs": pairs}})
+        assert f"compiling the decode step {verdict} here" in text
+
+
+def test_the_prose_under_the_compile_block_says_what_the_run_recorded():
+    from hf_decode import COMPILE
+
+    r = json.loads(COMPILE.read_text())["real"]
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    assert r["graph_breaks"] == [0] and len(r["graphs"]) == 1, r
+    assert f"the loop's forward needs {r['graphs'][0]} graphs and no graph break" in doc
+    assert all(x > 1 for x in r["pairs"]) == ("makes a decoding token a few percent cheaper once compiled" in doc)
+    assert r["paired_speedup_per_token"]["median"] < 1.10, "the doc calls the gain a few percent"
