@@ -215,20 +215,27 @@ def compile_main(args) -> dict:
     }
 
 
+def _cell(d: dict, digits: int) -> str:
+    """A summary (:func:`summary`) as "median (min-max)"."""
+    return f"{d['median']:.{digits}f} ({d['min']:.{digits}f}-{d['max']:.{digits}f})"
+
+
+def workload_name(r: dict) -> str:
+    """How the tables name a published result's workload."""
+    return f"{r['model']}, {r['P']} x {r['n']} x {r['max_new_tokens']}, {r['threads']} threads"
+
+
 def render_compile(data: dict) -> str:
     """The compile block: per workload of ``data`` (docs/results/hf_decode_compile.json) the eager and compiled
     seconds per batch, the paired speedup per completion token, the compile time and the reading of the rule in
     the module's docstring."""
-    def cell(d: dict, digits: int) -> str:
-        return f"{d['median']:.{digits}f} ({d['min']:.{digits}f}-{d['max']:.{digits}f})"
-
     lines = ["| workload | eager s per batch | compiled s per batch | paired speedup per completion token | first "
              "compiled generation s (compiling included) | graphs, graph breaks |", "|---|---|---|---|---|---|"]
     notes = []
     for r in data.values():
-        name = f"{r['model']}, {r['P']} x {r['n']} x {r['max_new_tokens']}, {r['threads']} threads"
-        lines.append(f"| {name} | {cell(r['eager_s'], 2)} | {cell(r['compiled_s'], 2)} | "
-                     f"{cell(r['paired_speedup_per_token'], 3)} | {cell(r['first_compiled_s'], 1)} | "
+        name = workload_name(r)
+        lines.append(f"| {name} | {_cell(r['eager_s'], 2)} | {_cell(r['compiled_s'], 2)} | "
+                     f"{_cell(r['paired_speedup_per_token'], 3)} | {_cell(r['first_compiled_s'], 1)} | "
                      f"{', '.join(map(str, r['graphs']))}; {', '.join(map(str, r['graph_breaks']))} |")
         pays = all(x > 1 for x in r["pairs"])
         saved = r["eager_s"]["median"] * (1 - 1 / r["paired_speedup_per_token"]["median"])  # s per generation
@@ -274,18 +281,15 @@ def render(data: dict) -> str:
     """The markdown block of docs/performance.md: per workload of ``data`` (docs/results/hf_decode.json) and setting,
     the seconds per batch and completion tokens/s (median and range over every timed generation) and the paired
     speedup over ``generate`` (each generation against the ``generate`` one of its process and repetition)."""
-    def cell(d: dict, digits: int) -> str:
-        return f"{d['median']:.{digits}f} ({d['min']:.{digits}f}-{d['max']:.{digits}f})"
-
     lines = ["| workload | setting | s per batch, median (range) | completion tokens/s, median (range) "
              "| paired speedup over `generate`, median (range) |", "|---|---|---|---|---|"]
     notes = []
     for r in data.values():
-        name = f"{r['model']}, {r['P']} x {r['n']} x {r['max_new_tokens']}, {r['threads']} threads"
+        name = workload_name(r)
         for setting in [k.removesuffix("_s") for k in r if k.endswith("_s") and k.removesuffix("_s") in LABELS]:
-            speedup = "1" if setting == "generate" else cell(r[f"{setting}_paired_speedup"], 2)
-            lines.append(f"| {name} | {LABELS[setting]} | {cell(r[f'{setting}_s'], 2)} | "
-                         f"{cell(r[f'{setting}_tokens_per_s'], 1)} | {speedup} |")
+            speedup = "1" if setting == "generate" else _cell(r[f"{setting}_paired_speedup"], 2)
+            lines.append(f"| {name} | {LABELS[setting]} | {_cell(r[f'{setting}_s'], 2)} | "
+                         f"{_cell(r[f'{setting}_tokens_per_s'], 1)} | {speedup} |")
         notes.append(f"{name}: {r['rounds']} processes x {r['reps']} timed generations a setting; the own loop "
                      f"(no `shrink`, `multinomial`) drew `generate`'s tokens from the same seed in "
                      f"{r['own_same_tokens_as_generate']}; load average {r['load_before']} before and "
