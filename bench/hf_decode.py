@@ -76,17 +76,23 @@ def load(model: str):
     return load_policy(model).eval(), load_tokenizer(model)
 
 
-def worker(args) -> None:
-    """One process: warm up every setting, then time ``args.reps`` generations with each, alternating from
-    ``args.first`` on; prints one ``RESULT {json}`` line."""
+def worker_batch(args) -> tuple:
+    """A worker's set-up: ``args.threads`` torch threads, then its workload's ``(prompts, n, new_tokens, policy,
+    tokenizer)``."""
     import torch
-
-    from lit_grpo.rollout import HFGenerateEngine
 
     torch.set_num_threads(args.threads)
     model, p, n, new_tokens = WORKLOADS[args.workload]
-    prompts = prompts_for(p, model if args.workload == "real" else None)
-    policy, tokenizer = load(model)
+    return prompts_for(p, model if args.workload == "real" else None), n, new_tokens, *load(model)
+
+
+def worker(args) -> None:
+    """One process: warm up every setting, then time ``args.reps`` generations with each, alternating from
+    ``args.first`` on; prints one ``RESULT {json}`` line."""
+
+    from lit_grpo.rollout import HFGenerateEngine
+
+    prompts, n, new_tokens, policy, tokenizer = worker_batch(args)
     names = list(SETTINGS)
     engines = {name: HFGenerateEngine(**SETTINGS[name]) for name in names}
     for engine in engines.values():
@@ -114,10 +120,7 @@ def profile_worker(args) -> None:
     from lit_grpo.rollout import HFGenerateEngine
     from lit_grpo.types import SamplingParams
 
-    torch.set_num_threads(args.threads)
-    model, p, n, new_tokens = WORKLOADS[args.workload]
-    prompts = prompts_for(p, model if args.workload == "real" else None)
-    policy, tokenizer = load(model)
+    prompts, n, new_tokens, policy, tokenizer = worker_batch(args)
     out = {}
     for name in PROFILED:
         engine = HFGenerateEngine(**SETTINGS[name])
@@ -148,10 +151,7 @@ def compile_worker(args) -> None:
     from lit_grpo.rollout import HFGenerateEngine
     from lit_grpo.types import SamplingParams
 
-    torch.set_num_threads(args.threads)
-    model, p, n, new_tokens = WORKLOADS[args.workload]
-    prompts = prompts_for(p, model if args.workload == "real" else None)
-    policy, tokenizer = load(model)
+    prompts, n, new_tokens, policy, tokenizer = worker_batch(args)
     engine = HFGenerateEngine(**SETTINGS[COMPILED])
     engine.bind(policy, tokenizer)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=new_tokens)
@@ -180,13 +180,12 @@ def compile_worker(args) -> None:
             out["tokens"][side].append(tokens)
     out["graphs"] = int(counters["stats"]["unique_graphs"])
     out["graph_breaks"] = int(sum(counters["graph_break"].values()))
+    out["torch"] = torch.__version__
     print("RESULT " + json.dumps(out), flush=True)
 
 
 def compile_main(args) -> dict:
     """``--compile``: :func:`compile_worker` in ``args.rounds`` fresh processes; the summary it publishes."""
-    import torch
-
     model, p, n, new_tokens = WORKLOADS[args.workload]
     load_before = os.getloadavg()[0]
     first, eager, compiled, speedup, graphs, breaks = [], [], [], [], [], []
@@ -206,7 +205,7 @@ def compile_main(args) -> dict:
               f"{' '.join(f'{s:.2f}' for s in r['seconds']['compiled'])} s", flush=True)
     return {
         "model": model, "P": p, "n": n, "max_new_tokens": new_tokens, "dtype": "float32", "threads": args.threads,
-        "setting": COMPILED, "rounds": args.rounds, "reps": args.reps, "torch": torch.__version__,
+        "setting": COMPILED, "rounds": args.rounds, "reps": args.reps, "torch": r["torch"],
         "first_compiled_s": summary(first, 1), "eager_s": summary(eager, 2), "compiled_s": summary(compiled, 2),
         "paired_speedup_per_token": summary(speedup, 3), "pairs": [round(x, 3) for x in speedup],
         "graphs": sorted(set(graphs)), "graph_breaks": sorted(set(breaks)),

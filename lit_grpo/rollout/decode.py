@@ -29,11 +29,10 @@ or ``max_new_tokens`` are out. What it does differently:
 The log-probs are those the engine always returned: of the sampled token under the raw logits divided by the
 temperature, before top-k/top-p (:func:`~lit_grpo.logprobs.token_logprobs`).
 
-Models the loop cannot serve exactly (:func:`refusal`) keep ``generate``. The step is not compiled: with dynamic
-shapes the forward compiles into 4 graphs in about four and a half minutes a process on SmolLM2 (2 CPU threads) and
-then decodes a token about 7% faster (``bench/hf_decode.py --compile``, docs/performance.md), which repays the
-compile time only after several hundred steps; compiled code also rounds differently, so the exact setting would
-no longer draw ``generate``'s samples.
+Models the loop cannot serve exactly (:func:`refusal`) keep ``generate``. The step is not compiled: compiled with
+dynamic shapes the forward decodes a token a few percent faster but takes minutes to compile a process on the CPU,
+repaid only after hundreds of steps (``bench/hf_decode.py --compile``; the numbers are in docs/performance.md), and
+compiled code rounds differently, so the exact setting would no longer draw ``generate``'s samples.
 
 Shapes: ``N`` rows, ``Tp`` prompt tokens, ``T`` new tokens, ``V`` vocabulary, ``H`` key/value heads, ``D`` head size.
 """
