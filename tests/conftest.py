@@ -1,6 +1,7 @@
 """Test setup: offline hubs, few threads, tiny models built in code."""
 
 import os
+import re
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -41,27 +42,30 @@ def _fresh_reward_failure_log():
     yield
 
 
-# ---- the tests that skip for want of vLLM, for .ci/run's second pass -----------------------------------------
-# .ci/run runs the suite on the plain install (no vLLM), with LIT_GRPO_SKIPPED_FOR_VLLM=<file>: every test (or
-# module) that skipped because vLLM is missing is written there by node id, and runs again once vLLM is installed.
-_skipped_for_vllm: list[str] = []
+# ---- the tests that skip for want of an optional extra, for .ci/run's second pass -------------------------------
+# .ci/run runs the README's test command on the README's install (no optional extra beyond it), with
+# LIT_GRPO_SKIPPED_FOR_EXTRAS=<file>: every test (or module) that skipped because an extra is missing (its reason
+# names the install command, `pip install 'lit-grpo[<extra>]'`, or vLLM) is written there by node id, and runs
+# again once the extras are installed.
+_skipped_for_extras: list[str] = []
+_EXTRA_REASON = re.compile(r"lit-grpo\[[\w-]+\]|vllm", re.I)
 
 
-def _note_vllm_skip(report) -> None:
-    if report.skipped and isinstance(report.longrepr, tuple) and "vllm" in str(report.longrepr[-1]).lower():
-        _skipped_for_vllm.append(report.nodeid)
+def _note_extra_skip(report) -> None:
+    if report.skipped and isinstance(report.longrepr, tuple) and _EXTRA_REASON.search(str(report.longrepr[-1])):
+        _skipped_for_extras.append(report.nodeid)
 
 
 def pytest_collectreport(report):
-    _note_vllm_skip(report)
+    _note_extra_skip(report)
 
 
 def pytest_runtest_logreport(report):  # a skip marker or fixture skips at setup, one in the test body at call
-    _note_vllm_skip(report)
+    _note_extra_skip(report)
 
 
 def pytest_sessionfinish(session):
-    target = os.environ.get("LIT_GRPO_SKIPPED_FOR_VLLM")
+    target = os.environ.get("LIT_GRPO_SKIPPED_FOR_EXTRAS")
     if target and not hasattr(session.config, "workerinput"):
         with open(target, "w") as out:
-            out.write("".join(f"{nodeid}\n" for nodeid in dict.fromkeys(_skipped_for_vllm)))
+            out.write("".join(f"{nodeid}\n" for nodeid in dict.fromkeys(_skipped_for_extras)))

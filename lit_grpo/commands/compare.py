@@ -148,6 +148,10 @@ def compare(argv: list[str]) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"lit-grpo compare: error: {err}", file=sys.stderr)
         return 2
+    lacking = None if args.report_only or args.dry_run else _missing_extras(plans)
+    if lacking:
+        print(f"lit-grpo compare: error: {lacking}", file=sys.stderr)
+        return 2
     if args.dry_run:
         from lit_grpo.experiments.grid import shell_command
 
@@ -171,6 +175,17 @@ def compare(argv: list[str]) -> int:
         if executor is not None:
             executor.close()
     return 1 if any(failed) else 0
+
+
+def _missing_extras(plans) -> str | None:
+    """What an experiment needs that is not installed (an optional extra its runs' classes need), or None."""
+    from lit_grpo.extras import install_hint, missing
+
+    for exp, *_ in plans:
+        for extra in missing(exp.extras):
+            return (f"{exp.path}: its runs need the {extra!r} extra, which is not installed; install it with "
+                    f"{install_hint(extra)} (nothing was run)")
+    return None
 
 
 def _executor(args):

@@ -43,6 +43,8 @@ from lit_grpo.types import RewardOutput
 
 logger = logging.getLogger(__name__)
 
+#: the optional extra this module's classes need (lit_grpo.extras)
+EXTRA = "reasoning"
 INSTALL = "pip install 'lit-grpo[reasoning]'"
 #: The answer instruction: reasoning-gym's ``SYSTEM_PROMPTS["default"]`` (``reasoning_gym.utils``), which its
 #: tasks are written for ("when an example is provided, follow the format of the output in that example").

@@ -10,6 +10,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+#: the optional extra that draws the figures (lit_grpo.extras); without it the scalars are still logged
+EXTRA = "plots"
 _WARNED = False
 
 

@@ -18,6 +18,8 @@ from typing import Any, Literal
 from lit_grpo.checks import require
 from lit_grpo.envs.base import Environment, Episode, Record, StepResult, user_messages
 
+#: the optional extra this module's classes need (lit_grpo.extras)
+EXTRA = "openenv"
 INSTALL_HINT = "OpenEnvEnvironment needs openenv-core: pip install 'lit-grpo[openenv]' (or pip install openenv-core)"
 
 

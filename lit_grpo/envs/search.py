@@ -18,6 +18,8 @@ from typing import Any, Literal
 from lit_grpo.checks import require
 from lit_grpo.envs.tools import ToolEnvironment
 
+#: the optional extra this module's classes need (lit_grpo.extras)
+EXTRA = "agents"
 INSTALL_HINT = "SearchEnvironment needs bm25s: pip install 'lit-grpo[agents]' (or pip install bm25s)"
 SYSTEM_PROMPT = ("Answer the question using the search tool to look up facts. "
                  "When you know the answer, reply with the answer only.")

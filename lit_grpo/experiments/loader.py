@@ -33,6 +33,7 @@ from lit_grpo.experiments.spec import (
     Tests,
     Transform,
 )
+from lit_grpo.extras import extras_named
 
 _LABEL = re.compile(r"[A-Za-z0-9_.+-]+")
 _KEYS = {"name", "claim", "runtime", "base", "args", "arms", "seeds", "sweep", "prepare", "metrics", "curves",
@@ -125,6 +126,26 @@ def callback_paths(configs: tuple[str, ...], args: tuple[str, ...]) -> tuple[str
                 continue
     paths = [e.get("class_path") if isinstance(e, dict) else e for e in entries]
     return tuple(dict.fromkeys(p for p in paths if isinstance(p, str) and "." in p))
+
+
+def needed_extras(configs: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
+    """The optional extras (:mod:`lit_grpo.extras`) that the classes named in LightningCLI config files (their
+    values, not their comments) and in command-line arguments need, sorted."""
+    texts = list(args)
+    for p in configs:
+        texts += _strings(yaml.safe_load(Path(p).read_text()))
+    return tuple(sorted(extras_named(texts)))
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string value of a parsed YAML document, at any depth."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -345,6 +366,13 @@ def _config_args(args: tuple[str, ...], named_in: Path) -> tuple[tuple[str, ...]
     return tuple(out), tuple(found)
 
 
+def _config_files(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The existing files that ``--config`` arguments name (as :func:`_config_args` resolved them)."""
+    named = [a.partition("=")[2] for a in args if a.startswith("--config=")]
+    named += [b for a, b in zip(args, args[1:], strict=False) if a == "--config"]
+    return tuple(p for p in named if Path(p).is_file())
+
+
 def _source(path: str | Path) -> Path:
     """The experiment file: ``path`` itself, else the built-in experiment of that name (``passk``)."""
     try:
@@ -388,6 +416,11 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     callbacks = callback_paths(
         base + tuple(c for arm in arms for c in arm.configs), tuple(texts) + tuple(a for arm in arms for a in arm.args)
     )
+    prepare_args = tuple(a for p in prepared for a in p.command)
+    extras = needed_extras(
+        base + tuple(c for arm in arms for c in arm.configs) + _config_files(prepare_args),
+        tuple(texts) + tuple(a for arm in arms for a in arm.args) + prepare_args,
+    )
     arm_labels = [a.label for a in arms]
     reference = data.get("reference")
     if reference is not None and reference not in arm_labels:
@@ -429,4 +462,5 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
         runtime=str(data.get("runtime", "")).strip(),
         quick=quick,
         callbacks=callbacks,
+        extras=extras,
     )

@@ -156,6 +156,7 @@ class Experiment:
     runtime: str = ""
     quick: bool = False
     callbacks: tuple[str, ...] = ()  # class paths of the callbacks its configs and arguments name
+    extras: tuple[str, ...] = ()  # the optional extras its runs need (lit_grpo.extras), e.g. ("reasoning",)
 
     @property
     def family_metrics(self) -> tuple[Metric, ...]:

