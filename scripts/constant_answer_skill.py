@@ -41,7 +41,7 @@ def skills(records: list[dict]) -> dict:
     moduli = [r["columns"]["num_choices"] for r in records]
     out = {}
     for answer in range(max(moduli)):
-        per_prompt = [((r["reference"] == str(answer)) - 1 / k) / (1 - 1 / k) for r, k in zip(records, moduli)]
+        per_prompt = [((r["reference"] == str(answer)) - 1 / k) / (1 - 1 / k) for r, k in zip(records, moduli, strict=True)]
         out[str(answer)] = sum(per_prompt) / len(per_prompt)
     return {"prompts": len(records), "chance": sum(1 / k for k in moduli) / len(moduli), "skill": out}
 
