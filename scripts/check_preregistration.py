@@ -349,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"{record.name}: {verdict.why}; label it '{LABEL}' in {record.doc} (for an experiment "
                             f"its row of the status table), or restore the criterion the data was judged by")
         elif is_labelled and not failed:
-            problems.append(f"{record.doc} labels {record.name} '{LABEL}'; the history says its criterion came "
-                            "first: remove the label")
+            state = "has no published data yet" if verdict is None else "was committed before its data"
+            problems.append(f"{record.doc} labels {record.name} '{LABEL}', but by the history its criterion {state}: "
+                            "remove the label")
     problems += unrecorded_claims(args.repo, known)
     if problems:
         print("check_preregistration:\n" + "\n".join(f"- {p}" for p in problems), file=sys.stderr)
