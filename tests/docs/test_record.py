@@ -247,3 +247,14 @@ def test_the_lora_headline_states_its_step_time_ratio():
                      lora["trl"]["step_s"] / lora["lit"]["step_s"])  # fmt: skip
     assert not problems, problems
     assert math.isclose(statistics.fmean([math.log(r) for r in lora["pair_ratios"]]), math.log(gm))
+
+
+def test_the_fp32_ratios_are_quoted_with_their_paired_intervals():
+    from grpo_step_report import paired_ratio
+
+    rows = {(r["size"], r["precision"]): r for r in json.loads((RESULTS / "grpo_step.json").read_text())["compare"]}
+    values = [v for size in ("small", "medium") for gm, ci in [paired_ratio(rows[size, "fp32"]["pair_ratios"])]
+              for v in (gm, *ci)]  # fmt: skip
+    problems = _says(_flat(PERF), r"\(paired over the A/B pairs: ([\d.]+)x \[([\d.]+), ([\d.]+)\] and ([\d.]+)x "
+                     r"\[([\d.]+), ([\d.]+)\]", *values)  # fmt: skip
+    assert not problems, problems
