@@ -196,3 +196,22 @@ def test_an_edit_after_the_data_fails_the_check_in_a_clone_of_this_repository(tm
     verdict = check_preregistration.check(clone, "degeneracy")
     assert not verdict.before_data and "after the data" in verdict.why
     assert check_preregistration.main(["--repo", str(clone)]) == 1
+
+
+def test_deleting_a_criterion_after_the_data_does_not_hide_it(tmp_path, capsys):
+    repo = Repo(tmp_path)
+    repo.commit(_exp(CRITERION), _docs(False))
+    repo.commit(DATA)
+    repo.commit(("experiments/exp.yaml", "# exp: a claim\nname: exp\n"))
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 1
+    assert "exp: no criterion in the working tree" in capsys.readouterr().err
+
+
+def test_every_published_part_of_the_benchmarks_with_criteria_has_a_record():
+    """The async and soak benchmarks and the compile rule say their criteria came first: each file they publish is
+    checked (a record dropped from BENCHES would otherwise go unchecked while its doc still names the script)."""
+    recorded = {r.data for r in check_preregistration.BENCHES}
+    published = [f"docs/results/{p.parent.name}/{p.name}" for folder in ("async", "soak")
+                 for p in (ROOT / "docs" / "results" / folder).glob("*.json")]  # fmt: skip
+    assert published and set(published) <= recorded
+    assert "docs/results/hf_decode_compile.json" in recorded
