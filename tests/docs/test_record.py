@@ -130,6 +130,16 @@ def _async_family() -> dict[str, tuple[float, float, float]]:
     return out
 
 
+def test_the_bench_renders_the_family_of_all_accuracy_comparisons():
+    parts = {n: json.loads((RESULTS / "async" / f"{n}.json").read_text()) for n in ("accuracy", "accuracy-tis")}
+    rendered = async_rollouts.holm_family(parts)
+    for k, (low, high, level) in _async_family().items():
+        assert rendered[k]["interval"] == [round(low, 4), round(high, 4)] and rendered[k]["level"] == round(level, 4)
+    parts["accuracy-tis"]["seeds"][0]["sync"] += 0.01  # no common baseline: no family
+    with pytest.raises(ValueError, match="sync arms differ"):
+        async_rollouts.holm_family(parts)
+
+
 def test_staleness_2_with_truncated_is_is_read_with_the_family_and_its_first_run():
     low, high, level = _async_family()["async-k2-tis"]
     margin = async_rollouts.CRITERION["accuracy_margin"]
