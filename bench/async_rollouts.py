@@ -134,6 +134,24 @@ def accuracy(seeds: int, steps: int, part: str = "accuracy") -> dict:
     return out
 
 
+def holm_family(parts: dict[str, dict]) -> dict[str, dict]:
+    """Every accuracy comparison of ``parts`` (name -> its saved record) against sync, Holm-adjusted together by the
+    rule of :data:`CRITERION`, as one family: the parts compare with one baseline when their sync arms gave the same
+    accuracies seed by seed (one command, reproducible from one process to the next), which is checked."""
+    syncs = {name: [r["sync"] for r in a["seeds"]] for name, a in parts.items()}
+    if len({tuple(v) for v in syncs.values()}) != 1:
+        raise ValueError(f"the accuracy parts' sync arms differ ({syncs}): they are no common baseline to adjust over")
+    tests = {k: [r[k] - r["sync"] for r in a["seeds"]] for a in parts.values() for k in a["arms"] if k != "sync"}
+    margin, level, out = CRITERION["accuracy_margin"], CRITERION["accuracy_level"], {}
+    for rank, k in enumerate(sorted(tests, key=lambda k: _p_below(tests[k], -margin))):
+        alpha = (1 - level) / (len(tests) - rank)
+        low, high = _t_interval(tests[k], 1 - alpha)
+        out[k] = {"mean_difference": round(statistics.fmean(tests[k]), 4), "interval": [round(low, 4), round(high, 4)],
+                  "level": round(1 - alpha, 4),
+                  "verdict": "not worse" if low > -margin else "worse" if high < 0 else "undetermined"}
+    return out
+
+
 def _heldout(folder: Path) -> float:
     from lit_grpo.experiments.collect import read_scalars
 
@@ -182,6 +200,14 @@ def render() -> str:
         lines += ["", "| comparison | mean difference | interval (Holm-adjusted level) | verdict |", "|---|---|---|---|"]
         lines += [f"| {k} - sync | {c['mean_difference']:+.4f} | {c['interval'][0]:+.4f} to {c['interval'][1]:+.4f} "
                   f"({c['level']}) | {c['verdict']} |" for k, c in a["comparisons"].items()]
+    parts = {name: json.loads((RESULTS / f"{name}.json").read_text()) for name in PARTS
+             if (RESULTS / f"{name}.json").is_file()}
+    if len(parts) > 1:
+        lines += ["", "Every accuracy comparison above as one family (the parts share the sync accuracies seed by seed), "
+                  "Holm-adjusted together by the same rule:", "",
+                  "| comparison | mean difference | interval (Holm-adjusted level, all parts) | verdict |", "|---|---|---|---|"]
+        lines += [f"| {k} - sync | {c['mean_difference']:+.4f} | {c['interval'][0]:+.4f} to {c['interval'][1]:+.4f} "
+                  f"({c['level']}) | {c['verdict']} |" for k, c in holm_family(parts).items()]
     return "\n".join(lines) + "\n"
 
 

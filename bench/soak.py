@@ -33,12 +33,14 @@ from provenance import ROOT, command, write_block
 
 from lit_grpo.experiments.stats import t_quantile
 
-#: The criterion of the first run (docs/results/soak/quickstart.json), fixed before it. Samples before
-#: ``warmup_steps`` are not judged (allocator pools, caches and the first validations settle). Memory: the
-#: least-squares slope of RSS over the judged samples at most ``rss_slope_mib_per_1000`` MiB per 1000 steps and no
-#: judged sample more than ``rss_rise_mib`` above the first judged one. Step time: the median of the last
-#: ``window_steps`` steps' window medians at most ``step_time_ratio`` times the median of the first ``window_steps``
-#: judged steps'. That bound proved to lie within the window-to-window noise of this machine.
+#: The success criterion, fixed before the first run. Samples before ``warmup_steps`` are not judged (allocator
+#: pools, caches and the first validations settle). Memory: the least-squares slope of RSS over the judged samples
+#: at most ``rss_slope_mib_per_1000`` MiB per 1000 steps and no judged sample more than ``rss_rise_mib`` above the
+#: first judged one. Step time: the median of the last ``window_steps`` steps' window medians at most
+#: ``step_time_ratio`` times the median of the first ``window_steps`` judged steps'.
+#: AMENDMENT (after the data, no change to the rule): this is the criterion of the first run
+#: (docs/results/soak/quickstart.json), named CRITERION when it was fixed; that run showed its step-time bound to
+#: lie within the window-to-window noise of this machine, so the runs after it have their own criterion.
 FIRST_CRITERION = {"warmup_steps": 1000, "rss_slope_mib_per_1000": 2.0, "rss_rise_mib": 16.0, "window_steps": 1000,
                    "step_time_ratio": 1.10}
 #: The criterion of the runs after it, fixed before them: memory as before; step time by a trend over every judged

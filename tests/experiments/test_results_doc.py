@@ -51,7 +51,7 @@ def test_passk_crossing_verdicts_follow_the_gain_at_k_256():
     section, row = _section("5"), _claims_row("5")
     for arm, gain in gains.items():
         assert f"{names[arm]}'s is {gain:+.3f}" in section.replace("Dr. GRPO's ", "Dr. GRPO's is "), (arm, gain)
-        stated = "inconclusive for" if gain > 0 else "agrees for"
+        stated = "inconclusive for" if gain > 0 else "criterion met as written"
         assert re.search(rf"{stated}[^|;]*\b{re.escape(names[arm])}\b", row), (arm, gain, row)
 
 
