@@ -12,23 +12,29 @@ import math
 from dataclasses import dataclass, field
 
 from lit_grpo.experiments.collect import RunRecord, finished, settings_of
-from lit_grpo.experiments.markdown import fmt, fmt_df, fmt_p, md_head, md_row
+from lit_grpo.experiments.markdown import NO_WITHIN_VARIATION, fmt, fmt_df, fmt_p, md_head, md_row
 from lit_grpo.experiments.pairing import arm_pairs, cell_pairs
 from lit_grpo.experiments.spec import Experiment, Metric
 from lit_grpo.experiments.stats import (
     benjamini_hochberg_adjust,
     binomial_se,
     holm_adjust,
+    mean_difference,
     one_sample_t_test,
+    paired_sign_flip_test,
+    paired_t_test,
     permutation_test,
     sign_flip_test,
+    snap,
     stratified_permutation_test,
     stratified_sign_flip_test,
     summarize,
+    tied_differences,
     tost_test,
     two_way_anova,
     welch_t_test,
     wilcoxon_signed_rank_test,
+    zero_tolerance,
 )
 
 #: Fewest runs per cell for which the report shows a percentile-bootstrap interval of the IQM. Below it
@@ -99,10 +105,11 @@ def paired_values(a: Cell, b: Cell) -> tuple[list[float], list[float]]:
 
 
 def pairwise(a: list[float], b: list[float]) -> dict[str, float]:
-    """Unpaired: mean difference, Welch t, df and p, and the permutation p (NaN where undefined)."""
+    """Unpaired: mean difference (0 within rounding), Welch t, df and p, and the permutation p (NaN where
+    undefined)."""
     out = {"diff": math.nan, "t": math.nan, "df": math.nan, "p_welch": math.nan, "p_perm": math.nan}
     if a and b:
-        out["diff"] = sum(a) / len(a) - sum(b) / len(b)
+        out["diff"] = mean_difference(a, b)
         out["p_perm"] = permutation_test(a, b)
     if len(a) >= 2 and len(b) >= 2:
         out["t"], out["df"], out["p_welch"] = welch_t_test(a, b)
@@ -111,11 +118,16 @@ def pairwise(a: list[float], b: list[float]) -> dict[str, float]:
 
 
 def paired(a: list[float], b: list[float]) -> dict[str, float]:
-    """Paired (same seeds): the :func:`one_sample` tests of the differences ``a - b`` against 0, their
-    Wilcoxon signed-rank p and the pairs where a is ahead."""
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    out = {"n": float(len(d)), "ahead": float(sum(x > 0 for x in d)), **one_sample(d, 0.0)}
-    out["p_wilcoxon"] = wilcoxon_signed_rank_test(d)[1]
+    """Paired (same seeds): the mean difference ``a - b``, the paired t and sign-flip tests and Wilcoxon's
+    signed-rank test of the differences, and the pairs where a is ahead; a difference within rounding of
+    the values (:func:`~lit_grpo.experiments.stats.zero_tolerance`) is a tie, neither ahead."""
+    d = tied_differences(a, b)
+    out = {"n": float(len(d)), "ahead": float(sum(x > 0 for x in d))}
+    out["diff"] = snap(sum(d) / len(d), zero_tolerance(a, b))
+    out["t"], out["df"], out["p_t"] = paired_t_test(a, b)
+    out["p_flip"] = paired_sign_flip_test(a, b)
+    out["p"] = out["p_t"] if not math.isnan(out["p_t"]) else out["p_flip"]
+    out["p_wilcoxon"] = wilcoxon_signed_rank_test(a, b)[1]
     return out
 
 
@@ -164,18 +176,20 @@ def pooled_tests(exp: Experiment, cell_list: list[Cell]) -> list[dict]:
                 continue
             matched = [paired_values(x, y) for x, y in cells_]
             is_paired = all(len(x) >= 2 for x, _ in matched)
+            strata = matched if is_paired else [(x.values, y.values) for x, y in cells_]
+            diffs = [mean_difference(x, y) for x, y in strata]  # 0 within rounding: neither arm ahead
+            tol = zero_tolerance(*(v for pair in strata for v in pair))
             if is_paired:
-                diffs = [sum(x) / len(x) - sum(y) / len(y) for x, y in matched]
-                p = stratified_sign_flip_test([[u - v for u, v in zip(x, y, strict=True)] for x, y in matched])
+                scale = max(abs(v) for x, y in matched for v in x + y)
+                p = stratified_sign_flip_test([tied_differences(x, y) for x, y in matched], scale=scale)
             else:
-                strata = [(x.values, y.values) for x, y in cells_]
-                diffs = [sum(x) / len(x) - sum(y) / len(y) for x, y in strata]
                 p = stratified_permutation_test(strata)
             out.append(
                 {
                     "pool": name, "a": a, "b": b, "settings": len(cells_),
                     "runs": sum(len(x.values) + len(y.values) for x, y in cells_),
-                    "diff": sum(diffs) / len(diffs), "ahead": sum(d > 0 for d in diffs),
+                    "diff": snap(sum(diffs) / len(diffs), tol),
+                    "ahead": sum(d > 0 for d in diffs),
                     "paired": is_paired, "p": p,
                 }
             )  # fmt: skip
@@ -222,7 +236,7 @@ def anova_tests(exp: Experiment, cell_list: list[Cell]) -> list[dict]:
 def one_sample(values: list[float], mu: float) -> dict[str, float]:
     out = {"diff": math.nan, "t": math.nan, "df": math.nan, "p_t": math.nan, "p_flip": math.nan}
     if values:
-        out["diff"] = sum(values) / len(values) - mu
+        out["diff"] = snap(sum(values) / len(values) - mu, zero_tolerance(values, mu))
         out["p_flip"] = sign_flip_test(values, mu)
     if len(values) >= 2:
         out["t"], out["df"], out["p_t"] = one_sample_t_test(values, mu)
@@ -365,9 +379,14 @@ def anova_table(anova: list[dict]) -> list[str]:
         lines += [f"Two-way ANOVA of the per-run values, arm x {r['axis']}{blocks}; type II sums of squares:", ""]
         head = ["term", "SS", "df", "F", "p", "Holm", "BH"]
         lines += md_head(head)
+        # a residual of exactly 0 (stats.two_way_anova: within rounding) leaves every F and p undefined
+        undefined = t["residual"]["ss"] == 0 and t["residual"]["df"] > 0
         for key, name in [("a", "arm"), ("b", r["axis"]), ("a:b", f"arm x {r['axis']} (interaction)"), ("residual", "residual")]:
             adj = _adjusted(r) if key == "a:b" else ["—", "—"]
-            lines.append(md_row([name, fmt(t[key]["ss"]), fmt_df(t[key]["df"]), fmt(t[key]["F"], 3), fmt_p(t[key]["p"]), *adj]))
+            f, p = fmt(t[key]["F"], 3), fmt_p(t[key]["p"])
+            if undefined and key != "residual":
+                f = p = NO_WITHIN_VARIATION
+            lines.append(md_row([name, fmt(t[key]["ss"]), fmt_df(t[key]["df"]), f, p, *adj]))
         lines.append("")
     return lines
 

@@ -10,12 +10,16 @@ the doc, the reports and the data cannot drift apart."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import functools
+import math
+import random
 import re
 import statistics
 from pathlib import Path
 
+import numpy
 import pytest
 
 from lit_grpo.experiments.loader import load_experiment
@@ -538,17 +542,40 @@ def test_the_tables_headers_print_their_data():
     assert f"0.2-0.5 ({counts['0.2-0.5']})" in head and f"0.5-0.7 ({counts['0.5-0.7']})" in head
 
 
+def _rebuilt(exp, records, analysis) -> list[str]:
+    """The report's test sections, as the compare tool writes them."""
+    lines = [*family_section(exp, analysis)]
+    for mt in analysis.metrics:
+        lines += metric_section(exp, mt)
+    for profile in exp.profiles:
+        if profile.baseline:
+            lines += crossing_section(exp, profile, records)
+    return lines
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_each_published_report_is_its_runs_csv_rebuilt(name):
     """The tables of docs/results/<name>/report.md are what the compare tool computes from runs.csv today (the
     doc's sections point readers to those reports for every table)."""
     d = data(name)
-    lines = [*family_section(d.exp, d.analysis)]
-    for mt in d.analysis.metrics:
-        lines += metric_section(d.exp, mt)
-    for profile in d.exp.profiles:
-        if profile.baseline:
-            lines += crossing_section(d.exp, profile, d.records)
     report = (RESULTS / name / "report.md").read_text()
-    missing = [line for line in lines if line.strip() and line not in report]
+    missing = [line for line in _rebuilt(d.exp, d.records, d.analysis) if line.strip() and line not in report]
     assert not missing, f"docs/results/{name}/report.md is not its runs.csv rebuilt: {missing[:3]}"
+
+
+@pytest.mark.parametrize("move", ["up", "down", "either way"])
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_a_report_rebuilt_from_values_one_ulp_away_is_the_same(name, move):
+    """Another CPU, thread count or summation order leaves values a unit in the last place (ULP) away: every
+    value of runs.csv moved one ULP (all up, all down, or each its own way) rebuilds the published report."""
+    d = data(name)
+    rng = random.Random(0)
+    records = copy.deepcopy(d.records)
+    for r in records:
+        for key, v in r.values.items():
+            way = {"up": 1, "down": -1}.get(move) or rng.choice([-1, 1])
+            r.values[key] = float(numpy.nextafter(v, math.copysign(math.inf, way)))
+    report = (RESULTS / name / "report.md").read_text()
+    lines = _rebuilt(d.exp, records, analyse(d.exp, records))
+    missing = [line for line in lines if line.strip() and line not in report]
+    assert not missing, f"{name}, every value one ULP {move}: rows not in its report: {missing[:3]}"
