@@ -1,7 +1,8 @@
 """``lit-grpo compare --executor ray|slurm``: the grid on a local Ray instance gives the runs, statuses and report
-tables of the local executor; a Ray worker killed mid-run is retried; a stopped grid resumes; submitit's local
-executor runs a grid and requeues a run that exits 75; run_grid's requeue and lost-task rules with a stand-in
-child; bad inputs fail before anything runs.
+tables of the local executor; a Ray worker killed mid-run is retried; a stopped grid resumes; a run that exits 75
+is requeued and resumes from its checkpoint, on Ray and through submitit's local executor (there stopped by
+submitit's USR2); a run on two "GPUs" is a Slurm job of two tasks, each a rank; the sbatch flags of a job;
+run_grid's requeue, resume and lost-task rules with a stand-in child; bad inputs fail before anything runs.
 
 Ray and submitit are optional extras (``lit-grpo[ray]``, ``lit-grpo[slurm]``): without them these tests skip."""
 
@@ -134,17 +135,34 @@ def test_submitit_s_time_limit_signal_stops_a_run_with_a_checkpoint_and_its_retr
     out = capsys.readouterr().out
     assert "2 runs: 0 already finished (skipped), 2 to run, as Slurm jobs" in out
     assert re.search(r"requeued GRPO/default/seed\d: exit 75 \(interrupted, e.g. pre-empted\) at attempt 1", out)
+    _assert_resumed(root, marker, "SIGUSR2")
+    assert list((root / ".submitit").glob("*_log.out"))  # submitit's own files stay beside the runs
+
+
+def _assert_resumed(root: Path, marker: Path, signal: str) -> None:
+    """Both runs done, one at its second attempt, which went on from the checkpoint its first attempt wrote
+    into the run's directory after step 1 (stopped by ``signal``); its log holds both attempts."""
     statuses = [json.loads(p.read_text()) for p in sorted(root.glob("tiny/runs/*/*/*/status.json"))]
     assert [(s["status"], s["returncode"]) for s in statuses] == [("done", 0), ("done", 0)]
     assert sorted(s["attempt"] for s in statuses) == [1, 2] and marker.is_file()
-    # the retry went on from the checkpoint its first attempt wrote into the run's directory after step 1
-    (retried,) = [s for s in statuses if s["attempt"] == 2]
+    (first,), (retried,) = ([s for s in statuses if s["attempt"] == n] for n in (1, 2))
     checkpoint = Path(retried["log"]).parent / "checkpoints" / "last.ckpt"
-    assert retried["resumed_from"] == str(checkpoint) and "resumed_from" not in min(statuses, key=lambda s: s["attempt"])
+    assert retried["resumed_from"] == str(checkpoint) and "resumed_from" not in first
     log = Path(retried["log"]).read_text()
-    assert f"SIGUSR2: stopped after step 1; checkpoint written to {checkpoint}" in log  # the first attempt's
-    assert f"attempt 2: resuming from {checkpoint}" in log and f"Restoring states from the checkpoint path at {checkpoint}" in log
-    assert list((root / ".submitit").glob("*_log.out"))  # submitit's own files stay beside the runs
+    assert f"{signal}: stopped after step 1; checkpoint written to {checkpoint}" in log  # the first attempt's
+    assert f"attempt 2: resuming from {checkpoint}" in log
+    assert f"Restoring states from the checkpoint path at {checkpoint}" in log
+
+
+@pytest.mark.slow
+def test_a_ray_run_that_exits_75_is_retried_from_its_checkpoint(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("ray", reason="needs the ray extra: pip install 'lit-grpo[ray]'")
+    marker, exp = _once(tmp_path, monkeypatch, "SIGTERM", "os.getpid")  # as a pre-emption: checkpoint, exit 75
+    root = tmp_path / "out"
+    assert compare(["--config", str(exp), "--root", str(root), "--executor", "ray", "--max-retries", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"requeued GRPO/default/seed\d: exit 75 \(interrupted, e.g. pre-empted\) at attempt 1", out)
+    _assert_resumed(root, marker, "SIGTERM")
 
 
 #: A callback that writes each rank's world size, cluster environment and submitit task to ``rank<R>``.
