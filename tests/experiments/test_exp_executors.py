@@ -24,10 +24,13 @@ from lit_grpo.experiments.spec import Resources
 from tests.experiments.helpers import ROOT, SMALL, write_experiment
 
 #: A callback that, the first time any run of the test reaches the end of a training step, claims ``MARKER``
-#: (its pid in it) and sends ``SIGNAL`` to ``WHO`` (its own process, or its parent: the Ray worker).
+#: (its pid in it) and sends ``SIGNAL`` to ``WHO`` (its own process, or its parent: the Ray worker, the
+#: submitit task), then waits until the run's SaveOnInterrupt has the signal (one passed on by the parent
+#: arrives a little later), so that the run stops after this step whichever callback runs first.
 ONCE = """
 import os
 import signal
+import time
 
 from lightning import Callback
 
@@ -43,6 +46,10 @@ class Once(Callback):
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
         os.kill(WHO(), SIGNAL)
+        stop = [c for c in trainer.callbacks if type(c).__name__ == "SaveOnInterrupt"]
+        deadline = time.monotonic() + 60
+        while stop and not stop[0].requested and time.monotonic() < deadline:
+            time.sleep(0.01)
 """
 
 
