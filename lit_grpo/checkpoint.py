@@ -114,13 +114,15 @@ def _fsync_dir(path: Path) -> None:
 EXIT_INTERRUPTED = 75
 
 #: The signals :class:`SaveOnInterrupt` handles by default: Ctrl-C, a scheduler's pre-emption notice
-#: (SIGTERM; Slurm, Kubernetes, systemd), and SIGUSR1 (Slurm's ``--signal=USR1@<seconds>`` warning).
-STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
+#: (SIGTERM; Slurm, Kubernetes, systemd), and the warnings sent ahead of a time limit: SIGUSR1 (Slurm's
+#: ``--signal=USR1@<seconds>``) and SIGUSR2 (what submitit's jobs ask Slurm for, ``--signal=USR2@90``).
+#: Left alone, either user signal ends a process at once, without a checkpoint.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
 
 
 class SaveOnInterrupt(Callback):
-    """Ctrl-C (SIGINT), SIGTERM or SIGUSR1 finishes the current training step, writes a checkpoint and stops
-    ``fit``; ``lit-grpo fit`` then exits with :data:`EXIT_INTERRUPTED` (75): interrupted, resumable.
+    """Ctrl-C (SIGINT), SIGTERM, SIGUSR1 or SIGUSR2 finishes the current training step, writes a checkpoint
+    and stops ``fit``; ``lit-grpo fit`` then exits with :data:`EXIT_INTERRUPTED` (75): interrupted, resumable.
 
     The checkpoint is written between steps, so it is as clean as a scheduled one and a run resumed from
     it (``ckpt_path=last``) goes on exactly. After a signal no further validation runs: not the one Lightning

@@ -59,7 +59,8 @@ DESCRIPTION = (
 class LitGRPOCLI(LightningCLI):
     """LightningCLI with lit-grpo's defaults: TensorBoard logging under ``runs/``, the prompt DataModule,
     atomic checkpoint writes (:class:`~lit_grpo.checkpoint.AtomicCheckpointIO`) and a checkpoint on Ctrl-C,
-    SIGTERM or SIGUSR1 (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`; ``lit-grpo fit`` then exits with status 75).
+    SIGTERM, SIGUSR1 or SIGUSR2 (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`; ``lit-grpo fit`` then exits with
+    status 75).
 
     The model is given by class path in the config (``lit_grpo.GRPOModule`` or ``lit_grpo.SFTModule``);
     its components take short names on the command line, e.g. ``--model.estimator=Sign``.
@@ -72,7 +73,7 @@ class LitGRPOCLI(LightningCLI):
             sys.argv[1:] = resolved  # LightningCLI reads the command line itself
         elif resolved is not given:
             args = resolved
-        # Ctrl-C / SIGTERM / SIGUSR1 finish the step, write last.ckpt and stop: appended to the config's callbacks
+        # Ctrl-C / SIGTERM / SIGUSR1 / SIGUSR2 finish the step, write last.ckpt and stop: appended to the callbacks
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         given_kwargs = kwargs.get("parser_kwargs") or {}

@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--executor", choices=EXECUTORS, default="local",
         help="where the runs execute: local (this machine, --jobs at a time), ray (a Ray task per run with the "
-        "experiment's `resources`; extra lit-grpo[ray]) or slurm (a job per run via submitit; extra lit-grpo[slurm]). "
+        "experiment's `resources`; extra lit-grpo[ray]) or slurm (a job per run via submitit, a task per GPU; extra "
+        "lit-grpo[slurm]). "
         "ray and slurm need the results directory (--root) on a filesystem every node sees; docs/grids.md",
     )
     p.add_argument("--ray-address", metavar="HOST:PORT", default=None,
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-retries", type=int, default=2,
         help="with --executor ray or slurm: times a run is tried again when its worker dies (ray) or it exits "
-        "75, interrupted (pre-empted)",
+        "75, interrupted (pre-empted, or warned of its time limit), which resumes from its checkpoint",
     )
     p.add_argument("--partition", default=None, help="with --executor slurm: the jobs' Slurm partition")
     p.add_argument("--account", default=None, help="with --executor slurm: the jobs' Slurm account")

@@ -3,11 +3,12 @@
 ``local`` (the default) is a thread pool on this machine, ``--jobs`` runs at a time. ``ray`` makes each run and
 each prepare step a Ray task holding the resources the experiment declares (``resources:`` in its YAML); Ray runs
 a task again when its worker or node dies (``max_retries``). ``slurm`` makes each one a Slurm job through
-submitit. Either way the task runs the same ``lit-grpo fit`` child as the local executor
-(:func:`lit_grpo.experiments.runner.run_one`), from the driver's working directory, and writes into the results
-directory, which must be on a filesystem every node sees; the ``status.json`` rules skip finished runs next time.
-A run whose child exits 75 (stopped by SIGTERM or SIGUSR1 after writing a checkpoint: pre-empted) is submitted
-again by :func:`~lit_grpo.experiments.runner.run_grid`, at most ``retries`` times.
+submitit, with one task per GPU (:func:`_task`). Either way the task runs the same ``lit-grpo fit`` child as the
+local executor (:func:`lit_grpo.experiments.runner.run_one`), from the driver's working directory, and writes into
+the results directory, which must be on a filesystem every node sees; the ``status.json`` rules skip finished
+runs next time. A run whose child exits 75 (stopped by a signal after writing a checkpoint: pre-empted, or
+warned of its time limit) is submitted again by :func:`~lit_grpo.experiments.runner.run_grid`, at most
+``retries`` times, and goes on from that checkpoint (:func:`~lit_grpo.experiments.runner.resume_checkpoint`).
 
 An executor has ``submit(resources, fn, *args)`` (a handle), ``wait(handles, timeout)`` (those finished),
 ``result(handle)`` (``fn``'s value; an exception when the task was lost), ``free()`` (the cluster's free
@@ -18,8 +19,10 @@ names its tasks, ``retries`` bounds the resubmissions, ``progress_every`` spaces
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import shutil
+import signal
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -126,9 +129,91 @@ class RayExecutor:
         self.ray.shutdown()
 
 
+#: Seconds a task of a Slurm job other than the first lets its child run on after the first task has ended
+#: (the ranks end together; a rank left waiting for a lost rank 0 would hold its GPU until the time limit).
+FOLLOW_GRACE = 60.0
+
+
+def _srun_variables(env) -> dict[str, str]:
+    """The variables srun gives a task, which Lightning's ``SLURMEnvironment`` reads (ranks, world size, the
+    head node, a port from the job id), from submitit's view of the task: on Slurm they are srun's own; under
+    submitit's local executor, which sets only its own variables, they make the job the same to Lightning."""
+    if env.cluster == "slurm":
+        return {}
+    return {
+        "SLURM_JOB_ID": env.job_id, "SLURM_JOB_NAME": "lit-grpo", "SLURM_NODELIST": "127.0.0.1",
+        "SLURM_NNODES": str(env.num_nodes), "SLURM_NTASKS": str(env.num_tasks),
+        "SLURM_NTASKS_PER_NODE": str(env.num_tasks // env.num_nodes), "SLURM_NODEID": str(env.node),
+        "SLURM_PROCID": str(env.global_rank), "SLURM_LOCALID": str(env.local_rank),
+    }
+
+
+def _pass_on(signum: int, frame: Any) -> None:
+    """The signal submitit's jobs get ahead of their time limit (USR2), passed on to the ``lit-grpo fit`` child,
+    which finishes its step, writes its checkpoint and exits 75 (the grid submits the run again)."""
+    from lit_grpo.experiments import runner
+
+    for child in list(runner.CHILDREN):
+        child.send_signal(signum)
+
+
+def _task(cwd: str, fn: Callable, *args: Any) -> Any:
+    """One task of a Slurm job, in the driver's working directory ``cwd``. The first task runs ``fn(*args)``
+    (:func:`~lit_grpo.experiments.runner.run_one`, or a prepare step), whose ``lit-grpo`` child is rank 0; each
+    other task starts the same command as the next rank, once the first has written it (:func:`_follow`).
+
+    submitit answers its time-limit signal (USR2) by requeueing the job and exiting, which kills the child
+    without a checkpoint: here the signal is passed on to the child instead (``SaveOnInterrupt`` handles it).
+    SIGTERM (pre-emption, ``scancel``) reaches the child from Slurm itself; submitit's task ignores it."""
+    import submitit
+
+    from lit_grpo.experiments import runner
+
+    os.chdir(cwd)
+    env = submitit.JobEnvironment()
+    os.environ.update(_srun_variables(env))
+    signal.signal(getattr(signal, f"SIG{env.USR_SIG}"), _pass_on)
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+    command = env.paths.folder / f"{env.job_id}_{restarts}_command.json"
+    if env.global_rank == 0:
+        runner.announce_to = command
+        return fn(*args)
+    first = submitit.core.utils.JobPaths(env.paths.folder, env.job_id, task_id=0).result_pickle
+    return _follow(command, first)
+
+
+def _follow(command: Path, first: Path) -> int | str | None:
+    """A task other than the first: run the ``lit-grpo`` command the first task wrote to ``command`` (None
+    when the first task ended, its ``first`` result written, without writing one), output to this task's log;
+    its child is ended :data:`FOLLOW_GRACE` seconds after the first task ended, if still running."""
+    from lit_grpo.experiments import runner
+
+    while not command.exists():
+        if first.exists():
+            return None
+        time.sleep(1)
+    spec = json.loads(command.read_text())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        call = pool.submit(runner._call, tuple(spec["args"]), None, spec["threads"], spec["timeout"])
+        while not call.done():
+            if first.exists():  # the first task has ended: this rank ends with it
+                if not concurrent.futures.wait([call], FOLLOW_GRACE).done:
+                    for child in list(runner.CHILDREN):
+                        child.kill()
+                break
+            time.sleep(1)
+        return call.result()[0]
+
+
 class SlurmExecutor:
     """One Slurm job per run through submitit, its files under ``folder``; ``cluster="local"`` runs the jobs as
-    processes on this machine (submitit's local executor, for the tests)."""
+    processes on this machine (submitit's local executor, for the tests).
+
+    A run with ``resources.gpus`` G > 1 is a job of G tasks on one node (``--ntasks-per-node=G``,
+    ``--gpus-per-node=G``, ``--cpus-per-task`` = ``resources.cpus`` each), as Lightning's ``SLURMEnvironment``
+    expects: each task is a rank of the run (``trainer.devices`` must be G). srun is given ``--cpus-per-task``
+    too (since Slurm 22.05 it no longer takes it from the job). Jobs are ``--no-requeue``: the grid submits a
+    pre-empted run again itself, and a run never has two jobs."""
 
     kind, progress_every = "Slurm jobs", PROGRESS_EVERY
 
@@ -139,16 +224,19 @@ class SlurmExecutor:
             raise ValueError("--executor slurm: no `sbatch` on PATH; run lit-grpo compare where jobs are submitted")
         self.retries, self.executor = retries, submitit.AutoExecutor(folder=folder, cluster=cluster)
         self.executor.update_parameters(
-            name="lit-grpo", timeout_min=minutes, slurm_partition=partition, slurm_account=account
+            name="lit-grpo", timeout_min=minutes, slurm_partition=partition, slurm_account=account,
+            slurm_additional_parameters={"no-requeue": True},
         )
 
     def submit(self, resources: Resources, fn: Callable, *args: Any):
         if resources.gpus != int(resources.gpus):
             raise ValueError(f"resources.gpus: {resources.gpus} GPUs: Slurm gives whole GPUs; use an integer")
+        gpus = int(resources.gpus)
         self.executor.update_parameters(
-            cpus_per_task=resources.cpus, gpus_per_node=int(resources.gpus) or None, mem_gb=resources.memory_gb
+            tasks_per_node=max(1, gpus), cpus_per_task=resources.cpus, gpus_per_node=gpus or None,
+            mem_gb=resources.memory_gb, slurm_srun_args=[f"--cpus-per-task={resources.cpus}"],
         )
-        return self.executor.submit(_in_dir, os.getcwd(), fn, *args)
+        return self.executor.submit(_task, os.getcwd(), fn, *args)
 
     def wait(self, handles: Iterable, timeout: float | None) -> list:
         handles, start = list(handles), time.monotonic()
@@ -159,7 +247,7 @@ class SlurmExecutor:
         return done
 
     def result(self, handle) -> Any:
-        return handle.result()
+        return handle.results()[0]  # the first task's: it ran fn
 
     def free(self) -> str:
         return ""

@@ -190,7 +190,10 @@ def without_axis(setting: tuple[tuple[str, str], ...], axis: str) -> str:
 
 
 def _logger_args(run_dir: Path) -> tuple[str, ...]:
+    """Where a run writes, after the experiment's arguments: its logs, and its interrupt checkpoint
+    (``<run_dir>/checkpoints/last.ckpt``, which a retried run resumes from), in its own directory."""
     return (
+        f"--trainer.default_root_dir={run_dir}",
         f"--trainer.logger.init_args.save_dir={run_dir}",
         "--trainer.logger.init_args.name=tb",
         "--trainer.logger.init_args.version=0",

@@ -1,14 +1,18 @@
 """Running the grid: prepare steps once, then each run as its own ``lit-grpo fit`` process.
 
 A run writes ``run.log`` (its output), ``command.txt``, ``attempt.json`` and, when it ends, ``status.json``
-(``{"status": "done" | "failed", "returncode", "seconds", "args", "log", "attempt"}``). A run whose
-``status.json`` says done with the same arguments is skipped next time; a failed, unfinished or changed run
-starts again from an empty directory. A crash stays inside its process: it is recorded and the others go on.
+(``{"status": "done" | "failed", "returncode", "seconds", "args", "log", "attempt"}``, and ``resumed_from``
+when it went on from a checkpoint). A run whose ``status.json`` says done with the same arguments is skipped
+next time. A run stopped with exit 75 (a signal; it wrote ``last.ckpt``) with the same arguments, or started
+by this grid and lost with its worker or job, goes on from the newest ``last.ckpt`` in its directory; any
+other failed, unfinished or changed run starts again from an empty directory. A crash stays inside its
+process: it is recorded and the others go on.
 The runs execute on this machine, or on a Ray cluster or Slurm (:mod:`lit_grpo.experiments.executors`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -62,21 +66,41 @@ def needs_run(run: Run, retry_failed: bool = True) -> bool:
     return status.get("status") != "done" and retry_failed
 
 
+#: The ``lit-grpo`` children running now in this process (a Slurm job's task passes signals on to them).
+CHILDREN: set[subprocess.Popen] = set()
+#: Where :func:`_call` writes the command it runs, for the other tasks of a Slurm job of several tasks
+#: (:mod:`lit_grpo.experiments.executors` sets it in the job's first task); None: nowhere.
+announce_to: Path | None = None
+
+
 def _env(threads: int) -> dict[str, str]:
     threads_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     return {**os.environ, **threads_env, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
 
 
-def _call(args: tuple[str, ...], log: Path, threads: int, timeout: float | None) -> tuple[int | str, float]:
-    """Run ``lit-grpo <args>`` in a child process, output to ``log``; (return code or "timeout", seconds)."""
+def _call(args: tuple[str, ...], log: Path | None, threads: int, timeout: float | None,
+          append: bool = False) -> tuple[int | str, float]:
+    """Run ``lit-grpo <args>`` in a child process, output to ``log`` (after what it holds, with ``append``;
+    None: this process's output); (return code or "timeout", seconds)."""
+    if announce_to is not None:  # written whole (renamed into place): the other tasks start the same command
+        announce_to.with_suffix(".tmp").write_text(json.dumps({"args": list(args), "threads": threads,
+                                                               "timeout": timeout}))
+        announce_to.with_suffix(".tmp").rename(announce_to)
     start = time.monotonic()
-    with open(log, "w") as out:
-        try:
-            command = [sys.executable, "-c", _LAUNCH, str(os.getpid()), *args]
-            rc: int | str = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=_env(threads),
-                                           timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
+    with open(log, "a" if append else "w") if log is not None else contextlib.nullcontext() as out:
+        command = [sys.executable, "-c", _LAUNCH, str(os.getpid()), *args]
+        with subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_env(threads)) as child:
+            CHILDREN.add(child)
+            try:
+                rc: int | str = child.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                rc = "timeout"
+            except BaseException:  # as subprocess.run: the child does not outlive an error here
+                child.kill()
+                raise
+            finally:
+                CHILDREN.discard(child)
     return rc, time.monotonic() - start
 
 
@@ -90,21 +114,45 @@ def _attempts(run_dir: Path, token: str) -> int:
     return last["attempt"] if last.get("token") == token else 0
 
 
+def resume_checkpoint(run: Run, token: str = "") -> Path | None:
+    """The checkpoint ``run`` goes on from: the newest ``last.ckpt`` in its directory when the directory holds
+    an interrupted attempt of these arguments (``status.json``: exit 75), or one this grid (``token``)
+    started and never recorded (its worker or job was lost); else None (the run starts from scratch)."""
+    status = read_status(run.run_dir)
+    if status is None:
+        interrupted = _attempts(run.run_dir, token) > 0
+    else:
+        interrupted = status.get("returncode") == EXIT_INTERRUPTED and status.get("args") == list(run.args)
+    found = sorted(run.run_dir.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime) if interrupted else []
+    return found[-1] if found else None
+
+
 def run_one(run: Run, threads: int, timeout: float | None = None, token: str = "") -> dict:
-    """Run one grid cell from an empty directory and record its status."""
+    """Run one grid cell and record its status: from the checkpoint of its interrupted attempt
+    (:func:`resume_checkpoint`; the log goes on after that attempt's), else from an empty directory."""
     attempt = _attempts(run.run_dir, token) + 1
-    if run.run_dir.exists():
+    checkpoint, earlier = resume_checkpoint(run, token), read_status(run.run_dir) or {}
+    args = run.args if checkpoint is None else (*run.args, f"--ckpt_path={checkpoint}")
+    if checkpoint is None and run.run_dir.exists():
         shutil.rmtree(run.run_dir)
-    run.run_dir.mkdir(parents=True)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    (run.run_dir / STATUS_FILE).unlink(missing_ok=True)  # unfinished until this attempt ends
     (run.run_dir / ATTEMPT_FILE).write_text(json.dumps({"token": token, "attempt": attempt}))
-    (run.run_dir / "command.txt").write_text(shell_command(run.args, threads) + "\n")
-    rc, seconds = _call(run.args, run.log_path, threads, timeout)
+    (run.run_dir / "command.txt").write_text(shell_command(args, threads) + "\n")
+    if checkpoint is not None:
+        with open(run.log_path, "a") as log:
+            log.write(f"\n[lit-grpo compare] attempt {attempt}: resuming from {checkpoint}\n")
+    rc, seconds = _call(args, run.log_path, threads, timeout, append=checkpoint is not None)
+    if checkpoint is not None:  # the run's time is that of all its attempts
+        return _record(run, rc, seconds + earlier.get("seconds", 0), attempt, checkpoint)
     return _record(run, rc, seconds, attempt)
 
 
-def _record(run: Run, rc: int | str, seconds: float, attempt: int) -> dict:
+def _record(run: Run, rc: int | str, seconds: float, attempt: int, resumed_from: Path | None = None) -> dict:
     status = {"status": "done" if rc == 0 else "failed", "returncode": rc, "seconds": round(seconds, 2),
               "args": list(run.args), "log": str(run.log_path), "attempt": attempt}
+    if resumed_from is not None:
+        status["resumed_from"] = str(resumed_from)
     run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / STATUS_FILE).write_text(json.dumps(status, indent=1))
     return status

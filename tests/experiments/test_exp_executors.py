@@ -1,11 +1,13 @@
 """``lit-grpo compare --executor ray|slurm``: the grid on a local Ray instance gives the runs, statuses and report
-tables of the local executor; a Ray worker killed mid-run is retried; a stopped grid resumes; submitit's local
-executor runs a grid and requeues a run that exits 75; run_grid's requeue and lost-task rules with a stand-in
-child; bad inputs fail before anything runs.
+tables of the local executor; a Ray worker killed mid-run is retried; a stopped grid resumes; a run that exits 75
+is requeued and resumes from its checkpoint, on Ray and through submitit's local executor (there stopped by
+submitit's USR2); a run on two "GPUs" is a Slurm job of two tasks, each a rank; the sbatch flags of a job;
+run_grid's requeue, resume and lost-task rules with a stand-in child; bad inputs fail before anything runs.
 
 Ray and submitit are optional extras (``lit-grpo[ray]``, ``lit-grpo[slurm]``): without them these tests skip."""
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 
 from lit_grpo.commands.compare import compare
 from lit_grpo.experiments import runner
-from lit_grpo.experiments.executors import CLUSTER_ENV, LocalExecutor
+from lit_grpo.experiments.executors import CLUSTER_ENV, LocalExecutor, SlurmExecutor
 from lit_grpo.experiments.grid import Run
 from lit_grpo.experiments.loader import load_experiment
 from lit_grpo.experiments.runner import run_grid
@@ -22,10 +24,13 @@ from lit_grpo.experiments.spec import Resources
 from tests.experiments.helpers import ROOT, SMALL, write_experiment
 
 #: A callback that, the first time any run of the test reaches the end of a training step, claims ``MARKER``
-#: (its pid in it) and sends ``SIGNAL`` to ``WHO`` (its own process, or its parent: the Ray worker).
+#: (its pid in it) and sends ``SIGNAL`` to ``WHO`` (its own process, or its parent: the Ray worker, the
+#: submitit task), then waits until the run's SaveOnInterrupt has the signal (one passed on by the parent
+#: arrives a little later), so that the run stops after this step whichever callback runs first.
 ONCE = """
 import os
 import signal
+import time
 
 from lightning import Callback
 
@@ -41,6 +46,10 @@ class Once(Callback):
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
         os.kill(WHO(), SIGNAL)
+        stop = [c for c in trainer.callbacks if type(c).__name__ == "SaveOnInterrupt"]
+        deadline = time.monotonic() + 60
+        while stop and not stop[0].requested and time.monotonic() < deadline:
+            time.sleep(0.01)
 """
 
 
@@ -120,20 +129,105 @@ def test_a_run_whose_ray_worker_is_killed_is_retried(tmp_path, monkeypatch, caps
 
 
 @pytest.mark.slow
-def test_submitit_runs_the_grid_and_requeues_a_run_that_exits_75(tmp_path, monkeypatch, capsys):
+def test_submitit_s_time_limit_signal_stops_a_run_with_a_checkpoint_and_its_retry_resumes(tmp_path, monkeypatch,
+                                                                                         capsys):
     pytest.importorskip("submitit", reason="needs the slurm extra: pip install 'lit-grpo[slurm]'")
     monkeypatch.setenv(CLUSTER_ENV, "local")  # submitit's local executor: the jobs are processes here
-    marker, exp = _once(tmp_path, monkeypatch, "SIGTERM", "os.getpid")  # as a pre-emption: checkpoint, exit 75
+    # USR2 to the job's task, as submitit's local executor and Slurm's --signal=USR2@90 send it ahead of the
+    # time limit: submitit would requeue the job and kill the child; the task passes it on to the child instead
+    marker, exp = _once(tmp_path, monkeypatch, "SIGUSR2", "os.getppid")
     root = tmp_path / "out"
     argv = ["--config", str(exp), "--root", str(root), "--executor", "slurm", "--partition", "p", "--account", "a"]
     assert compare(argv) == 0
     out = capsys.readouterr().out
     assert "2 runs: 0 already finished (skipped), 2 to run, as Slurm jobs" in out
     assert re.search(r"requeued GRPO/default/seed\d: exit 75 \(interrupted, e.g. pre-empted\) at attempt 1", out)
+    _assert_resumed(root, marker, "SIGUSR2")
+    assert list((root / ".submitit").glob("*_log.out"))  # submitit's own files stay beside the runs
+
+
+def _assert_resumed(root: Path, marker: Path, signal: str) -> None:
+    """Both runs done, one at its second attempt, which went on from the checkpoint its first attempt wrote
+    into the run's directory after step 1 (stopped by ``signal``); its log holds both attempts."""
     statuses = [json.loads(p.read_text()) for p in sorted(root.glob("tiny/runs/*/*/*/status.json"))]
     assert [(s["status"], s["returncode"]) for s in statuses] == [("done", 0), ("done", 0)]
     assert sorted(s["attempt"] for s in statuses) == [1, 2] and marker.is_file()
-    assert list((root / ".submitit").glob("*_log.out"))  # submitit's own files stay beside the runs
+    (first,), (retried,) = ([s for s in statuses if s["attempt"] == n] for n in (1, 2))
+    checkpoint = Path(retried["log"]).parent / "checkpoints" / "last.ckpt"
+    assert retried["resumed_from"] == str(checkpoint) and "resumed_from" not in first
+    log = Path(retried["log"]).read_text()
+    assert f"{signal}: stopped after step 1; checkpoint written to {checkpoint}" in log  # the first attempt's
+    assert f"attempt 2: resuming from {checkpoint}" in log
+    assert f"Restoring states from the checkpoint path at {checkpoint}" in log
+
+
+@pytest.mark.slow
+def test_a_ray_run_that_exits_75_is_retried_from_its_checkpoint(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("ray", reason="needs the ray extra: pip install 'lit-grpo[ray]'")
+    marker, exp = _once(tmp_path, monkeypatch, "SIGTERM", "os.getpid")  # as a pre-emption: checkpoint, exit 75
+    root = tmp_path / "out"
+    assert compare(["--config", str(exp), "--root", str(root), "--executor", "ray", "--max-retries", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"requeued GRPO/default/seed\d: exit 75 \(interrupted, e.g. pre-empted\) at attempt 1", out)
+    _assert_resumed(root, marker, "SIGTERM")
+
+
+#: A callback that writes each rank's world size, cluster environment and submitit task to ``rank<R>``.
+RANKS = """
+import os
+from pathlib import Path
+
+from lightning import Callback
+
+
+class Ranks(Callback):
+    def on_train_start(self, trainer, pl_module):
+        env = type(trainer.strategy.cluster_environment).__name__
+        task = os.environ.get("SUBMITIT_LOCAL_GLOBALID")
+        Path({folder!r}, f"rank{{trainer.global_rank}}").write_text(f"{{trainer.world_size}} {{env}} task {{task}}")
+"""
+
+
+@pytest.mark.slow
+def test_a_run_on_two_gpus_is_a_job_of_two_tasks_each_a_rank(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("submitit", reason="needs the slurm extra: pip install 'lit-grpo[slurm]'")
+    monkeypatch.setenv(CLUSTER_ENV, "local")
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "ranksmod.py").write_text(RANKS.format(folder=str(tmp_path)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{':'.join(sys.path)}")
+    # two processes on the CPU stand in for two GPUs (the local executor only sets CUDA_VISIBLE_DEVICES for them)
+    args = [*SMALL, "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp",
+            "--trainer.callbacks+=ranksmod.Ranks"]
+    exp = write_experiment(tmp_path / "exp.yaml", args=args, arms={"GRPO": {"estimator": "GRPO"}}, seeds=[0],
+                           resources={"cpus": 1, "gpus": 2})
+    root = tmp_path / "out"
+    assert compare(["--config", str(exp), "--root", str(root), "--executor", "slurm"]) == 0, capsys.readouterr()
+    # each rank is a task of the job, as srun starts them, and Lightning's SLURMEnvironment numbers them: not
+    # one task whose child starts the other rank itself (under Slurm that child sees one task: world size 1)
+    ranks = {p.name: p.read_text() for p in tmp_path.glob("rank[0-9]")}
+    assert ranks == {"rank0": "2 SLURMEnvironment task 0", "rank1": "2 SLURMEnvironment task 1"}
+    (status,) = [json.loads(p.read_text()) for p in root.glob("tiny/runs/*/*/*/status.json")]
+    assert (status["status"], status["returncode"], status["attempt"]) == ("done", 0, 1)
+
+
+def test_a_slurm_job_has_a_task_per_gpu_its_cpus_in_srun_and_no_slurm_requeue(tmp_path, monkeypatch):
+    pytest.importorskip("submitit", reason="needs the slurm extra: pip install 'lit-grpo[slurm]'")
+    (tmp_path / "bin").mkdir()  # a submit host where nothing is submitted: sbatch answers, srun is not run
+    for name, says in [("sbatch", "echo Submitted batch job 4242"), ("srun", "exit 1")]:
+        (tmp_path / "bin" / name).write_text(f"#!/bin/sh\n{says}\n")
+        (tmp_path / "bin" / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    executor = SlurmExecutor(2, tmp_path / "jobs", "gpu", "proj", 90)
+    job = executor.submit(Resources(cpus=3, gpus=2, memory_gb=16), print, "x")
+    script = job.paths.submission_file.read_text()
+    flags = set(re.findall(r"^#SBATCH (--\S+)$", script, re.M))
+    assert {"--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=3", "--mem=16GB", "--partition=gpu",
+            "--account=proj", "--time=90", "--no-requeue", "--signal=USR2@90"} <= flags
+    (srun,) = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert "--cpus-per-task=3" in srun.split()  # srun takes it from the job no more (Slurm >= 22.05)
+    job = executor.submit(Resources(cpus=2), print, "x")  # no GPU: one task
+    assert "#SBATCH --ntasks-per-node=1\n" in job.paths.submission_file.read_text()
 
 
 class _Retrying(LocalExecutor):
@@ -145,25 +239,54 @@ class _Retrying(LocalExecutor):
         return "free: all"
 
 
-def test_run_grid_requeues_exit_75_and_records_a_lost_task(tmp_path, monkeypatch):
+def test_run_grid_requeues_exit_75_resumes_it_and_records_a_lost_task(tmp_path, monkeypatch):
     calls = []
 
-    def call(args, log, threads, timeout):  # stands in for the child: 75 once for run a, an error for run b
-        calls.append(args[1])
+    def call(args, log, threads, timeout, append=False):  # the child: 75 once for run a (after its checkpoint)
+        calls.append(args)
         if args[1] == "b":
             raise OSError("the node's disk went away")
-        return (75 if calls.count("a") == 1 else 0), 0.1
+        with open(log, "a" if append else "w") as out:
+            out.write(f"attempt {sum(c[1] == 'a' for c in calls)}\n")
+        if len(calls) == 1:
+            (tmp_path / "a" / "checkpoints").mkdir()
+            (tmp_path / "a" / "checkpoints" / "last.ckpt").write_text("step 1")
+            return 75, 0.1
+        return 0, 0.1
 
     monkeypatch.setattr(runner, "_call", call)
     runs = [Run(name, (), 0, ("fit", name), tmp_path / name) for name in "ab"]
     lines = []
-    assert run_grid(runs, 1, 2, echo=lines.append, executor=_Retrying(2))[0] == 2
+    assert run_grid(runs, 1, 1, echo=lines.append, executor=_Retrying(1))[0] == 2
     assert "2 runs: 0 already finished (skipped), 2 to run, as test tasks with 1 thread(s) each" in lines
     assert "requeued a/default/seed0: exit 75 (interrupted, e.g. pre-empted) at attempt 1" in lines
     assert any(re.fullmatch(r"\[\d/2\] ok     a/default/seed0 \(0 s, retried: attempt 2\)", x) for x in lines)
     assert any(re.fullmatch(r"\[\d/2\] FAILED b/default/seed0 \(0 s\)  exit lost: OSError, log: .*", x) for x in lines)
-    assert lines[-1] == "[runs] 0 pending, 0 running, 1 done, 1 failed; free: all" and calls.count("a") == 2
-    assert json.loads((tmp_path / "a" / "status.json").read_text())["attempt"] == 2
+    assert lines[-1] == "[runs] 0 pending, 0 running, 1 done, 1 failed; free: all"
+    # the retry went on from the checkpoint the interrupted attempt left in the run's directory
+    checkpoint = tmp_path / "a" / "checkpoints" / "last.ckpt"
+    assert [c for c in calls if c[1] == "a"] == [("fit", "a"), ("fit", "a", f"--ckpt_path={checkpoint}")]
+    status = json.loads((tmp_path / "a" / "status.json").read_text())
+    assert (status["attempt"], status["resumed_from"], status["args"]) == (2, str(checkpoint), ["fit", "a"])
+    assert status["seconds"] == 0.2 and checkpoint.read_text() == "step 1"  # both attempts' time
+    log = (tmp_path / "a" / "run.log").read_text()
+    assert log.startswith("attempt 1\n") and f"attempt 2: resuming from {checkpoint}\nattempt 2\n" in log
+
+
+def test_a_run_starts_from_scratch_unless_its_directory_holds_an_interrupted_attempt(tmp_path):
+    run = Run("a", (), 0, ("fit", "a"), tmp_path / "a")
+    checkpoint = run.run_dir / "tb" / "version_0" / "checkpoints" / "last.ckpt"  # ModelCheckpoint's, say
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_text("")
+    assert runner.resume_checkpoint(run, "grid") is None  # never started by this grid, no status
+    (run.run_dir / "attempt.json").write_text(json.dumps({"token": "grid", "attempt": 1}))
+    assert runner.resume_checkpoint(run, "grid") == checkpoint  # this grid's attempt, lost with its worker
+    assert runner.resume_checkpoint(run, "another grid") is None
+    for rc, args, resumes in [(75, ["fit", "a"], True), (1, ["fit", "a"], False), (75, ["fit", "b"], False)]:
+        (run.run_dir / "status.json").write_text(json.dumps({"returncode": rc, "args": args}))
+        assert runner.resume_checkpoint(run, "another grid") == (checkpoint if resumes else None)
+    checkpoint.unlink()
+    assert runner.resume_checkpoint(run, "grid") is None
 
 
 @pytest.mark.parametrize(("executor", "module"), [("ray", "ray"), ("slurm", "submitit")])

@@ -1,5 +1,5 @@
-"""Fault matrix, signals: a scheduler's SIGTERM or SIGUSR1 mid-run, signals during a checkpoint write and
-Ctrl-C. The run writes a checkpoint after the current step and exits 75 (interrupted, resumable); resumed
+"""Fault matrix, signals: a scheduler's SIGTERM, SIGUSR1 or SIGUSR2 (submitit's warning) mid-run, signals
+during a checkpoint write and Ctrl-C. The run writes a checkpoint after the current step and exits 75 (interrupted, resumable); resumed
 from it, the run ends with exactly the parameters of the uninterrupted run. Sent from the test to a child
 ``python -m lit_grpo fit`` where the exit status is the point, in-process otherwise."""
 
@@ -22,7 +22,9 @@ def _resume_to_the_end(tmp, reference) -> None:
     assert same_params(params(outcome.cli.model), reference["params"])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2], ids=["SIGTERM", "SIGUSR1", "SIGUSR2"]
+)
 def test_a_signal_mid_run_saves_after_the_step_exits_75_and_resumes_exactly(tmp_path, reference, signum):
     cfg = config(tmp_path, steps=4)
     cfg["trainer"]["callbacks"].append({"class_path": f"{FAULTS}.PauseAt", "init_args": {"step": 1}})

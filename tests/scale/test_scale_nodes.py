@@ -255,9 +255,16 @@ def test_the_static_launch_of_the_multinode_config_is_the_tested_one():
 
 def test_the_documented_sbatch_script_matches_its_config():
     """#SBATCH --nodes and --ntasks-per-node equal the config's trainer.num_nodes and trainer.devices (what
-    Lightning's SLURMEnvironment checks), and srun starts ``lit-grpo fit`` with that config."""
+    Lightning's SLURMEnvironment checks), and srun starts ``lit-grpo fit`` with that config; the job can be
+    requeued, its tasks get the job's CPUs, and its warning signal is one ``lit-grpo fit`` saves on."""
+    from lit_grpo.checkpoint import STOP_SIGNALS
+
     lines = _doc_block("#!/bin/bash")
-    sbatch = dict(re.match(r"#SBATCH (--[\w-]+)=(\S+)", line).groups() for line in lines if line.startswith("#SBATCH"))
+    sbatch = dict(re.match(r"#SBATCH (--[\w-]+)(?:=(\S+))?$", line).groups() for line in lines
+                  if line.startswith("#SBATCH"))
+    assert "--requeue" in sbatch and int(sbatch["--cpus-per-task"]) >= 1
+    assert "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK" in lines  # srun >= 22.05 does not inherit it
+    assert "SIG" + sbatch["--signal"].split("@")[0] in STOP_SIGNALS
     (srun,) = [shlex.split(line) for line in lines if line.startswith("srun ")]
     assert srun[1:4] == ["lit-grpo", "fit", "--config"]
     nodes, devices, data_parallel = _config_layout(srun[4])
