@@ -140,4 +140,4 @@ class SearchEnvironment(ToolEnvironment):
         return self._index
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_index": None, "_documents": []}  # rebuilt where it is used
+        return {**super().__getstate__(), "_index": None, "_documents": []}  # rebuilt where it is used
