@@ -46,6 +46,10 @@ class WorkerDied(Exception):
     """The worker process ended during a call (``os._exit``, a signal, a crash in C code)."""
 
 
+class _NotTaken(Exception):
+    """The worker was dead before it took the call."""
+
+
 class WorkerStartError(RuntimeError):
     """A worker could not load the tools (the message names the reason and the fix)."""
 
@@ -93,17 +97,26 @@ class WorkerPool:
     def call(self, name: str, arguments: dict[str, Any], timeout_s: float) -> tuple[str, Any]:
         """Runs tool ``name`` in a worker: ``("ok", value)``, ``("type", type name)`` for a result of another
         type than text or a number, or ``("raised", "Kind: message")``. Raises :class:`ToolTimeout` past
-        ``timeout_s`` and :class:`WorkerDied` when the worker ended; both leave the pool usable."""
+        ``timeout_s`` and :class:`WorkerDied` when the worker ended during the call; both leave the pool usable.
+        A worker found dead before it took the call (killed from outside while idle) is replaced, and the call
+        sent again."""
         with self._slots:
-            worker = self._take()
-            try:
-                outcome = worker.run((name, arguments), timeout_s)
-            except BaseException:
-                self._drop(worker)
-                raise
-            with self._lock:
-                self._idle.append(worker)
-            return outcome
+            for attempt in range(2):
+                worker = self._take()
+                try:
+                    outcome = worker.run((name, arguments), timeout_s)
+                except _NotTaken:
+                    self._drop(worker)
+                    if attempt == 0:
+                        continue
+                    raise WorkerDied("its worker process ended before it took the call, twice") from None
+                except BaseException:
+                    self._drop(worker)
+                    raise
+                with self._lock:
+                    self._idle.append(worker)
+                return outcome
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         """Stops every worker (a later call starts new ones)."""
@@ -166,6 +179,10 @@ class _Worker:
     def run(self, request: tuple[str, dict], timeout_s: float) -> tuple[str, Any]:
         try:
             self.conn.send(request)
+            self.conn.recv()  # the worker took the call (it answers at once; only a dead worker does not)
+        except (EOFError, OSError):
+            raise _NotTaken from None
+        try:
             if not self.conn.poll(timeout_s):
                 raise ToolTimeout(f"ran past its time limit of {timeout_s:g} s; its worker process was killed")
             return self.conn.recv()
@@ -219,6 +236,7 @@ def _serve(conn: Connection, blob: bytes, memory: int | None) -> None:
             name, arguments = conn.recv()
         except (EOFError, OSError):
             return
+        conn.send(("taken", None))
         conn.send(_answer(tools[name], arguments, memory))
 
 
