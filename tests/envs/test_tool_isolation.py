@@ -211,7 +211,7 @@ def test_the_tool_calls_of_different_episodes_run_at_once(tmp_path, tool, isolat
         return turns[prompt.count("<|assistant|>") - 1] + "<eos>"
 
     tok = chat_tokenizer(PLAIN_TEMPLATE)
-    env = ToolEnvironment(tools=TOOLS, isolation=isolation, workers=4)
+    env = ToolEnvironment(tools=TOOLS, isolation=isolation, workers=4, timeout_s=60.0)  # workers start unevenly
     r = run_episodes(ScriptedEngine(tok, respond), tok, [RECORD], env, n=4,
                      sampling=SamplingParams(max_new_tokens=200), max_turns=2)
     results = [m["content"] for ep in r.episodes for m in ep.messages if m["role"] == "tool"]
