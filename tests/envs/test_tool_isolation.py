@@ -8,13 +8,22 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 import lightning as L
 import pytest
 
-from lit_grpo.envs import Episode, EpisodeEngine, ToolEnvironment, run_episodes
+from lit_grpo.envs import (
+    ConcurrentSteps,
+    Environment,
+    Episode,
+    EpisodeEngine,
+    StepResult,
+    ToolEnvironment,
+    run_episodes,
+)
 from lit_grpo.envs.base import user_messages
 from lit_grpo.envs.tool_calls import ToolCall
 from lit_grpo.types import SamplingParams
@@ -247,3 +256,36 @@ def test_training_goes_on_past_tools_that_exit(chat_model, tmp_path):  # noqa: F
         results = [m["content"] for m in ep.messages if m["role"] == "tool"] or [ep.messages[-1]["content"]]
         assert "SystemExit: 3" in "".join(results) and "exit code 7" in "".join(results)
     env.close()
+
+
+class Meeting(Environment):
+    """A sync environment whose first step returns only once ``parties`` steps are running (a barrier)."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=60)
+
+    def reset(self, record):
+        return Episode(record=record, messages=user_messages(record))
+
+    def step(self, episode, text):
+        if episode.turns > 1:
+            return StepResult([], done=True)
+        try:
+            self.barrier.wait()
+            said = "met"
+        except threading.BrokenBarrierError:
+            said = "alone"
+        return StepResult([{"role": "user", "content": said}], done=False)
+
+
+def test_concurrent_steps_run_a_sync_environments_steps_side_by_side():
+    def respond(prompt, k):
+        return "hello<eos>"
+
+    tok = chat_tokenizer(PLAIN_TEMPLATE)
+    env = ConcurrentSteps(Meeting(parties=4), workers=4)
+    r = run_episodes(ScriptedEngine(tok, respond), tok, [RECORD], env, n=4,
+                     sampling=SamplingParams(max_new_tokens=200), max_turns=2)
+    assert [ep.messages[2]["content"] for ep in r.episodes] == ["met"] * 4 and all(ep.done for ep in r.episodes)
+    with pytest.raises(ValueError, match="not an Environment"):
+        ConcurrentSteps(object())
