@@ -237,7 +237,11 @@ def _serve(conn: Connection, blob: bytes, memory: int | None) -> None:
         except (EOFError, OSError):
             return
         conn.send(("taken", None))
-        conn.send(_answer(tools[name], arguments, memory))
+        outcome = _answer(tools[name], arguments, memory)
+        try:
+            conn.send(outcome)
+        except Exception as err:  # noqa: BLE001 - e.g. a str subclass that does not pickle
+            conn.send(("raised", f"its result could not be sent back ({type(err).__name__}: {err})"))
 
 
 def _answer(tool: Callable[..., Any], arguments: dict[str, Any], memory: int | None) -> tuple[str, Any]:

@@ -45,6 +45,7 @@ from lit_grpo.envs.tool_calls import ToolCall, check_arguments, parse_tool_calls
 from lit_grpo.rewards.scoring import RewardTimeout, time_limit
 
 DEFAULT_TIMEOUT_S = 5.0
+_STARTING = threading.Lock()  # creates an environment's worker pool once
 Isolation = Literal["process", "none"]
 
 
@@ -194,9 +195,10 @@ class ToolEnvironment(Environment):
         return self._text(episode, name, value)
 
     async def _isolated(self, name: str, arguments: dict[str, Any]) -> tuple[str, Any]:
-        if self._pool is None:
-            self._pool = WorkerPool(self.tools, self.workers, self.memory_mb, self.start_method)
-            self._waiters = ThreadPoolExecutor(self.workers, thread_name_prefix="lit-grpo-tool-wait")
+        with _STARTING:  # steps may come from several threads (ConcurrentSteps, a sync step per thread)
+            if self._pool is None:
+                self._waiters = ThreadPoolExecutor(self.workers, thread_name_prefix="lit-grpo-tool-wait")
+                self._pool = WorkerPool(self.tools, self.workers, self.memory_mb, self.start_method)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._waiters, self._pool.call, name, arguments, self.timeout_s)
 
