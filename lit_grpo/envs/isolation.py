@@ -56,7 +56,13 @@ class WorkerStartError(RuntimeError):
 
 def check_picklable(tools: dict[str, Callable[..., Any]]) -> bytes:
     """The tools pickled for the workers; a tool that cannot be is an error naming it and the fix."""
+    main = sys.modules.get("__main__")
     for name, tool in tools.items():
+        if _module_of(tool) == "__main__" and not getattr(main, "__file__", None):
+            raise ValueError(
+                f"tool {name!r} is defined in an interactive session (a notebook or a REPL), which a worker process "
+                "cannot import; define it in a module file, or set isolation: none to run it in the trainer's process"
+            )
         try:
             pickle.dumps(tool)
         except Exception as err:
@@ -173,7 +179,8 @@ class _Worker:
             raise
         if kind != "ready":
             worker.kill()
-            raise WorkerStartError(f"a tool worker could not load the tools: {detail}")
+            raise WorkerStartError(f"a tool worker could not load the tools: {detail}; a worker imports each tool's "
+                                   "module anew: define the tools in an importable module, or set isolation: none")
         return worker
 
     def run(self, request: tuple[str, dict], timeout_s: float) -> tuple[str, Any]:

@@ -289,3 +289,20 @@ def test_concurrent_steps_run_a_sync_environments_steps_side_by_side():
     assert [ep.messages[2]["content"] for ep in r.episodes] == ["met"] * 4 and all(ep.done for ep in r.episodes)
     with pytest.raises(ValueError, match="not an Environment"):
         ConcurrentSteps(object())
+
+
+def test_a_tool_of_an_interactive_session_is_a_clear_error(monkeypatch):
+    main = type(sys)("__main__")  # a notebook's or a REPL's __main__: no file a worker could import
+    monkeypatch.setitem(sys.modules, "__main__", main)
+
+    def typed(x: int) -> str:
+        """Typed in a notebook.
+
+        Args:
+            x: Anything.
+        """
+        return str(x)
+
+    typed.__module__ = "__main__"
+    with pytest.raises(ValueError, match="interactive session.*isolation: none"):
+        ToolEnvironment(tools=[typed])
