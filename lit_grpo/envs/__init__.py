@@ -7,6 +7,7 @@ libraries (bm25s for search, openenv-core for OpenEnv servers) are imported only
 from lit_grpo.envs.base import Environment, EnvironmentRouter, Episode, SingleTurn, StepResult
 from lit_grpo.envs.calculator import calculator
 from lit_grpo.envs.chat import ChatFormat
+from lit_grpo.envs.concurrent import ConcurrentSteps
 from lit_grpo.envs.engine import EpisodeEngine
 from lit_grpo.envs.openenv_adapter import OpenEnvEnvironment
 from lit_grpo.envs.rollout import episode_metrics, records_of, run_episodes
@@ -15,6 +16,6 @@ from lit_grpo.envs.tools import ToolEnvironment
 
 __all__ = [
     "Environment", "EnvironmentRouter", "Episode", "EpisodeEngine", "SingleTurn", "StepResult", "ToolEnvironment",
-    "SearchEnvironment", "OpenEnvEnvironment", "ChatFormat", "calculator", "episode_metrics", "records_of",
-    "run_episodes",
+    "SearchEnvironment", "OpenEnvEnvironment", "ChatFormat", "ConcurrentSteps", "calculator", "episode_metrics",
+    "records_of", "run_episodes",
 ]  # fmt: skip

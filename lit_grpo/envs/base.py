@@ -11,14 +11,18 @@ A record is the dict a :class:`~lit_grpo.data.sources.PromptSource` returns:
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from lit_grpo.checks import require
 
 Message = dict[str, Any]  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
 Record = dict[str, Any]
+T = TypeVar("T")
 
 
 @dataclass
@@ -77,6 +81,27 @@ class Environment(ABC):
     def reward(self, episode: Episode) -> float | None:
         """The episode's reward, or None to let the configured reward function score the final answer."""
         return None
+
+
+async def step_async(environment: Environment, episode: Episode, text: str) -> StepResult:
+    """``environment``'s answer to the turn ``text``: its ``astep`` coroutine where it has one (so the steps of
+    different episodes run at once, e.g. :class:`~lit_grpo.envs.ToolEnvironment`'s tool calls), else its ``step``
+    in the calling thread."""
+    astep = getattr(environment, "astep", None)
+    if astep is not None:
+        return await astep(episode, text)
+    return environment.step(episode, text)
+
+
+def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
+    """Runs ``coro`` to its end from sync code: on a new event loop in this thread, or in a helper thread when
+    this thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as helper:
+        return helper.submit(asyncio.run, coro).result()
 
 
 def user_messages(record: Record, system_prompt: str | None = None) -> list[Message]:
@@ -138,6 +163,9 @@ class EnvironmentRouter(Environment):
 
     def step(self, episode: Episode, text: str) -> StepResult:
         return episode.state["environment"].step(episode, text)
+
+    async def astep(self, episode: Episode, text: str) -> StepResult:
+        return await step_async(episode.state["environment"], episode, text)
 
     def reward(self, episode: Episode) -> float | None:
         return episode.state["environment"].reward(episode)

@@ -12,6 +12,7 @@ The returned :class:`~lit_grpo.types.Rollouts` holds everything after the prompt
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor
 
 from lit_grpo.checks import require
-from lit_grpo.envs.base import Environment, Episode, Record
+from lit_grpo.envs.base import Environment, Episode, Record, run_coroutine, step_async
 from lit_grpo.envs.chat import ChatFormat
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import eos_token_ids, pad_prompts
@@ -86,14 +87,14 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
                                 seed=None if sampling.seed is None else sampling.seed + turn * TURN_SEED_STRIDE)
         out = _generate(engine, tracks, live, n if turn == 0 else 1, turn_sampling)
         device = device or out.completion_ids.device
-        still = []
+        answers = []  # the environment answers the live episodes' turns together (see Environment.astep)
         for row, i in enumerate(live):
             tokens = out.completion_ids[row][out.completion_mask[row]][: limits[i]].tolist()
             tracks[i].add(tokens, out.logprobs[row, : len(tokens)])
-            if _answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer, budgets[i],
-                       last=turn == max_turns - 1):
-                still.append(i)
-        live = still
+            answers.append(_answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer, budgets[i],
+                                   last=turn == max_turns - 1))
+        going = _run_all(answers)
+        live = [i for i, goes_on in zip(live, going, strict=True) if goes_on]
     for ep in episodes:
         ep.reward = _timed(ep, lambda ep=ep: environment.reward(ep))
     return _assemble(tracks, episodes, n, tokenizer.pad_token_id, device)
@@ -120,8 +121,17 @@ def _generate(engine: RolloutEngine, tracks: list[_Track], live: list[int], n: i
     return engine.generate_ids([tracks[i].prompt + tracks[i].ids for i in live], 1, sampling)
 
 
-def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track: _Track, tokens: list[int],
-            eos: set[int], tokenizer, budget: int, last: bool) -> bool:
+def _run_all(answers: list) -> list[bool]:
+    """Runs the turns' coroutines together on one event loop, in this thread where it runs none (so a tool run
+    inline keeps the main thread's time limit); an environment's exception stops them all and propagates."""
+    async def together() -> list[bool]:
+        return list(await asyncio.gather(*answers))
+
+    return run_coroutine(together())
+
+
+async def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track: _Track, tokens: list[int],
+                  eos: set[int], tokenizer, budget: int, last: bool) -> bool:
     """Records the sampled turn ``tokens`` and the environment's answer; True while the episode goes on."""
     history = list(episode.messages)
     text = tokenizer.decode(tokens, skip_special_tokens=True)
@@ -130,7 +140,11 @@ def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track:
     if not tokens or tokens[-1] not in eos:  # the turn hit its token limit: no boundary to continue from
         episode.truncated = True
         return False
-    result = _timed(episode, lambda: environment.step(episode, text))
+    start = time.perf_counter()
+    try:
+        result = await step_async(environment, episode, text)
+    finally:
+        episode.env_seconds += time.perf_counter() - start
     episode.messages.extend(result.observations)
     if result.done:
         episode.done = True

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lit_grpo.checks import require
-from lit_grpo.envs.tools import ToolEnvironment
+from lit_grpo.envs.isolation import StartMethod
+from lit_grpo.envs.tools import Isolation, ToolEnvironment
 
 #: the optional extra this module's classes need (lit_grpo.extras)
 EXTRA = "agents"
@@ -85,13 +86,19 @@ class SearchEnvironment(ToolEnvironment):
         timeout_s: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
         max_calls_per_turn: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
         max_result_chars: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
+        isolation: See :class:`~lit_grpo.envs.tools.ToolEnvironment` (isolated, each worker builds its own index
+            on its first search).
+        workers: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
+        memory_mb: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
+        start_method: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
     """
 
     def __init__(self, corpus: str | None = None, k: int = 3, max_doc_chars: int = 400, tools: list | None = None,
                  system_prompt: str | None = SYSTEM_PROMPT,
                  call_format: Literal["auto", "tags", "json"] = "auto",
                  call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"), timeout_s: float = 5.0,
-                 max_calls_per_turn: int = 4, max_result_chars: int = 2000) -> None:
+                 max_calls_per_turn: int = 4, max_result_chars: int = 2000, isolation: Isolation = "process",
+                 workers: int = 4, memory_mb: int | None = 1024, start_method: StartMethod = "forkserver") -> None:
         require(k >= 1, f"SearchEnvironment: k={k} must be >= 1")
         require(max_doc_chars >= 1, f"SearchEnvironment: max_doc_chars={max_doc_chars} must be >= 1")
         if importlib.util.find_spec("bm25s") is None:
@@ -100,7 +107,8 @@ class SearchEnvironment(ToolEnvironment):
         self._index: Any = None
         self._documents: list[dict[str, str]] = []
         super().__init__(tools=tools, system_prompt=system_prompt, call_format=call_format, call_tags=call_tags,
-                         timeout_s=timeout_s, max_calls_per_turn=max_calls_per_turn, max_result_chars=max_result_chars)
+                         timeout_s=timeout_s, max_calls_per_turn=max_calls_per_turn, max_result_chars=max_result_chars,
+                         isolation=isolation, workers=workers, memory_mb=memory_mb, start_method=start_method)
 
     def reset(self, record):
         self._load()  # a bad collection is an error here, not a tool error in every episode
@@ -142,4 +150,4 @@ class SearchEnvironment(ToolEnvironment):
         return self._index
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_index": None, "_documents": []}  # rebuilt where it is used
+        return {**super().__getstate__(), "_index": None, "_documents": []}  # rebuilt where it is used

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import time
 from typing import Literal
 
@@ -73,11 +75,46 @@ def pick(colour: Literal["red", "blue"], count: int | None = None) -> str:
     return f"{colour} x{count}"
 
 
-TOOLS = [echo, broken, as_dict, as_number, slow, pick, calculator]
+async def shout(text: str, pause: float = 0.0) -> str:
+    """Repeat a text loudly, after a pause (an async tool).
+
+    Args:
+        text: The text.
+        pause: Seconds to wait first.
+    """
+    await asyncio.sleep(pause)
+    return text.upper()
+
+
+def leave(code: int) -> str:
+    """Calls sys.exit.
+
+    Args:
+        code: The exit status.
+    """
+    sys.exit(code)
+
+
+def interrupt(x: int) -> str:
+    """Raises KeyboardInterrupt itself.
+
+    Args:
+        x: Anything.
+    """
+    raise KeyboardInterrupt(f"interrupted on {x}")
+
+
+TOOLS = [echo, broken, as_dict, as_number, slow, pick, calculator, shout, leave, interrupt]
 
 
 def _env(**kwargs):
     return ToolEnvironment(tools=TOOLS, timeout_s=0.3, **kwargs)
+
+
+@pytest.fixture(params=["process", "none"])
+def isolation(request) -> str:
+    """Both ways of running tools: in worker processes (the default) and in the trainer's process."""
+    return request.param
 
 
 def _call(name, **arguments):
@@ -118,8 +155,8 @@ def test_call_formats():
     assert parse_tool_calls('{"name": "x"}', "tags") == []
 
 
-def test_good_calls_answer_in_the_tool_role_and_continue():
-    env = _env()
+def test_good_calls_answer_in_the_tool_role_and_continue(isolation):
+    env = _env(isolation=isolation)
     episode, result = _step(env, "Let me. " + _call("echo", text="ab", times=2) + _call("calculator", expression="6*7"))
     assert not result.done and [o["content"] for o in result.observations] == ["abab", "42"]
     assert all(o["role"] == "tool" for o in result.observations)
@@ -143,12 +180,35 @@ def test_good_calls_answer_in_the_tool_role_and_continue():
     (_call("pick", colour="green"), "must be one of ['red', 'blue']"),
     (_call("pick", colour="red", count="2"), "must be integer"),
 ])
-def test_bad_calls_are_error_observations_and_counted(text, message):
-    episode, result = _step(_env(), text)
+def test_bad_calls_are_error_observations_and_counted(text, message, isolation):
+    episode, result = _step(_env(isolation=isolation), text)
     assert not result.done and len(result.observations) == 1
     content = result.observations[0]["content"]
     assert content.startswith("error: ") and message in content
     assert (episode.tool_calls, episode.tool_errors, episode.tool_timeouts) == (1, 1, 0)
+
+
+def test_async_tools_are_awaited(isolation):
+    episode, result = _step(_env(isolation=isolation), _call("shout", text="ab") + _call("shout", text="cd", pause=0.01))
+    assert [o["content"] for o in result.observations] == ["AB", "CD"]
+    assert (episode.tool_calls, episode.tool_errors) == (2, 0)
+
+
+def test_an_async_tool_past_its_limit_is_a_timeout(isolation):
+    episode, result = _step(_env(isolation=isolation), _call("shout", text="ab", pause=30.0))
+    assert "time limit of 0.3 s" in result.observations[0]["content"]
+    assert (episode.tool_calls, episode.tool_errors, episode.tool_timeouts) == (1, 0, 1)
+
+
+@pytest.mark.parametrize("text, message", [
+    (_call("leave", code=3), "SystemExit: 3"),
+    (_call("interrupt", x=1), "KeyboardInterrupt: interrupted on 1"),
+])
+def test_a_tool_that_exits_or_interrupts_is_an_error_observation(text, message, isolation):
+    episode, result = _step(_env(isolation=isolation), text + _call("echo", text="still here"))
+    assert not result.done and [o["content"] for o in result.observations][1] == "still here"
+    assert result.observations[0]["content"].startswith("error: ") and message in result.observations[0]["content"]
+    assert (episode.tool_calls, episode.tool_errors) == (2, 1)
 
 
 def test_optional_and_enum_arguments():
@@ -163,9 +223,9 @@ def test_numbers_are_converted_and_long_results_cut():
     assert episode.tool_errors == 0
 
 
-def test_timeout_is_an_observation_and_counted():
+def test_timeout_is_an_observation_and_counted(isolation):
     start = time.perf_counter()
-    episode, result = _step(_env(), _call("slow", seconds=30.0))
+    episode, result = _step(_env(isolation=isolation), _call("slow", seconds=30.0))
     assert time.perf_counter() - start < 10
     assert "time limit of 0.3 s" in result.observations[0]["content"]
     assert (episode.tool_calls, episode.tool_errors, episode.tool_timeouts) == (1, 0, 1)
