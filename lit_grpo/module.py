@@ -103,8 +103,8 @@ class GRPOModule(PolicyModule):
         "rollout/logp_kl_k3",
         "rollout/retired_prompts", "rollout/skipped_prompts", "reward/<term>", "data/skipped_rows",
         "perf/<phase>_s", "perf/tokens_per_s", "perf/elided_frac", "optim/<name>",
-        "env/turns_mean", "env/tool_calls_mean", "env/truncated_frac", "env/seconds", "env/tool_errors",
-        "env/tool_timeouts", "async/<name>",
+        "env/turns_mean", "env/tool_calls_mean", "env/truncated_frac", "env/unanswered_frac", "env/seconds",
+        "env/tool_errors", "env/tool_timeouts", "async/<name>",
     )
 
     def __init__(

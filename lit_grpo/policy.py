@@ -125,9 +125,10 @@ class PolicyModule(LightningModule):
         expanded = batch.repeat(g)
         out = self.reward_guard(self.reward, rollouts.texts, expanded.references, **expanded.columns)
         scores = out.scores.float()
-        if rollouts.episodes is not None:
+        if rollouts.episodes is not None:  # an owned NaN (a dropped episode) stays NaN: unscorable
+            owns = torch.tensor([e.reward is not None for e in rollouts.episodes], device=scores.device)
             owned = torch.tensor([float("nan") if e.reward is None else float(e.reward) for e in rollouts.episodes])
-            scores = torch.where(owned.isnan(), scores, owned.to(scores.device))
+            scores = torch.where(owns, owned.to(scores.device), scores)
         return scores.view(len(batch), g), out
 
     @torch.no_grad()

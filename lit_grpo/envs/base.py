@@ -26,8 +26,10 @@ class Episode:
     """One episode's state: the conversation so far, the environment's own state and the counters.
 
     The driver (:func:`lit_grpo.envs.run_episodes`) appends each assistant turn (``{"role": "assistant",
-    "content": text}``) and each step's observations to ``messages`` and fills ``turns``, ``done``, ``truncated``
-    and ``reward``; environments count their tool calls here.
+    "content": text}``) and each step's observations to ``messages`` and fills ``turns``, ``done``, ``truncated``,
+    ``answered`` and ``reward``; environments count their tool calls here. ``messages`` hold exactly what the
+    episode's tokens hold: observations that no further turn reads (after the last turn, or past the token
+    budget) are left out.
     """
 
     record: Record
@@ -42,7 +44,8 @@ class Episode:
     env_seconds: float = 0.0  # wall-clock seconds spent in reset, step and reward
     done: bool = False  # the environment ended the episode
     truncated: bool = False  # max_turns, the token budget or a turn without EOS ended it
-    reward: float | None = None  # the environment's own reward, when it owns one
+    answered: bool = False  # it ended on an answer: done, or a last turn cut without EOS that is no call
+    reward: float | None = None  # the environment's own reward, when it owns one (NaN: unscorable)
 
     @property
     def final_answer(self) -> str:
@@ -77,6 +80,18 @@ class Environment(ABC):
     def reward(self, episode: Episode) -> float | None:
         """The episode's reward, or None to let the configured reward function score the final answer."""
         return None
+
+    def answers(self, episode: Episode, text: str) -> bool:
+        """Whether the assistant turn ``text`` would be the episode's answer (rather than a tool call or another
+        move that asks for a further turn), decided without acting on it.
+
+        The driver asks on the turns it will not continue: the last allowed turn, before stepping it (a turn
+        that is no answer is then not stepped, so no tool runs for a result no turn would read), and a turn
+        cut without EOS (never stepped). An episode whose last turn is no answer is *unanswered* and scored
+        as ``truncated_reward`` says. The default, True, steps the last turn and leaves cut turns scored as cut
+        completions are; environments that can tell (``ToolEnvironment``: the turn holds no call) override it.
+        """
+        return True
 
 
 def user_messages(record: Record, system_prompt: str | None = None) -> list[Message]:
@@ -141,3 +156,6 @@ class EnvironmentRouter(Environment):
 
     def reward(self, episode: Episode) -> float | None:
         return episode.state["environment"].reward(episode)
+
+    def answers(self, episode: Episode, text: str) -> bool:
+        return episode.state["environment"].answers(episode, text)

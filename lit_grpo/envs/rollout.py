@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import sys
 import time
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import torch
 from torch import Tensor
@@ -29,6 +30,8 @@ from lit_grpo.rollout.functional import eos_token_ids, pad_prompts
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
 
 T = TypeVar("T")
+#: What an unanswered episode is scored: a number, ``score`` (as if it had answered) or ``drop`` (unscorable).
+TruncatedReward = float | Literal["score", "drop"]
 #: Seed offset of turn ``k`` (``SamplingParams.seed + k * TURN_SEED_STRIDE``), so turns do not replay one stream.
 TURN_SEED_STRIDE = 1_000_003
 
@@ -54,9 +57,18 @@ class _Track:
         self.logprobs.append(torch.zeros(len(ids)) if logprobs is None else logprobs.float().cpu())
 
 
+def check_truncated_reward(value: TruncatedReward) -> TruncatedReward:
+    """``value`` if it is a valid ``truncated_reward`` (a finite number, ``score`` or ``drop``), else a clear error."""
+    ok = value in ("score", "drop") if isinstance(value, str) else \
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    require(ok, f"truncated_reward={value!r}: use a finite number (the reward of an episode that never answered, "
+                "e.g. 0), 'score' (score its last turn as an answer) or 'drop' (unscorable: left out of its group)")
+    return float(value) if not isinstance(value, str) else value
+
+
 def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], environment: Environment, n: int,
                  sampling: SamplingParams, max_turns: int = 4, max_episode_tokens: int | None = None,
-                 chat: ChatFormat | None = None) -> Rollouts:
+                 chat: ChatFormat | None = None, truncated_reward: TruncatedReward = 0.0) -> Rollouts:
     """``n`` episodes of each record (group-major, as :meth:`RolloutEngine.generate`), run to the end.
 
     An episode ends when the environment says done, after ``max_turns`` assistant turns, when its tokens after
@@ -64,7 +76,15 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
     turn) or the engine's context (:meth:`RolloutEngine.max_sequence_length`), or when a turn ends without an
     EOS token; all but the first set ``truncated``. Each turn samples at most ``sampling.max_new_tokens`` tokens.
     The environment's ``reward`` is read for every episode at the end (``Episode.reward``).
+
+    An episode is *answered* when the environment ended it, or when its last turn was cut without EOS and the
+    environment reads it as an answer (:meth:`Environment.answers`: no tool call); a cut answer is scored as a
+    cut completion is in one-turn training. An unanswered episode (its last turn asked for another: a tool call
+    on the last allowed turn, or one whose result does not fit the budget) gets ``truncated_reward``: that
+    number (default 0), ``score`` (its reward as usual, the last turn scored as if it were the answer) or
+    ``drop`` (NaN: unscorable, left out of its group's statistics with advantage 0).
     """
+    truncated_reward = check_truncated_reward(truncated_reward)
     require(max_turns >= 1, f"max_turns={max_turns} must be >= 1")
     require(max_episode_tokens is None or max_episode_tokens >= 1,
             f"max_episode_tokens={max_episode_tokens} must be >= 1 or null")
@@ -95,7 +115,9 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
                 still.append(i)
         live = still
     for ep in episodes:
-        ep.reward = _timed(ep, lambda ep=ep: environment.reward(ep))
+        ep.reward = _timed(ep, lambda ep=ep: environment.reward(ep))  # always read: it may close a session
+        if not ep.answered and truncated_reward != "score":
+            ep.reward = math.nan if truncated_reward == "drop" else truncated_reward
     return _assemble(tracks, episodes, n, tokenizer.pad_token_id, device)
 
 
@@ -122,23 +144,32 @@ def _generate(engine: RolloutEngine, tracks: list[_Track], live: list[int], n: i
 
 def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track: _Track, tokens: list[int],
             eos: set[int], tokenizer, budget: int, last: bool) -> bool:
-    """Records the sampled turn ``tokens`` and the environment's answer; True while the episode goes on."""
+    """Records the sampled turn ``tokens`` and the environment's answer; True while the episode goes on.
+
+    The turn's text is its tokens decoded as sampled (special tokens included) without the EOS that ends it.
+    Observations join ``episode.messages`` only when their tokens join the episode (a further turn reads them).
+    """
     history = list(episode.messages)
-    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    ended = bool(tokens) and tokens[-1] in eos
+    text = tokenizer.decode(tokens[:-1] if ended else tokens, skip_special_tokens=False)
     episode.messages.append({"role": "assistant", "content": text})
     episode.turns += 1
-    if not tokens or tokens[-1] not in eos:  # the turn hit its token limit: no boundary to continue from
+    if not ended:  # the turn hit its token limit: no boundary to continue from
+        episode.truncated = True
+        episode.answered = bool(_timed(episode, lambda: environment.answers(episode, text)))
+        return False
+    if last and not _timed(episode, lambda: environment.answers(episode, text)):  # no turn would read a result
         episode.truncated = True
         return False
     result = _timed(episode, lambda: environment.step(episode, text))
-    episode.messages.extend(result.observations)
     if result.done:
-        episode.done = True
+        episode.done = episode.answered = True
         return False
     bridge = chat.bridge_ids(history, result.observations, episode.tools, episode.tool_instructions, tokens[-1])
     if last or len(track.ids) + len(bridge) >= budget:  # no turn left, or no room to sample one token
         episode.truncated = True
         return False
+    episode.messages.extend(result.observations)
     track.add(bridge, None)
     return True
 
@@ -189,6 +220,7 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "env/turns_mean": sum(e.turns for e in episodes) / k,
         "env/tool_calls_mean": sum(e.tool_calls for e in episodes) / k,
         "env/truncated_frac": sum(e.truncated for e in episodes) / k,
+        "env/unanswered_frac": sum(not e.answered for e in episodes) / k,
         "env/seconds": sum(e.env_seconds for e in episodes),
         "env/tool_errors": float(sum(e.tool_errors for e in episodes)),
         "env/tool_timeouts": float(sum(e.tool_timeouts for e in episodes)),
