@@ -134,7 +134,7 @@ class GRPOModule(PolicyModule):
                 f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
                 f"{self.estimator.min_group_size}; raise group_size")
         if shaping is not None:
-            shaping.check(sampling.max_new_tokens)
+            shaping.check(self.engine.max_sampled_tokens(sampling.max_new_tokens))
         self.shaping, self.curriculum, self.group_size = shaping, curriculum, group_size
         self.algorithm, self.batching, self.guards = algorithm, batching, guards
         self.consecutive_nonfinite = 0  # skipped optimizer steps in a row
@@ -235,7 +235,8 @@ class GRPOModule(PolicyModule):
         """The rewards ``[P, G]`` after the ``shaping`` component, and its terms ``[N]`` (logged as reward/<term>)."""
         if self.shaping is None:
             return rewards, {}
-        shaped = self.shaping(rewards, lengths, self.sampling.max_new_tokens)
+        longest = self.engine.max_sampled_tokens(self.sampling.max_new_tokens)  # an episode's: all its turns
+        shaped = self.shaping(rewards, lengths, longest)
         return shaped.rewards, {name: term.reshape(-1) for name, term in shaped.terms.items()}
 
     def update(self, rollouts: Rollouts, advantages: Tensor, timer: PhaseTimer) -> UpdateStats:
@@ -287,8 +288,8 @@ class GRPOModule(PolicyModule):
         its backward. ``first_pass``: where the entropy goes on the first pass over the batch; ``before``: where
         the log-probs go when nothing was frozen (one optimizer step per batch)."""
         mask = rows.loss_mask
-        weights = token_weights(mask, self.algorithm.aggregation, self.sampling.max_new_tokens,
-                                **self._global_counts(mask))  # [n, T], the elided rows counted too
+        longest = self.engine.max_sampled_tokens(self.sampling.max_new_tokens)  # an episode's: all its turns
+        weights = token_weights(mask, self.algorithm.aggregation, longest, **self._global_counts(mask))  # [n, T], the elided rows counted too
         step = StepStats()
         for part in micro:
             mb = rows.select(part)

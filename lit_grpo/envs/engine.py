@@ -71,5 +71,11 @@ class EpisodeEngine(RolloutEngine):
     def max_sequence_length(self) -> int | None:
         return self.engine.max_sequence_length()
 
+    def max_sampled_tokens(self, max_new_tokens: int) -> int:
+        """The episode's length budget: the most tokens the policy samples in one episode, ``max_turns`` turns of
+        ``max_new_tokens``, and no more than ``max_episode_tokens`` (which counts observations too)."""
+        most = self.max_turns * max_new_tokens
+        return most if self.max_episode_tokens is None else min(most, self.max_episode_tokens)
+
     def sync_weights(self, policy: nn.Module) -> float:
         return self.engine.sync_weights(policy)
