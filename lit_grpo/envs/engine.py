@@ -35,10 +35,14 @@ class EpisodeEngine(RolloutEngine):
             asked for another turn, when ``max_turns`` or the token budget ended it): a number (default 0),
             ``score`` (scored as usual, its last turn read as the answer) or ``drop`` (unscorable: NaN, left
             out of its group's statistics with advantage 0). Logged as ``env/unanswered_frac``.
+        max_observation_tokens: Longest observation (a tool result, an environment's message) in tokens of the
+            policy's tokenizer; a longer one is cut to its first ``max_observation_tokens`` tokens and ends with
+            ``[result cut at N tokens]``. Null: no cap beyond the environment's own.
     """
 
     def __init__(self, environment: Environment, engine: RolloutEngine | None = None, max_turns: int = 4,
-                 max_episode_tokens: int | None = None, truncated_reward: TruncatedReward = 0.0) -> None:
+                 max_episode_tokens: int | None = None, truncated_reward: TruncatedReward = 0.0,
+                 max_observation_tokens: int | None = None) -> None:
         require(max_turns >= 1, f"max_turns={max_turns} must be >= 1")
         require(max_episode_tokens is None or max_episode_tokens >= 1,
                 f"max_episode_tokens={max_episode_tokens} must be >= 1, or null for no limit")
@@ -46,6 +50,9 @@ class EpisodeEngine(RolloutEngine):
         self.engine = engine if engine is not None else HFGenerateEngine()
         self.max_turns, self.max_episode_tokens = max_turns, max_episode_tokens
         self.truncated_reward = check_truncated_reward(truncated_reward)
+        require(max_observation_tokens is None or max_observation_tokens >= 1,
+                f"max_observation_tokens={max_observation_tokens} must be >= 1, or null for no cap")
+        self.max_observation_tokens = max_observation_tokens
         self.tokenizer = None
         self.chat: ChatFormat | None = None
 
@@ -57,7 +64,8 @@ class EpisodeEngine(RolloutEngine):
         """``n`` episodes of each record of ``batch`` (its prompt, reference and columns), group-major."""
         require(self.chat is not None, "EpisodeEngine.rollout() called before bind(policy, tokenizer)")
         return run_episodes(self.engine, self.tokenizer, records_of(batch), self.environment, n, sampling,
-                            self.max_turns, self.max_episode_tokens, self.chat, self.truncated_reward)
+                            self.max_turns, self.max_episode_tokens, self.chat, self.truncated_reward,
+                            self.max_observation_tokens)
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> Rollouts:
         """Episodes of bare prompts (no reference, no columns)."""

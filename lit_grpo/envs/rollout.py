@@ -12,9 +12,9 @@ The returned :class:`~lit_grpo.types.Rollouts` holds everything after the prompt
 
 from __future__ import annotations
 
+import math
 import sys
 import time
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Literal, TypeVar
@@ -68,7 +68,8 @@ def check_truncated_reward(value: TruncatedReward) -> TruncatedReward:
 
 def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], environment: Environment, n: int,
                  sampling: SamplingParams, max_turns: int = 4, max_episode_tokens: int | None = None,
-                 chat: ChatFormat | None = None, truncated_reward: TruncatedReward = 0.0) -> Rollouts:
+                 chat: ChatFormat | None = None, truncated_reward: TruncatedReward = 0.0,
+                 max_observation_tokens: int | None = None) -> Rollouts:
     """``n`` episodes of each record (group-major, as :meth:`RolloutEngine.generate`), run to the end.
 
     An episode ends when the environment says done, after ``max_turns`` assistant turns, when its tokens after
@@ -83,11 +84,16 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
     on the last allowed turn, or one whose result does not fit the budget) gets ``truncated_reward``: that
     number (default 0), ``score`` (its reward as usual, the last turn scored as if it were the answer) or
     ``drop`` (NaN: unscorable, left out of its group's statistics with advantage 0).
+
+    An observation longer than ``max_observation_tokens`` tokens (its content encoded alone; null: no cap) is cut
+    to its first ``max_observation_tokens`` tokens followed by ``[result cut at N tokens]``.
     """
     truncated_reward = check_truncated_reward(truncated_reward)
     require(max_turns >= 1, f"max_turns={max_turns} must be >= 1")
     require(max_episode_tokens is None or max_episode_tokens >= 1,
             f"max_episode_tokens={max_episode_tokens} must be >= 1 or null")
+    require(max_observation_tokens is None or max_observation_tokens >= 1,
+            f"max_observation_tokens={max_observation_tokens} must be >= 1 or null")
     require(n >= 1 and len(records) >= 1, f"need at least one record and n >= 1 (got {len(records)} records, n={n})")
     chat = chat or ChatFormat(tokenizer)
     budget = max_episode_tokens or sys.maxsize
@@ -111,7 +117,7 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
             tokens = out.completion_ids[row][out.completion_mask[row]][: limits[i]].tolist()
             tracks[i].add(tokens, out.logprobs[row, : len(tokens)])
             if _answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer, budgets[i],
-                       last=turn == max_turns - 1):
+                       last=turn == max_turns - 1, cap=max_observation_tokens):
                 still.append(i)
         live = still
     for ep in episodes:
@@ -143,7 +149,7 @@ def _generate(engine: RolloutEngine, tracks: list[_Track], live: list[int], n: i
 
 
 def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track: _Track, tokens: list[int],
-            eos: set[int], tokenizer, budget: int, last: bool) -> bool:
+            eos: set[int], tokenizer, budget: int, last: bool, cap: int | None = None) -> bool:
     """Records the sampled turn ``tokens`` and the environment's answer; True while the episode goes on.
 
     The turn's text is its tokens decoded as sampled (special tokens included) without the EOS that ends it.
@@ -165,13 +171,25 @@ def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track:
     if result.done:
         episode.done = episode.answered = True
         return False
-    bridge = chat.bridge_ids(history, result.observations, episode.tools, episode.tool_instructions, tokens[-1])
+    observations = [_capped(m, tokenizer, cap) for m in result.observations]
+    bridge = chat.bridge_ids(history, observations, episode.tools, episode.tool_instructions, tokens[-1])
     if last or len(track.ids) + len(bridge) >= budget:  # no turn left, or no room to sample one token
         episode.truncated = True
         return False
-    episode.messages.extend(result.observations)
+    episode.messages.extend(observations)
     track.add(bridge, None)
     return True
+
+
+def _capped(message: dict, tokenizer, cap: int | None) -> dict:
+    """``message`` with its content cut to its first ``cap`` tokens, marked, when it is longer."""
+    content = message.get("content")
+    if cap is None or not isinstance(content, str):
+        return message
+    ids = tokenizer.encode(content, add_special_tokens=False)
+    if len(ids) <= cap:
+        return message
+    return {**message, "content": tokenizer.decode(ids[:cap]) + f"\n[result cut at {cap} tokens]"}
 
 
 def _reset(environment: Environment, record: Record) -> Episode:

@@ -152,7 +152,7 @@ def test_episode_engine_passes_truncated_reward_and_checks_it():
     assert EpisodeEngine(Echo(), truncated_reward="drop").truncated_reward == "drop"
 
 
-def test_dropped_episodes_train_as_unscorable(chat_model, tmp_path):
+def test_dropped_episodes_train_as_unscorable(chat_model, tmp_path):  # noqa: F811
     """With ``drop``, an unanswered episode's reward is NaN in the training step: no estimator reads it and its
     advantage is 0 (one turn of ``MoreQuestions`` always asks for another, so every episode is unanswered)."""
     import lightning as L
@@ -175,3 +175,29 @@ def test_dropped_episodes_train_as_unscorable(chat_model, tmp_path):
         torch.testing.assert_close(rewards, torch.full_like(rewards, want), equal_nan=True, atol=0, rtol=0)
         assert torch.equal(stats.advantages, torch.zeros_like(stats.advantages))
         assert float(trainer.callback_metrics["env/unanswered_frac"]) == 1.0
+
+
+def test_observations_are_capped_in_tokens_and_the_cut_is_marked():
+    def echo(text: str) -> str:
+        """Repeat a text ten times.
+
+        Args:
+            text: The text.
+        """
+        return text * 10
+
+    call = '<tool_call>{"name": "echo", "arguments": {"text": "abc"}}</tool_call>'
+
+    def respond(prompt, k):
+        return (call if prompt.count("<|assistant|>") == 1 else "done") + "<eos>"
+
+    env = ToolEnvironment(tools=[echo])
+    tok, r = _run(respond, env=env, max_observation_tokens=7)  # the character tokenizer: one token a character
+    result = [m["content"] for m in r.episodes[0].messages if m["role"] == "tool"]
+    assert result == ["abcabca\n[result cut at 7 tokens]"]
+    ids = r.completion_ids[0][r.completion_mask[0]].tolist()
+    assert "<|tool|>abcabca\n[result cut at 7 tokens]<eos>" in tok.decode(ids, skip_special_tokens=False)
+    _, r = _run(respond, env=env, max_observation_tokens=30)  # a result within the cap is left as it is
+    assert [m["content"] for m in r.episodes[0].messages if m["role"] == "tool"] == ["abc" * 10]
+    with pytest.raises(ValueError, match="max_observation_tokens=0"):
+        EpisodeEngine(Echo(), max_observation_tokens=0)
