@@ -104,7 +104,7 @@ class GRPOModule(PolicyModule):
         "rollout/retired_prompts", "rollout/skipped_prompts", "reward/<term>", "data/skipped_rows",
         "perf/<phase>_s", "perf/tokens_per_s", "perf/elided_frac", "optim/<name>",
         "env/turns_mean", "env/tool_calls_mean", "env/truncated_frac", "env/unanswered_frac", "env/seconds",
-        "env/tool_errors", "env/tool_timeouts", "async/<name>",
+        "env/tool_errors", "env/tool_timeouts", "env/adv_share_turn<k>", "env/adv_share_final_turn", "async/<name>",
     )
 
     def __init__(
@@ -213,7 +213,7 @@ class GRPOModule(PolicyModule):
                 else:  # this step's prompts, or an earlier step's with an asynchronous engine
                     batch, rollouts = ahead
             with timer("score_s"):
-                rewards, out = self.score(batch, rollouts)
+                rewards, out = self.score(batch, rollouts, training=True)
             drawn, tokens = drawn + len(batch), tokens + int(rollouts.lengths.sum())
             if self.algorithm.filter_degenerate:
                 keep = (~constant_groups(rewards)).nonzero()[:, 0].tolist()  # groups the estimator can use
@@ -441,7 +441,7 @@ class GRPOModule(PolicyModule):
                  **step_metrics.mismatch_pairs(update, tokens),
                  **step_metrics.perf_pairs(timer, tokens, world, update.elided)}
         if stats.rollouts is not None and stats.rollouts.episodes is not None:
-            pairs.update(step_metrics.episode_pairs(stats.rollouts.episodes, world))
+            pairs.update(step_metrics.episode_pairs(stats.rollouts.episodes, world, stats.advantages))
         pairs.update({name: (value, 1.0) for name, value in self.engine.metrics().items()})  # means over ranks
         if self.curriculum is not None:
             pairs["rollout/retired_prompts"] = (float(len(self.curriculum.retired)), 1.0)  # the same on every rank

@@ -13,12 +13,21 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from lit_grpo.checks import require
 
 Message = dict[str, Any]  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
 Record = dict[str, Any]
+TurnReduction = Literal["sum", "mean", "last", "min", "max"]
+#: How an episode's per-turn rewards make its reward (``Environment.turn_reward``).
+TURN_REDUCTIONS = {
+    "sum": sum,
+    "mean": lambda rewards: sum(rewards) / len(rewards),
+    "last": lambda rewards: rewards[-1],
+    "min": min,
+    "max": max,
+}
 
 
 @dataclass
@@ -45,6 +54,9 @@ class Episode:
     done: bool = False  # the environment ended the episode
     truncated: bool = False  # max_turns, the token budget or a turn without EOS ended it
     answered: bool = False  # it ended on an answer: done, or a last turn cut without EOS that is no call
+    max_turns: int = 0  # the most assistant turns it could have had (the driver's max_turns)
+    turn_tokens: list[int] = field(default_factory=list)  # tokens the policy sampled in each turn
+    turn_rewards: list[float] = field(default_factory=list)  # each turn's reward, when the environment gives them
     reward: float | None = None  # the environment's own reward, when it owns one (NaN: unscorable)
 
     @property
@@ -60,6 +72,7 @@ class StepResult:
 
     observations: list[Message]  # messages appended after the turn (role "tool" or "user"); [] when done
     done: bool  # True: the episode ends with this turn
+    reward: float | None = None  # this turn's reward, for an environment that declares ``turn_reward``
 
 
 class Environment(ABC):
@@ -67,7 +80,16 @@ class Environment(ABC):
 
     Subclasses implement :meth:`reset` and :meth:`step`, and :meth:`reward` when the environment owns the
     reward. Keep all per-episode state in the :class:`Episode` (``episode.state``), never on ``self``.
+
+    Per-turn rewards: an environment that sets ``turn_reward`` (``sum``, ``mean``, ``last``, ``min`` or ``max``)
+    gives each turn a reward in ``StepResult.reward`` (None counts as 0, as does a turn it was not asked to
+    answer: one cut without EOS, or a last turn that is no answer); the episode's reward is their
+    ``turn_reward`` reduction over its sampled turns (``Episode.turn_rewards``), and :meth:`reward` must then
+    return None, so an episode has one reward source.
     """
+
+    #: How per-turn rewards make the episode's reward; None: the environment gives no per-turn rewards.
+    turn_reward: TurnReduction | None = None
 
     @abstractmethod
     def reset(self, record: Record) -> Episode:
@@ -92,6 +114,10 @@ class Environment(ABC):
         completions are; environments that can tell (``ToolEnvironment``: the turn holds no call) override it.
         """
         return True
+
+    def turn_reduction(self, episode: Episode) -> TurnReduction | None:
+        """How ``episode``'s per-turn rewards make its reward (``turn_reward``; a router asks the episode's own)."""
+        return self.turn_reward
 
 
 def user_messages(record: Record, system_prompt: str | None = None) -> list[Message]:
@@ -159,3 +185,6 @@ class EnvironmentRouter(Environment):
 
     def answers(self, episode: Episode, text: str) -> bool:
         return episode.state["environment"].answers(episode, text)
+
+    def turn_reduction(self, episode: Episode) -> TurnReduction | None:
+        return episode.state["environment"].turn_reduction(episode)

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from lit_grpo.checks import require
-from lit_grpo.envs.base import Environment, Episode, Record
+from lit_grpo.envs.base import TURN_REDUCTIONS, Environment, Episode, Record
 from lit_grpo.envs.chat import ChatFormat
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import eos_token_ids, pad_prompts
@@ -100,6 +100,8 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
     context = engine.max_sequence_length()
     eos = set(eos_token_ids(getattr(engine, "policy", None), tokenizer))
     episodes = [_reset(environment, r) for r in records for _ in range(n)]
+    for ep in episodes:
+        ep.max_turns = max_turns
     tracks = [_Track(chat.prompt_ids(ep.messages, ep.tools, ep.tool_instructions)) for ep in episodes]
     budgets = [_budget(budget, context, t, ep) for t, ep in zip(tracks, episodes, strict=True)]
     live = list(range(len(episodes)))
@@ -122,6 +124,12 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
         live = still
     for ep in episodes:
         ep.reward = _timed(ep, lambda ep=ep: environment.reward(ep))  # always read: it may close a session
+        how = environment.turn_reduction(ep)
+        if how is not None:
+            require(ep.reward is None, f"{type(environment).__name__} declares turn_reward={how!r} and its reward() "
+                                       f"returned {ep.reward!r}: an episode has one reward source; return None "
+                                       "from reward() or set turn_reward to None")
+            ep.reward = float(TURN_REDUCTIONS[how](ep.turn_rewards))
         if not ep.answered and truncated_reward != "score":
             ep.reward = math.nan if truncated_reward == "drop" else truncated_reward
     return _assemble(tracks, episodes, n, tokenizer.pad_token_id, device)
@@ -160,14 +168,18 @@ def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track:
     text = tokenizer.decode(tokens[:-1] if ended else tokens, skip_special_tokens=False)
     episode.messages.append({"role": "assistant", "content": text})
     episode.turns += 1
+    episode.turn_tokens.append(len(tokens))
     if not ended:  # the turn hit its token limit: no boundary to continue from
         episode.truncated = True
         episode.answered = bool(_timed(episode, lambda: environment.answers(episode, text)))
+        _turn_reward(environment, episode, None)
         return False
     if last and not _timed(episode, lambda: environment.answers(episode, text)):  # no turn would read a result
         episode.truncated = True
+        _turn_reward(environment, episode, None)
         return False
     result = _timed(episode, lambda: environment.step(episode, text))
+    _turn_reward(environment, episode, result.reward)
     if result.done:
         episode.done = episode.answered = True
         return False
@@ -179,6 +191,21 @@ def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track:
     episode.messages.extend(observations)
     track.add(bridge, None)
     return True
+
+
+def _turn_reward(environment: Environment, episode: Episode, reward) -> None:
+    """Records the reward of the turn just sampled (None: 0) when the environment gives per-turn rewards."""
+    how = environment.turn_reduction(episode)
+    if how is None:
+        require(reward is None, f"{type(environment).__name__}.step returned a turn reward ({reward!r}) but the "
+                                "environment declares no turn_reward; set turn_reward to how the turns' rewards "
+                                f"make the episode's ({', '.join(TURN_REDUCTIONS)})")
+        return
+    require(how in TURN_REDUCTIONS, f"{type(environment).__name__}: turn_reward={how!r} is not a reduction; use "
+                                    f"one of {list(TURN_REDUCTIONS)}")
+    require(reward is None or (isinstance(reward, int | float) and not isinstance(reward, bool)),
+            f"{type(environment).__name__}.step returned the turn reward {reward!r}; a turn reward is a number")
+    episode.turn_rewards.append(0.0 if reward is None else float(reward))
 
 
 def _capped(message: dict, tokenizer, cap: int | None) -> dict:
@@ -243,3 +270,30 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "env/tool_errors": float(sum(e.tool_errors for e in episodes)),
         "env/tool_timeouts": float(sum(e.tool_timeouts for e in episodes)),
     }
+
+
+def turn_credit(episodes: Sequence[Episode], advantages: Tensor) -> dict[str, tuple[float, float]]:
+    """How the advantage of one step's episodes spreads over their turns, as ``(numerator, denominator)`` pairs
+    (summed over ranks, then divided): ``env/adv_share_turn<k>`` for ``k = 1..max_turns`` and
+    ``env/adv_share_final_turn``.
+
+    Each sampled token of episode ``e`` carries the episode's advantage ``a_e``; the share of turn ``k`` is
+    ``sum_e |a_e| n_ek / sum_e |a_e| n_e``, with ``n_ek`` the tokens the policy sampled in turn ``k`` of ``e`` and
+    ``n_e`` in all of its turns: the fraction of the step's advantage mass, token by token (the policy gradient's
+    weight under ``token-mean`` aggregation, before clipping), that lands on turn ``k``. The final turn is each
+    episode's last sampled turn (its answer, or the turn it was cut on). NaN when every advantage is 0.
+    ``advantages``: ``[N]`` (or ``[P, G]``), one per episode, in the rollouts' row order.
+    """
+    a = advantages.detach().reshape(-1).abs().double().cpu().tolist()
+    require(len(a) == len(episodes), f"turn_credit: {len(a)} advantages for {len(episodes)} episodes")
+    most = max([e.max_turns for e in episodes] + [len(e.turn_tokens) for e in episodes] + [1])
+    turn = [0.0] * most
+    final = total = 0.0
+    for e, weight in zip(episodes, a, strict=True):
+        for k, tokens in enumerate(e.turn_tokens):
+            turn[k] += weight * tokens
+        final += weight * (e.turn_tokens[-1] if e.turn_tokens else 0)
+        total += weight * sum(e.turn_tokens)
+    pairs = {f"env/adv_share_turn{k + 1}": (mass, total) for k, mass in enumerate(turn)}
+    pairs["env/adv_share_final_turn"] = (final, total)
+    return pairs

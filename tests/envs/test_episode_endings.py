@@ -175,6 +175,8 @@ def test_dropped_episodes_train_as_unscorable(chat_model, tmp_path):  # noqa: F8
         torch.testing.assert_close(rewards, torch.full_like(rewards, want), equal_nan=True, atol=0, rtol=0)
         assert torch.equal(stats.advantages, torch.zeros_like(stats.advantages))
         assert float(trainer.callback_metrics["env/unanswered_frac"]) == 1.0
+        held_out = module.score(stats.batch, stats.rollouts)[0]  # an unanswered episode is a wrong answer there
+        assert torch.equal(held_out, torch.zeros_like(held_out))
 
 
 def test_observations_are_capped_in_tokens_and_the_cut_is_marked():
