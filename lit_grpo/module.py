@@ -103,8 +103,8 @@ class GRPOModule(PolicyModule):
         "rollout/logp_kl_k3",
         "rollout/retired_prompts", "rollout/skipped_prompts", "reward/<term>", "data/skipped_rows",
         "perf/<phase>_s", "perf/tokens_per_s", "perf/elided_frac", "optim/<name>",
-        "env/turns_mean", "env/tool_calls_mean", "env/truncated_frac", "env/seconds", "env/tool_errors",
-        "env/tool_timeouts", "async/<name>",
+        "env/turns_mean", "env/tool_calls_mean", "env/truncated_frac", "env/unanswered_frac", "env/seconds",
+        "env/tool_errors", "env/tool_timeouts", "env/adv_share_turn<k>", "env/adv_share_final_turn", "async/<name>",
     )
 
     def __init__(
@@ -134,7 +134,7 @@ class GRPOModule(PolicyModule):
                 f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
                 f"{self.estimator.min_group_size}; raise group_size")
         if shaping is not None:
-            shaping.check(sampling.max_new_tokens)
+            shaping.check(self.engine.max_sampled_tokens(sampling.max_new_tokens))
         self.shaping, self.curriculum, self.group_size = shaping, curriculum, group_size
         self.algorithm, self.batching, self.guards = algorithm, batching, guards
         self.consecutive_nonfinite = 0  # skipped optimizer steps in a row
@@ -213,7 +213,7 @@ class GRPOModule(PolicyModule):
                 else:  # this step's prompts, or an earlier step's with an asynchronous engine
                     batch, rollouts = ahead
             with timer("score_s"):
-                rewards, out = self.score(batch, rollouts)
+                rewards, out = self.score(batch, rollouts, training=True)
             drawn, tokens = drawn + len(batch), tokens + int(rollouts.lengths.sum())
             if self.algorithm.filter_degenerate:
                 keep = (~constant_groups(rewards)).nonzero()[:, 0].tolist()  # groups the estimator can use
@@ -235,7 +235,8 @@ class GRPOModule(PolicyModule):
         """The rewards ``[P, G]`` after the ``shaping`` component, and its terms ``[N]`` (logged as reward/<term>)."""
         if self.shaping is None:
             return rewards, {}
-        shaped = self.shaping(rewards, lengths, self.sampling.max_new_tokens)
+        longest = self.engine.max_sampled_tokens(self.sampling.max_new_tokens)  # an episode's: all its turns
+        shaped = self.shaping(rewards, lengths, longest)
         return shaped.rewards, {name: term.reshape(-1) for name, term in shaped.terms.items()}
 
     def update(self, rollouts: Rollouts, advantages: Tensor, timer: PhaseTimer) -> UpdateStats:
@@ -287,8 +288,8 @@ class GRPOModule(PolicyModule):
         its backward. ``first_pass``: where the entropy goes on the first pass over the batch; ``before``: where
         the log-probs go when nothing was frozen (one optimizer step per batch)."""
         mask = rows.loss_mask
-        weights = token_weights(mask, self.algorithm.aggregation, self.sampling.max_new_tokens,
-                                **self._global_counts(mask))  # [n, T], the elided rows counted too
+        longest = self.engine.max_sampled_tokens(self.sampling.max_new_tokens)  # an episode's: all its turns
+        weights = token_weights(mask, self.algorithm.aggregation, longest, **self._global_counts(mask))  # [n, T], the elided rows counted too
         step = StepStats()
         for part in micro:
             mb = rows.select(part)
@@ -440,7 +441,7 @@ class GRPOModule(PolicyModule):
                  **step_metrics.mismatch_pairs(update, tokens),
                  **step_metrics.perf_pairs(timer, tokens, world, update.elided)}
         if stats.rollouts is not None and stats.rollouts.episodes is not None:
-            pairs.update(step_metrics.episode_pairs(stats.rollouts.episodes, world))
+            pairs.update(step_metrics.episode_pairs(stats.rollouts.episodes, world, stats.advantages))
         pairs.update({name: (value, 1.0) for name, value in self.engine.metrics().items()})  # means over ranks
         if self.curriculum is not None:
             pairs["rollout/retired_prompts"] = (float(len(self.curriculum.retired)), 1.0)  # the same on every rank

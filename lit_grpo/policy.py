@@ -118,16 +118,22 @@ class PolicyModule(LightningModule):
         return module
 
     # ---- scoring ---------------------------------------------------------------------------------
-    def score(self, batch: PromptBatch, rollouts: Rollouts):
+    def score(self, batch: PromptBatch, rollouts: Rollouts, training: bool = False):
         """Rewards ``[P, G]`` of group-major rollouts, with the reward's output for logging. Episodes whose
-        environment owns the reward (``Episode.reward`` set) take it instead of the reward function's score."""
+        environment owns the reward (``Episode.reward`` set) take it instead of the reward function's score. An
+        episode dropped from training (``truncated_reward: drop``: unanswered, NaN) is unscorable in a training
+        step (``training``) and scores 0 in held-out scoring, where it is a wrong answer."""
         g = rollouts.group_size
         expanded = batch.repeat(g)
         out = self.reward_guard(self.reward, rollouts.texts, expanded.references, **expanded.columns)
         scores = out.scores.float()
-        if rollouts.episodes is not None:
+        if rollouts.episodes is not None:  # an owned NaN (a dropped episode) stays NaN in training: unscorable
+            owns = torch.tensor([e.reward is not None for e in rollouts.episodes], device=scores.device)
             owned = torch.tensor([float("nan") if e.reward is None else float(e.reward) for e in rollouts.episodes])
-            scores = torch.where(owned.isnan(), scores, owned.to(scores.device))
+            if not training:
+                dropped = torch.tensor([not getattr(e, "answered", True) for e in rollouts.episodes]) & owned.isnan()
+                owned = owned.masked_fill(dropped, 0.0)
+            scores = torch.where(owns, owned.to(scores.device), scores)
         return scores.view(len(batch), g), out
 
     @torch.no_grad()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from lit_grpo.envs.rollout import episode_metrics
+from lit_grpo.envs.rollout import episode_metrics, turn_credit
 from lit_grpo.losses import LossInputs, LossOutput
 from lit_grpo.perf import PhaseTimer
 from lit_grpo.types import RolloutStats
@@ -110,12 +110,16 @@ def rollout_pairs(stats: RolloutStats, world_size: int) -> Pairs:
     return pairs
 
 
-def episode_pairs(episodes: list, world_size: int) -> Pairs:
+def episode_pairs(episodes: list, world_size: int, advantages: Tensor | None = None) -> Pairs:
     """``env/*`` pairs of one rank's episodes (:func:`lit_grpo.envs.episode_metrics`): means and fractions over
-    the episodes of all ranks; seconds, tool errors and timeouts summed over ranks."""
+    the episodes of all ranks; seconds, tool errors and timeouts summed over ranks; with ``advantages`` (one per
+    episode) the share of the advantage on each turn (:func:`lit_grpo.envs.rollout.turn_credit`)."""
     k = float(len(episodes))
-    return {name: (value * k, k) if name.endswith(("_mean", "_frac")) else (value, 1.0 / world_size)
-            for name, value in episode_metrics(episodes).items()}
+    pairs = {name: (value * k, k) if name.endswith(("_mean", "_frac")) else (value, 1.0 / world_size)
+             for name, value in episode_metrics(episodes).items()}
+    if advantages is not None:
+        pairs.update(turn_credit(episodes, advantages))
+    return pairs
 
 
 def train_pairs(update: UpdateStats) -> Pairs:

@@ -16,13 +16,22 @@ from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from lit_grpo.checks import require
 
 Message = dict[str, Any]  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
 Record = dict[str, Any]
 T = TypeVar("T")
+TurnReduction = Literal["sum", "mean", "last", "min", "max"]
+#: How an episode's per-turn rewards make its reward (``Environment.turn_reward``).
+TURN_REDUCTIONS = {
+    "sum": sum,
+    "mean": lambda rewards: sum(rewards) / len(rewards),
+    "last": lambda rewards: rewards[-1],
+    "min": min,
+    "max": max,
+}
 
 
 @dataclass
@@ -30,8 +39,10 @@ class Episode:
     """One episode's state: the conversation so far, the environment's own state and the counters.
 
     The driver (:func:`lit_grpo.envs.run_episodes`) appends each assistant turn (``{"role": "assistant",
-    "content": text}``) and each step's observations to ``messages`` and fills ``turns``, ``done``, ``truncated``
-    and ``reward``; environments count their tool calls here.
+    "content": text}``) and each step's observations to ``messages`` and fills ``turns``, ``done``, ``truncated``,
+    ``answered`` and ``reward``; environments count their tool calls here. ``messages`` hold exactly what the
+    episode's tokens hold: observations that no further turn reads (after the last turn, or past the token
+    budget) are left out.
     """
 
     record: Record
@@ -46,7 +57,11 @@ class Episode:
     env_seconds: float = 0.0  # wall-clock seconds spent in reset, step and reward
     done: bool = False  # the environment ended the episode
     truncated: bool = False  # max_turns, the token budget or a turn without EOS ended it
-    reward: float | None = None  # the environment's own reward, when it owns one
+    answered: bool = False  # it ended on an answer: done, or a last turn cut without EOS that is no call
+    max_turns: int = 0  # the most assistant turns it could have had (the driver's max_turns)
+    turn_tokens: list[int] = field(default_factory=list)  # tokens the policy sampled in each turn
+    turn_rewards: list[float] = field(default_factory=list)  # each turn's reward, when the environment gives them
+    reward: float | None = None  # the environment's own reward, when it owns one (NaN: unscorable)
 
     @property
     def final_answer(self) -> str:
@@ -61,6 +76,7 @@ class StepResult:
 
     observations: list[Message]  # messages appended after the turn (role "tool" or "user"); [] when done
     done: bool  # True: the episode ends with this turn
+    reward: float | None = None  # this turn's reward, for an environment that declares ``turn_reward``
 
 
 class Environment(ABC):
@@ -68,7 +84,16 @@ class Environment(ABC):
 
     Subclasses implement :meth:`reset` and :meth:`step`, and :meth:`reward` when the environment owns the
     reward. Keep all per-episode state in the :class:`Episode` (``episode.state``), never on ``self``.
+
+    Per-turn rewards: an environment that sets ``turn_reward`` (``sum``, ``mean``, ``last``, ``min`` or ``max``)
+    gives each turn a reward in ``StepResult.reward`` (None counts as 0, as does a turn it was not asked to
+    answer: one cut without EOS, or a last turn that is no answer); the episode's reward is their
+    ``turn_reward`` reduction over its sampled turns (``Episode.turn_rewards``), and :meth:`reward` must then
+    return None, so an episode has one reward source.
     """
+
+    #: How per-turn rewards make the episode's reward; None: the environment gives no per-turn rewards.
+    turn_reward: TurnReduction | None = None
 
     @abstractmethod
     def reset(self, record: Record) -> Episode:
@@ -81,6 +106,22 @@ class Environment(ABC):
     def reward(self, episode: Episode) -> float | None:
         """The episode's reward, or None to let the configured reward function score the final answer."""
         return None
+
+    def answers(self, episode: Episode, text: str) -> bool:
+        """Whether the assistant turn ``text`` would be the episode's answer (rather than a tool call or another
+        move that asks for a further turn), decided without acting on it.
+
+        The driver asks on the turns it will not continue: the last allowed turn, before stepping it (a turn
+        that is no answer is then not stepped, so no tool runs for a result no turn would read), and a turn
+        cut without EOS (never stepped). An episode whose last turn is no answer is *unanswered* and scored
+        as ``truncated_reward`` says. The default, True, steps the last turn and leaves cut turns scored as cut
+        completions are; environments that can tell (``ToolEnvironment``: the turn holds no call) override it.
+        """
+        return True
+
+    def turn_reduction(self, episode: Episode) -> TurnReduction | None:
+        """How ``episode``'s per-turn rewards make its reward (``turn_reward``; a router asks the episode's own)."""
+        return self.turn_reward
 
 
 async def step_async(environment: Environment, episode: Episode, text: str) -> StepResult:
@@ -169,3 +210,9 @@ class EnvironmentRouter(Environment):
 
     def reward(self, episode: Episode) -> float | None:
         return episode.state["environment"].reward(episode)
+
+    def answers(self, episode: Episode, text: str) -> bool:
+        return episode.state["environment"].answers(episode, text)
+
+    def turn_reduction(self, episode: Episode) -> TurnReduction | None:
+        return episode.state["environment"].turn_reduction(episode)

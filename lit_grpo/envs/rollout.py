@@ -13,23 +13,26 @@ The returned :class:`~lit_grpo.types.Rollouts` holds everything after the prompt
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import torch
 from torch import Tensor
 
 from lit_grpo.checks import require
-from lit_grpo.envs.base import Environment, Episode, Record, run_coroutine, step_async
+from lit_grpo.envs.base import TURN_REDUCTIONS, Environment, Episode, Record, run_coroutine, step_async
 from lit_grpo.envs.chat import ChatFormat
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import eos_token_ids, pad_prompts
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
 
 T = TypeVar("T")
+#: What an unanswered episode is scored: a number, ``score`` (as if it had answered) or ``drop`` (unscorable).
+TruncatedReward = float | Literal["score", "drop"]
 #: Seed offset of turn ``k`` (``SamplingParams.seed + k * TURN_SEED_STRIDE``), so turns do not replay one stream.
 TURN_SEED_STRIDE = 1_000_003
 
@@ -55,9 +58,19 @@ class _Track:
         self.logprobs.append(torch.zeros(len(ids)) if logprobs is None else logprobs.float().cpu())
 
 
+def check_truncated_reward(value: TruncatedReward) -> TruncatedReward:
+    """``value`` if it is a valid ``truncated_reward`` (a finite number, ``score`` or ``drop``), else a clear error."""
+    ok = value in ("score", "drop") if isinstance(value, str) else \
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    require(ok, f"truncated_reward={value!r}: use a finite number (the reward of an episode that never answered, "
+                "e.g. 0), 'score' (score its last turn as an answer) or 'drop' (unscorable: left out of its group)")
+    return float(value) if not isinstance(value, str) else value
+
+
 def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], environment: Environment, n: int,
                  sampling: SamplingParams, max_turns: int = 4, max_episode_tokens: int | None = None,
-                 chat: ChatFormat | None = None) -> Rollouts:
+                 chat: ChatFormat | None = None, truncated_reward: TruncatedReward = 0.0,
+                 max_observation_tokens: int | None = None) -> Rollouts:
     """``n`` episodes of each record (group-major, as :meth:`RolloutEngine.generate`), run to the end.
 
     An episode ends when the environment says done, after ``max_turns`` assistant turns, when its tokens after
@@ -65,16 +78,31 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
     turn) or the engine's context (:meth:`RolloutEngine.max_sequence_length`), or when a turn ends without an
     EOS token; all but the first set ``truncated``. Each turn samples at most ``sampling.max_new_tokens`` tokens.
     The environment's ``reward`` is read for every episode at the end (``Episode.reward``).
+
+    An episode is *answered* when the environment ended it, or when its last turn was cut without EOS and the
+    environment reads it as an answer (:meth:`Environment.answers`: no tool call); a cut answer is scored as a
+    cut completion is in one-turn training. An unanswered episode (its last turn asked for another: a tool call
+    on the last allowed turn, or one whose result does not fit the budget) gets ``truncated_reward``: that
+    number (default 0), ``score`` (its reward as usual, the last turn scored as if it were the answer) or
+    ``drop`` (NaN: unscorable, left out of its group's statistics with advantage 0).
+
+    An observation longer than ``max_observation_tokens`` tokens (its content encoded alone; null: no cap) is cut
+    to its first ``max_observation_tokens`` tokens followed by ``[result cut at N tokens]``.
     """
+    truncated_reward = check_truncated_reward(truncated_reward)
     require(max_turns >= 1, f"max_turns={max_turns} must be >= 1")
     require(max_episode_tokens is None or max_episode_tokens >= 1,
             f"max_episode_tokens={max_episode_tokens} must be >= 1 or null")
+    require(max_observation_tokens is None or max_observation_tokens >= 1,
+            f"max_observation_tokens={max_observation_tokens} must be >= 1 or null")
     require(n >= 1 and len(records) >= 1, f"need at least one record and n >= 1 (got {len(records)} records, n={n})")
     chat = chat or ChatFormat(tokenizer)
     budget = max_episode_tokens or sys.maxsize
     context = engine.max_sequence_length()
     eos = set(eos_token_ids(getattr(engine, "policy", None), tokenizer))
     episodes = [_reset(environment, r) for r in records for _ in range(n)]
+    for ep in episodes:
+        ep.max_turns = max_turns
     tracks = [_Track(chat.prompt_ids(ep.messages, ep.tools, ep.tool_instructions)) for ep in episodes]
     budgets = [_budget(budget, context, t, ep) for t, ep in zip(tracks, episodes, strict=True)]
     live = list(range(len(episodes)))
@@ -92,11 +120,19 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
             tokens = out.completion_ids[row][out.completion_mask[row]][: limits[i]].tolist()
             tracks[i].add(tokens, out.logprobs[row, : len(tokens)])
             answers.append(_answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer, budgets[i],
-                                   last=turn == max_turns - 1))
+                                   last=turn == max_turns - 1, cap=max_observation_tokens))
         going = _run_all(answers)
         live = [i for i, goes_on in zip(live, going, strict=True) if goes_on]
     for ep in episodes:
-        ep.reward = _timed(ep, lambda ep=ep: environment.reward(ep))
+        ep.reward = _timed(ep, lambda ep=ep: environment.reward(ep))  # always read: it may close a session
+        how = environment.turn_reduction(ep)
+        if how is not None:
+            require(ep.reward is None, f"{type(environment).__name__} declares turn_reward={how!r} and its reward() "
+                                       f"returned {ep.reward!r}: an episode has one reward source; return None "
+                                       "from reward() or set turn_reward to None")
+            ep.reward = float(TURN_REDUCTIONS[how](ep.turn_rewards))
+        if not ep.answered and truncated_reward != "score":
+            ep.reward = math.nan if truncated_reward == "drop" else truncated_reward
     return _assemble(tracks, episodes, n, tokenizer.pad_token_id, device)
 
 
@@ -131,30 +167,70 @@ def _run_all(answers: list) -> list[bool]:
 
 
 async def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track: _Track, tokens: list[int],
-                  eos: set[int], tokenizer, budget: int, last: bool) -> bool:
-    """Records the sampled turn ``tokens`` and the environment's answer; True while the episode goes on."""
+                  eos: set[int], tokenizer, budget: int, last: bool, cap: int | None = None) -> bool:
+    """Records the sampled turn ``tokens`` and the environment's answer; True while the episode goes on.
+
+    The turn's text is its tokens decoded as sampled (special tokens included) without the EOS that ends it.
+    Observations join ``episode.messages`` only when their tokens join the episode (a further turn reads them).
+    """
     history = list(episode.messages)
-    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    ended = bool(tokens) and tokens[-1] in eos
+    text = tokenizer.decode(tokens[:-1] if ended else tokens, skip_special_tokens=False)
     episode.messages.append({"role": "assistant", "content": text})
     episode.turns += 1
-    if not tokens or tokens[-1] not in eos:  # the turn hit its token limit: no boundary to continue from
+    episode.turn_tokens.append(len(tokens))
+    if not ended:  # the turn hit its token limit: no boundary to continue from
         episode.truncated = True
+        episode.answered = bool(_timed(episode, lambda: environment.answers(episode, text)))
+        _turn_reward(environment, episode, None)
+        return False
+    if last and not _timed(episode, lambda: environment.answers(episode, text)):  # no turn would read a result
+        episode.truncated = True
+        _turn_reward(environment, episode, None)
         return False
     start = time.perf_counter()
     try:
         result = await step_async(environment, episode, text)
     finally:
         episode.env_seconds += time.perf_counter() - start
-    episode.messages.extend(result.observations)
+    _turn_reward(environment, episode, result.reward)
     if result.done:
-        episode.done = True
+        episode.done = episode.answered = True
         return False
-    bridge = chat.bridge_ids(history, result.observations, episode.tools, episode.tool_instructions, tokens[-1])
+    observations = [_capped(m, tokenizer, cap) for m in result.observations]
+    bridge = chat.bridge_ids(history, observations, episode.tools, episode.tool_instructions, tokens[-1])
     if last or len(track.ids) + len(bridge) >= budget:  # no turn left, or no room to sample one token
         episode.truncated = True
         return False
+    episode.messages.extend(observations)
     track.add(bridge, None)
     return True
+
+
+def _turn_reward(environment: Environment, episode: Episode, reward) -> None:
+    """Records the reward of the turn just sampled (None: 0) when the environment gives per-turn rewards."""
+    how = environment.turn_reduction(episode)
+    if how is None:
+        require(reward is None, f"{type(environment).__name__}.step returned a turn reward ({reward!r}) but the "
+                                "environment declares no turn_reward; set turn_reward to how the turns' rewards "
+                                f"make the episode's ({', '.join(TURN_REDUCTIONS)})")
+        return
+    require(how in TURN_REDUCTIONS, f"{type(environment).__name__}: turn_reward={how!r} is not a reduction; use "
+                                    f"one of {list(TURN_REDUCTIONS)}")
+    require(reward is None or (isinstance(reward, int | float) and not isinstance(reward, bool)),
+            f"{type(environment).__name__}.step returned the turn reward {reward!r}; a turn reward is a number")
+    episode.turn_rewards.append(0.0 if reward is None else float(reward))
+
+
+def _capped(message: dict, tokenizer, cap: int | None) -> dict:
+    """``message`` with its content cut to its first ``cap`` tokens, marked, when it is longer."""
+    content = message.get("content")
+    if cap is None or not isinstance(content, str):
+        return message
+    ids = tokenizer.encode(content, add_special_tokens=False)
+    if len(ids) <= cap:
+        return message
+    return {**message, "content": tokenizer.decode(ids[:cap]) + f"\n[result cut at {cap} tokens]"}
 
 
 def _reset(environment: Environment, record: Record) -> Episode:
@@ -203,7 +279,35 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "env/turns_mean": sum(e.turns for e in episodes) / k,
         "env/tool_calls_mean": sum(e.tool_calls for e in episodes) / k,
         "env/truncated_frac": sum(e.truncated for e in episodes) / k,
+        "env/unanswered_frac": sum(not e.answered for e in episodes) / k,
         "env/seconds": sum(e.env_seconds for e in episodes),
         "env/tool_errors": float(sum(e.tool_errors for e in episodes)),
         "env/tool_timeouts": float(sum(e.tool_timeouts for e in episodes)),
     }
+
+
+def turn_credit(episodes: Sequence[Episode], advantages: Tensor) -> dict[str, tuple[float, float]]:
+    """How the advantage of one step's episodes spreads over their turns, as ``(numerator, denominator)`` pairs
+    (summed over ranks, then divided): ``env/adv_share_turn<k>`` for ``k = 1..max_turns`` and
+    ``env/adv_share_final_turn``.
+
+    Each sampled token of episode ``e`` carries the episode's advantage ``a_e``; the share of turn ``k`` is
+    ``sum_e |a_e| n_ek / sum_e |a_e| n_e``, with ``n_ek`` the tokens the policy sampled in turn ``k`` of ``e`` and
+    ``n_e`` in all of its turns: the fraction of the step's advantage mass, token by token (the policy gradient's
+    weight under ``token-mean`` aggregation, before clipping), that lands on turn ``k``. The final turn is each
+    episode's last sampled turn (its answer, or the turn it was cut on). NaN when every advantage is 0.
+    ``advantages``: ``[N]`` (or ``[P, G]``), one per episode, in the rollouts' row order.
+    """
+    a = advantages.detach().reshape(-1).abs().double().cpu().tolist()
+    require(len(a) == len(episodes), f"turn_credit: {len(a)} advantages for {len(episodes)} episodes")
+    most = max([e.max_turns for e in episodes] + [len(e.turn_tokens) for e in episodes] + [1])
+    turn = [0.0] * most
+    final = total = 0.0
+    for e, weight in zip(episodes, a, strict=True):
+        for k, tokens in enumerate(e.turn_tokens):
+            turn[k] += weight * tokens
+        final += weight * (e.turn_tokens[-1] if e.turn_tokens else 0)
+        total += weight * sum(e.turn_tokens)
+    pairs = {f"env/adv_share_turn{k + 1}": (mass, total) for k, mass in enumerate(turn)}
+    pairs["env/adv_share_final_turn"] = (final, total)
+    return pairs

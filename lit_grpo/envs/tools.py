@@ -161,6 +161,10 @@ class ToolEnvironment(Environment):
             observations.append({"role": "tool", "name": call.name or "unknown", "content": result})
         return StepResult(observations=observations, done=False)
 
+    def answers(self, episode: Episode, text: str) -> bool:
+        """A turn without a tool call is the answer (checked without running anything)."""
+        return not parse_tool_calls(text, self.call_format, self.call_tags)
+
     def call(self, episode: Episode, call: ToolCall) -> str:
         """The observation for one call (its result or an error message); counts errors on ``episode``."""
         return run_coroutine(self.acall(episode, call))

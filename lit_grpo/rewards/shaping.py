@@ -3,6 +3,10 @@
 A reward function scores texts; shaping by length needs each completion's length in tokens, which the
 training step has. ``GRPOModule(shaping=...)`` applies a :class:`RewardShaping` to the rewards ``[P, G]``
 before the estimator; the raw rewards stay what the diagnostics and dynamic sampling read.
+
+``max_new_tokens`` below is the most tokens a row can sample (:meth:`RolloutEngine.max_sampled_tokens`):
+``sampling.max_new_tokens`` for one completion; for a multi-turn episode, whose length is the sum of its
+sampled turns, the episode's budget (``max_turns`` turns of ``max_new_tokens``, at most ``max_episode_tokens``).
 """
 
 from __future__ import annotations
@@ -72,7 +76,8 @@ class OverlongPenalty(RewardShaping):
 
     def check(self, max_new_tokens: int) -> None:
         require(self.buffer <= max_new_tokens, f"OverlongPenalty: buffer={self.buffer} is longer than the completions "
-                f"(sampling.max_new_tokens={max_new_tokens}); set buffer to at most {max_new_tokens}")
+                f"({max_new_tokens} tokens: sampling.max_new_tokens, or an episode's budget, "
+                f"EpisodeEngine.max_sampled_tokens); set buffer to at most {max_new_tokens}")
 
     def __call__(self, rewards: Tensor, lengths: Tensor, max_new_tokens: int) -> ShapedRewards:
         term = overlong_penalty(lengths.to(rewards.device), max_new_tokens, self.buffer, self.penalty)  # [P, G]

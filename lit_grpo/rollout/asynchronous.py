@@ -148,6 +148,9 @@ class AsyncRollouts(RolloutEngine):
     def max_sequence_length(self) -> int | None:
         return self.engine.max_sequence_length()
 
+    def max_sampled_tokens(self, max_new_tokens: int) -> int:
+        return self.engine.max_sampled_tokens(max_new_tokens)
+
     def sync_weights(self, policy: nn.Module) -> float:
         """Wait for the batch in progress, then copy ``policy``'s weights into the producer's (one version more)."""
         self._check_bound()

@@ -55,6 +55,12 @@ class RolloutEngine(ABC):
         """Most tokens of prompt and completion together the engine can hold (None: no known limit)."""
         return None
 
+    def max_sampled_tokens(self, max_new_tokens: int) -> int:
+        """Most tokens the policy samples in one row of :meth:`rollout` when each sampling call may sample up to
+        ``max_new_tokens``: the length budget that length shaping (``OverlongPenalty``) and the
+        ``seq-sum-constant`` aggregation compare lengths with. One completion: ``max_new_tokens``."""
+        return max_new_tokens
+
     def metrics(self) -> dict[str, float]:
         """Numbers the module logs after each training step (the engine's own; none here)."""
         return {}

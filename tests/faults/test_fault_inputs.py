@@ -116,7 +116,7 @@ FIT_CASES = {  # name: (options, what the message must contain)
                                 "2 of 2 prompts leave no room for max_new_tokens=4000 in the model's 256-token context"),
     "overlong buffer past the completions": (
         {"model.init_args.shaping": {"class_path": "lit_grpo.OverlongPenalty", "init_args": {"buffer": 100}}},
-        "OverlongPenalty: buffer=100 is longer than the completions (sampling.max_new_tokens=4)"),
+        "OverlongPenalty: buffer=100 is longer than the completions (4 tokens: sampling.max_new_tokens"),
 }  # fmt: skip
 
 

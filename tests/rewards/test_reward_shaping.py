@@ -77,5 +77,5 @@ def test_a_buffer_longer_than_the_completions_is_an_error():
 
 
 def test_a_buffer_longer_than_the_completions_is_refused_when_the_module_is_built(sft_model_path):
-    with pytest.raises(ValueError, match=r"buffer=9 is longer than the completions \(sampling.max_new_tokens=4\)"):
+    with pytest.raises(ValueError, match=r"buffer=9 is longer than the completions \(4 tokens: sampling.max_new_tokens"):
         tiny_module(sft_model_path, shaping=OverlongPenalty(buffer=9), max_new_tokens=4)
