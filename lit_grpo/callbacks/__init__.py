@@ -8,6 +8,7 @@ from lit_grpo.callbacks.degeneracy import DegeneracyMonitor
 from lit_grpo.callbacks.export import SavePretrained
 from lit_grpo.callbacks.fidelity import GradientFidelity
 from lit_grpo.callbacks.gradient_rank import GradientRank
+from lit_grpo.callbacks.guesses import SearchGuesses
 from lit_grpo.callbacks.heldout import HeldOutReport
 from lit_grpo.callbacks.passk import PassAtK, PassAtKMetric
 from lit_grpo.callbacks.samples import CompletionSamples
@@ -30,4 +31,5 @@ __all__ = [
     "ShadowEstimators",
     "GradientFidelity",
     "GradientProbe",
+    "SearchGuesses",
 ]

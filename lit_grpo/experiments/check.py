@@ -86,7 +86,10 @@ def _check_model(cli, run: Run, prepared: dict[str, Path]) -> None:
     from lit_grpo.models.loading import looks_local
 
     name = str(cli.model.model_name)
-    if name in {str(p) for p in prepared.values()} or not looks_local(name):
+    # a prepare step's output, or a path inside it (SavePretrained(merge: true) writes <output>/merged): made later
+    if any(Path(name) == p or Path(name).is_relative_to(p) for p in map(Path, prepared.values())):
+        return
+    if not looks_local(name):
         return
     require(Path(name).expanduser().is_dir(),
             f"run {run.run_id}: model={name!r} is not a directory; fix the path or produce it with a "

@@ -395,11 +395,21 @@ def _check_prepared(texts: list[str], names: set[str], where: str) -> None:
             raise _fail(where, f"{{prepared.{used}}} is used but `prepare` defines only {sorted(names)}")
 
 
+def _quick_arms(arms: tuple[Arm, ...], chosen: Any, reference: Any, where: str) -> tuple[Arm, ...]:
+    """The arms a smoke run keeps (``quick: {arms: [A, B]}``), in the experiment's order, the reference among them."""
+    labels = [a.label for a in arms]
+    if not isinstance(chosen, list) or not chosen or not all(str(c) in labels for c in chosen):
+        raise _fail(where, f"{chosen!r} must be a non-empty list of the arms {labels}")
+    if reference is not None and str(reference) not in map(str, chosen):
+        raise _fail(where, f"{chosen} must include the reference arm {reference!r}")
+    return tuple(a for a in arms if a.label in map(str, chosen))
+
+
 def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     """Read and check an experiment YAML; with ``quick``, apply its ``quick`` section (smoke size)."""
     where, source = str(path), _source(path)
     data = _read(source)
-    q = _keys(data.get("quick") or {}, {"seeds", "args", "sweep", "select", "test"}, f"{where}: quick")
+    q = _keys(data.get("quick") or {}, {"seeds", "args", "sweep", "select", "test", "arms"}, f"{where}: quick")
     for key in ("name", "arms", "seeds", "metrics"):
         if not data.get(key):
             raise _fail(where, f"`{key}` is required")
@@ -411,6 +421,8 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     sweep = _sweep(data.get("sweep"), (q.get("sweep") or {}) if quick else {}, f"{where}: sweep")
     texts = list(args) + [a for _, items in sweep for _, xs in items for a in xs]
     arms = tuple(_arm(str(k), v, f"{where}: arms.{k}", source) for k, v in _keys(data["arms"], set(data["arms"]), where).items())
+    if quick and q.get("arms"):
+        arms = _quick_arms(arms, q["arms"], data.get("reference"), f"{where}: quick.arms")
     _check_prepared(texts + [a for arm in arms for a in arm.args], {p.name for p in prepared}, where)
     base = _files(_strs(data.get("base"), f"{where}: base"), f"{where}: base", source)
     callbacks = callback_paths(

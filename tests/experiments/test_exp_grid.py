@@ -242,3 +242,14 @@ def test_a_metric_the_step_never_logged_misses_the_requirement_and_quick_mode_sk
     lines = []
     runner.run_prepare(quick, tmp_path, echo=lines.append)
     assert any("not checked in quick mode" in line for line in lines)
+
+
+def test_a_model_inside_a_prepared_output_is_not_checked_before_the_step_runs(tmp_path):
+    # a prepare step's SavePretrained(merge: true) writes the merged policy under <output>/merged
+    out = tmp_path / "prepared" / "start-0123456789"
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml", args=[f"--model.model={out}/merged"]))
+    check_runs(exp, expand(exp, {"start": out}, tmp_path), {"start": out}, LitGRPOCLI)
+    # a sibling whose name only begins like the output is not inside it
+    exp = load_experiment(write_experiment(tmp_path / "f.yaml", args=[f"--model.model={out}x/merged"]))
+    with pytest.raises(ValueError, match="is not a directory"):
+        check_runs(exp, expand(exp, {"start": out}, tmp_path), {"start": out}, LitGRPOCLI)

@@ -120,6 +120,18 @@ def test_quick_mode_overrides_seeds_sweep_and_appends_args(tmp_path):
     )
 
 
+def test_quick_mode_may_keep_a_subset_of_the_arms(tmp_path):
+    arms = {"GRPO": {"estimator": "GRPO"}, "Sign": {"estimator": "Sign"}, "DrGRPO": {"estimator": "DrGRPO"}}
+    path = write_experiment(tmp_path / "e.yaml", arms=arms, reference="Sign", quick={"arms": ["DrGRPO", "Sign"]})
+    assert [a.label for a in load_experiment(path).arms] == ["GRPO", "Sign", "DrGRPO"]
+    assert [a.label for a in load_experiment(path, quick=True).arms] == ["Sign", "DrGRPO"]  # the experiment's order
+    for bad, message in ((["GRPO"], "must include the reference arm 'Sign'"), (["Nope"], "must be a non-empty list"),
+                         ("Sign", "must be a non-empty list")):
+        path = write_experiment(tmp_path / "f.yaml", arms=arms, reference="Sign", quick={"arms": bad})
+        with pytest.raises(ValueError, match=f"quick.arms: .*{message}"):
+            load_experiment(path, quick=True)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
