@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -54,9 +58,9 @@ class GuessServer(ServerEnvironment):
         return self._state
 
 
-@pytest.fixture(scope="module")
-def server_url():
-    app = create_app(GuessServer, GuessAction, GuessObservation, env_name="guess", max_concurrent_envs=16)
+@contextlib.contextmanager
+def serve(app):
+    """``app`` served by uvicorn on a free loopback port, in a thread; yields its base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -67,9 +71,50 @@ def server_url():
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.started, "the OpenEnv test server did not start on the loopback address"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    with serve(create_app(GuessServer, GuessAction, GuessObservation, env_name="guess", max_concurrent_envs=16)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def echo_package(tmp_path_factory):
+    """The echo environment that ``openenv init echo_env`` generates, importable as ``echo_env``."""
+    root = tmp_path_factory.mktemp("openenv-init")
+    done = subprocess.run([sys.executable, "-m", "openenv.cli", "init", "echo_env", "--output-dir", str(root)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("echo_env")
+    finally:
+        sys.path.remove(str(root))
+
+
+@pytest.fixture(scope="module")
+def echo_url(echo_package):
+    """The generated echo server, allowing 16 concurrent sessions (the template allows 1: "increase this number")."""
+    from echo_env.server.echo_env_environment import EchoEnvironment
+
+    app = create_app(EchoEnvironment, echo_package.EchoAction, echo_package.EchoObservation, env_name="echo_env",
+                     max_concurrent_envs=16)
+    with serve(app) as url:
+        yield url
+
+
+@pytest.fixture
+def echo_one_session_url(echo_package):
+    """The generated echo server exactly as ``openenv init`` writes it: one session at a time."""
+    app = importlib.import_module("echo_env.server.app").app
+    with serve(app) as url:
+        yield url
 
 
 def _respond(prompt: str, k: int) -> str:
@@ -103,7 +148,6 @@ def test_a_server_that_is_not_there_is_a_clear_error():
         env.reset({"prompt": "Q", "reference": "", "id": "0", "columns": {}})
 
 
-
 def test_grpo_trains_two_steps_against_an_openenv_server(server_url, sft_model_path, tmp_path):
     import lightning as L
 
@@ -119,12 +163,76 @@ def test_grpo_trains_two_steps_against_an_openenv_server(server_url, sft_model_p
     trainer = tiny_trainer(tmp_path, max_steps=2, callbacks=[steps])
     trainer.fit(module, datamodule=tiny_data())
     assert len(steps.outputs) == 2
-    owned = 0
-    for stats in steps.outputs:  # where the server gave a reward, it is the one trained on
+    for stats in steps.outputs:  # every reward trained on is the server's (0 for an episode cut before its 1st step)
         for reward, ep in zip(stats.rewards.flatten().tolist(), stats.rollouts.episodes, strict=True):
             assert ep.turns >= 1 and "client" not in ep.state  # every session closed
-            if ep.reward is not None:
-                owned += 1
-                assert reward == ep.reward
-    assert owned > 0
+            assert ep.reward is not None and reward == ep.reward
     assert float(trainer.callback_metrics["env/turns_mean"]) >= 1.0
+
+
+RECORD = {"prompt": "Say something.", "reference": "", "id": "0", "columns": {}}
+
+
+def test_a_failed_reset_closes_its_session(echo_one_session_url):
+    # the server allows one session; a reset that fails after the session opened must give it back
+    wrong = OpenEnvEnvironment(base_url=echo_one_session_url, observation_field="no_such_field")
+    with pytest.raises(ValueError, match="no field 'no_such_field'"):
+        wrong.reset(RECORD)
+    right = OpenEnvEnvironment(base_url=echo_one_session_url, observation_field="echoed_message", opening="both")
+    episode = right.reset(RECORD)
+    assert episode.messages[-1]["content"] == "Say something.\n\nEcho Env environment ready!"
+    assert "client" in episode.state
+    right.close()
+    assert "client" in episode.state and not right._sessions  # closed by close(): the episode cannot step
+
+
+def test_a_server_at_its_session_limit_is_a_clear_error(echo_one_session_url):
+    env = OpenEnvEnvironment(base_url=echo_one_session_url, observation_field="echoed_message")
+    first = env.reset(RECORD)
+    with pytest.raises(RuntimeError, match=r"at its session limit \(Server at capacity: 1/1 sessions active.*"
+                                           r"raise max_concurrent_envs"):
+        env.reset(RECORD)
+    assert len(env._sessions) == 1  # the refused session is closed, the first one still open
+    env.step(first, "hi")
+    assert env.reward(first) == pytest.approx(0.2) and not env._sessions  # reading the reward closes it
+    again = env.reset(RECORD)  # its slot is free again
+    assert "client" in again.state
+    env.close()
+
+
+def _one_turn(env, text: str):
+    episode = env.reset(RECORD)
+    episode.messages.append({"role": "assistant", "content": text})
+    env.step(episode, text)
+    return episode
+
+
+class SilentServer(GuessServer):
+    """The guessing game with no rewards at all."""
+
+    def reset(self, seed=None, episode_id=None, **kwargs):
+        return super().reset().model_copy(update={"reward": None})
+
+    def step(self, action, timeout_s=None, **kwargs):
+        return super().step(action).model_copy(update={"reward": None})
+
+
+def test_an_episode_without_a_server_reward_is_an_error_or_an_explicit_zero(echo_url):
+    # one group, one source of rewards: an episode without a reward from the server must not fall back to the
+    # configured reward function (as the other episodes of its group take the server's)
+    env = OpenEnvEnvironment(base_url=echo_url, observation_field="echoed_message")
+    assert env.reward(_one_turn(env, "hello")) == pytest.approx(0.5)  # the echo server's: 0.1 per character
+    unanswered = env.reset(RECORD)
+    unanswered.truncated = True  # its first turn hit the token limit: nothing reached the server
+    assert env.reward(unanswered) == 0.0
+    app = create_app(SilentServer, GuessAction, GuessObservation, env_name="silent", max_concurrent_envs=4)
+    with serve(app) as silent_url:
+        silent = OpenEnvEnvironment(base_url=silent_url, observation_field="hint")
+        with pytest.raises(RuntimeError, match=r"OpenEnv server http://127.0.0.1:\d+ gave episode '0' no reward "
+                                               r"\(1 answer.*missing_reward: zero"):
+            silent.reward(_one_turn(silent, "5"))
+        zero = OpenEnvEnvironment(base_url=silent_url, observation_field="hint", missing_reward="zero")
+        assert zero.reward(_one_turn(zero, "5")) == 0.0
+    # reward: none leaves every episode to the configured reward
+    configured = OpenEnvEnvironment(base_url=echo_url, observation_field="echoed_message", reward="none")
+    assert configured.reward(_one_turn(configured, "hello")) is None
