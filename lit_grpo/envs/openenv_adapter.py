@@ -12,7 +12,7 @@ server at its limit is an error that says so. Two kinds of action:
   ``call_tool`` action (tool name and arguments) and its result comes back as a ``tool`` message; a turn without a
   call is the final answer and ends the episode (as in :class:`~lit_grpo.envs.ToolEnvironment`).
 
-The episode's reward is the sum (or last) of the step rewards, or left to the configured reward (``reward:
+The episode's reward is the sum (or last) of the server's rewards (at reset and at each step), or left to the configured reward (``reward:
 none``) for every episode: one source per run, never a mix. An episode that the server answered without any reward
 is an error naming the server, or 0 with ``missing_reward: zero``; an episode cut (truncated) before its first
 turn reached the server scores 0.
@@ -56,8 +56,8 @@ class OpenEnvEnvironment(Environment):
         opening: The opening user message: the record's ``prompt``, the ``observation`` returned by the server's
             reset, or ``both`` (the prompt, a blank line, the observation).
         observation_role: Role of the observation messages of ``text`` actions (``user``, or ``tool``).
-        reward: The episode's reward: the ``sum`` or the ``last`` of the step rewards (steps without one count
-            0), or ``none`` to score every episode's final answer with the configured reward function.
+        reward: The episode's reward: the ``sum`` or the ``last`` of the rewards the server gave (at reset and
+            at each step; answers without one count 0), or ``none`` to score every episode's final answer with the configured reward function.
         missing_reward: An episode the server answered without any reward (``reward: sum | last``): ``error``
             (the run stops, naming the server) or ``zero``. An episode truncated before its first turn reached
             the server scores 0 either way.
@@ -107,7 +107,7 @@ class OpenEnvEnvironment(Environment):
         try:
             result = self._call(client, "reset", lambda: client.reset())
             episode = Episode(record=record, messages=user_messages(record, self.system_prompt),
-                              state={"client": client, "rewards": [], "steps": 0})
+                              state={"client": client, "rewards": [result.reward], "steps": 0})
             if self.actions == "tools":
                 episode.tools = self._list_tools(client)
                 episode.state["schemas"] = {s["function"]["name"]: s for s in episode.tools}
@@ -122,8 +122,7 @@ class OpenEnvEnvironment(Environment):
             episode.messages[-1]["content"] = shown
         elif self.opening == "both":
             episode.messages[-1]["content"] = f"{episode.messages[-1]['content']}\n\n{shown}"
-        if result.done:  # a server may end an episode at reset; its reward then is the reset's
-            episode.state["rewards"].append(result.reward)
+        if result.done:  # a server may end an episode at reset
             self._close(episode)
         return episode
 
@@ -142,15 +141,15 @@ class OpenEnvEnvironment(Environment):
         self._close(episode)
         if self.reward_mode == "none":
             return None
-        given = episode.state["rewards"]
-        if not given and episode.truncated:  # cut before its first turn was sent: the server never saw it
+        given = episode.state["rewards"]  # the reset's, then each step's
+        if episode.state["steps"] == 0 and episode.truncated:  # cut before its first turn reached the server
             return 0.0
         if all(r is None for r in given):
             if self.missing_reward == "zero":
                 return 0.0
             raise OpenEnvError(
-                f"OpenEnv server {self.base_url} gave episode {episode.record.get('id')!r} no reward ({len(given)} "
-                "answer(s) from the server, none with a reward); a group takes its rewards from one source. Set "
+                f"OpenEnv server {self.base_url} gave episode {episode.record.get('id')!r} no reward (its reset "
+                f"and {episode.state['steps']} step(s), none with a reward); a group takes its rewards from one source. Set "
                 "missing_reward: zero to score such "
                 "episodes 0, or reward: none to score every episode with the configured reward function"
             )

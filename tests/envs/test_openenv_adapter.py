@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import socket
 import subprocess
 import sys
@@ -229,10 +230,125 @@ def test_an_episode_without_a_server_reward_is_an_error_or_an_explicit_zero(echo
     with serve(app) as silent_url:
         silent = OpenEnvEnvironment(base_url=silent_url, observation_field="hint")
         with pytest.raises(RuntimeError, match=r"OpenEnv server http://127.0.0.1:\d+ gave episode '0' no reward "
-                                               r"\(1 answer.*missing_reward: zero"):
+                                               r"\(its reset and 1 step\(s\), none with a reward.*missing_reward: zero"):
             silent.reward(_one_turn(silent, "5"))
         zero = OpenEnvEnvironment(base_url=silent_url, observation_field="hint", missing_reward="zero")
         assert zero.reward(_one_turn(zero, "5")) == 0.0
     # reward: none leaves every episode to the configured reward
     configured = OpenEnvEnvironment(base_url=echo_url, observation_field="echoed_message", reward="none")
     assert configured.reward(_one_turn(configured, "hello")) is None
+
+
+# ---- structured actions: an MCP environment's tools, called with call_tool actions ---------------------------
+def _tool_server_class():
+    from fastmcp import FastMCP
+    from openenv.core.env_server.mcp_environment import MCPEnvironment
+    from openenv.core.env_server.mcp_types import CallToolAction
+
+    class MultiplyTools(MCPEnvironment):
+        """Tools multiply(a, b) and submit(answer); submit ends the episode, reward 1 for 42 (0 for every call)."""
+
+        SUPPORTS_CONCURRENT_SESSIONS = True
+
+        def __init__(self):
+            server = FastMCP("multiply")
+
+            @server.tool()
+            def multiply(a: int, b: int) -> int:
+                """Multiply two integers.
+
+                Args:
+                    a: The first factor.
+                    b: The second factor.
+                """
+                return a * b
+
+            @server.tool()
+            def submit(answer: str) -> str:
+                """Submit the final answer.
+
+                Args:
+                    answer: The answer.
+                """
+                return "submitted"
+
+            super().__init__(server)
+            self._state = State(episode_id="0", step_count=0)
+
+        def reset(self, seed=None, episode_id=None, **kwargs):
+            self._state = State(episode_id=episode_id or "0", step_count=0)
+            return Observation(done=False, reward=0.0)
+
+        def _step_impl(self, action, timeout_s=None, **kwargs):
+            return Observation(done=False, reward=0.0, metadata={"error": "call a tool"})
+
+        async def step_async(self, action, timeout_s=None, **kwargs):
+            observation = await super().step_async(action, timeout_s=timeout_s, **kwargs)
+            if isinstance(action, CallToolAction):
+                observation.reward = 0.0
+                if action.tool_name == "submit" and observation.error is None:
+                    observation.done = True
+                    observation.reward = float(str(action.arguments.get("answer")) == "42")
+            return observation
+
+        @property
+        def state(self):
+            return self._state
+
+    return MultiplyTools
+
+
+@pytest.fixture(scope="module")
+def tools_url():
+    from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+
+    app = create_app(_tool_server_class(), CallToolAction, CallToolObservation, env_name="multiply",
+                     max_concurrent_envs=16)
+    with serve(app) as url:
+        yield url
+
+
+def _call(name: str, **arguments) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call><eos>"
+
+
+def _tool_policy(prompt: str, k: int) -> str:
+    # sample 0: multiply, then submit the product; sample 1: a call with a bad argument, then an unknown tool,
+    # then a plain answer (no call: the episode ends without a submit)
+    turn = prompt.count("<|assistant|>")
+    if turn == 1:
+        return _call("multiply", a=6, b=7) if k == 0 else _call("multiply", a="six", b=7)
+    if '"six"' not in prompt:
+        return _call("submit", answer=prompt.split("<|tool|>")[1][:2])
+    return _call("divide", a=6, b=7) if turn == 2 else "42<eos>"
+
+
+def test_tool_calls_go_to_the_server_as_call_tool_actions(tools_url):
+    tok = chat_tokenizer()
+    env = OpenEnvEnvironment(base_url=tools_url, actions="tools")
+    record = {"prompt": "What is 6 * 7?", "reference": "42", "id": "0", "columns": {}}
+    r = run_episodes(ScriptedEngine(tok, _tool_policy), tok, [record], env, n=2,
+                     sampling=SamplingParams(max_new_tokens=80), max_turns=4)
+    right, wrong = r.episodes
+    # the policy sees the server's tools as episode tools: names, descriptions, argument schemas
+    assert [t["function"]["name"] for t in right.tools] == ["multiply", "submit"]
+    multiply = right.tools[0]["function"]
+    assert multiply["description"].startswith("Multiply two integers.")
+    assert multiply["parameters"]["required"] == ["a", "b"]
+    assert {k: v["type"] for k, v in multiply["parameters"]["properties"].items()} == {"a": "integer", "b": "integer"}
+    assert "tools:multiply;submit;" in tok.decode(r.prompt_ids[0])  # rendered by the template's tool format
+    assert right.messages[2] == {"role": "tool", "name": "multiply", "content": "42"}
+    assert right.done and right.turns == 2 and right.reward == 1.0 and right.tool_calls == 2
+    assert [m["role"] for m in wrong.messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert "argument 'a' must be integer" in wrong.messages[2]["content"]
+    assert "unknown tool 'divide'" in wrong.messages[4]["content"]
+    assert wrong.tool_errors == 2 and wrong.done and wrong.turns == 3
+    assert wrong.reward == 0.0  # no call reached the server: its reward is the reset's
+    assert not env._sessions and all("client" not in ep.state for ep in r.episodes)
+
+
+def test_tools_actions_on_a_text_action_server_is_a_clear_error(echo_url):
+    env = OpenEnvEnvironment(base_url=echo_url, actions="tools")
+    with pytest.raises(RuntimeError, match="list_tools failed|listed no MCP tools"):
+        env.reset(RECORD)
+    assert not env._sessions
