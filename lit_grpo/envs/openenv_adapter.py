@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from lit_grpo.checks import require
 from lit_grpo.envs.base import Environment, Episode, Record, StepResult, user_messages
+from lit_grpo.envs.mcp_tools import result_text
 from lit_grpo.envs.tool_calls import check_arguments, parse_tool_calls
 from lit_grpo.envs.tools import describe_tools
 
@@ -296,36 +297,6 @@ class OpenEnvEnvironment(Environment):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-
-
-def result_text(result: Any) -> tuple[str, bool]:
-    """The text of an MCP tool result (``CallToolResult`` or its JSON form) and whether it is an error result.
-
-    Text content items are joined by newlines; other content (images, resources) is shown as JSON; a result with
-    no content shows its structured content as JSON.
-    """
-    if result is None:
-        return "", False
-    if isinstance(result, str | int | float) and not isinstance(result, bool):
-        return result if isinstance(result, str) else repr(result), False
-    data = result if isinstance(result, dict) else _as_dict(result)
-    failed = bool(data.get("is_error", data.get("isError", False)))
-    content = data.get("content") or []
-    parts = [item.get("text", "") if item.get("type") == "text" else json.dumps(item, default=str)
-             for item in (c if isinstance(c, dict) else _as_dict(c) for c in content)]
-    if not parts:
-        structured = data.get("structured_content", data.get("structuredContent", data.get("data")))
-        if structured is not None:
-            parts = [structured if isinstance(structured, str) else json.dumps(structured, default=str)]
-    return "\n".join(parts), failed
-
-
-def _as_dict(value: Any) -> dict:
-    if hasattr(value, "model_dump"):
-        return value.model_dump()
-    if hasattr(value, "__dict__"):
-        return dict(vars(value))
-    return {"type": "unknown", "text": str(value)}
 
 
 def _pending_error(client) -> str:

@@ -171,6 +171,29 @@ def test_grpo_trains_two_steps_against_an_openenv_server(server_url, sft_model_p
     assert float(trainer.callback_metrics["env/turns_mean"]) >= 1.0
 
 
+def test_grpo_trains_two_steps_against_the_openenv_echo_server(echo_url, sft_model_path, tmp_path):
+    import lightning as L
+
+    from lit_grpo.envs import EpisodeEngine
+    from tests.envs.test_episode_training import Steps, chat_policy
+    from tests.helpers import tiny_data, tiny_module, tiny_trainer
+
+    L.seed_everything(0)
+    steps = Steps()
+    env = OpenEnvEnvironment(base_url=echo_url, observation_field="echoed_message")
+    module = tiny_module(chat_policy(sft_model_path, tmp_path / "policy"), engine=EpisodeEngine(env, max_turns=2),
+                         max_new_tokens=4)
+    trainer = tiny_trainer(tmp_path, max_steps=2, callbacks=[steps])
+    trainer.fit(module, datamodule=tiny_data())
+    assert len(steps.outputs) == 2
+    for stats in steps.outputs:  # the echo server's reward, 0.1 per character sent, is the one trained on
+        for reward, ep in zip(stats.rewards.flatten().tolist(), stats.rollouts.episodes, strict=True):
+            assert ep.reward is not None and reward == pytest.approx(ep.reward, rel=2**-23)  # float32 rewards
+            assert ep.reward * 10 == pytest.approx(round(ep.reward * 10))  # 0.1 per character
+            assert "client" not in ep.state  # every session closed
+    assert not env._sessions
+
+
 RECORD = {"prompt": "Say something.", "reference": "", "id": "0", "columns": {}}
 
 
