@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import json
+import sys
 import threading
 import weakref
 from typing import Any, Literal
@@ -42,7 +43,8 @@ class MCPToolEnvironment(Environment):
     """The tools of an MCP server (started over stdio) offered to the policy in every episode.
 
     Args:
-        command: The server's executable, e.g. ``python`` or ``npx``.
+        command: The server's executable, e.g. ``npx``; ``python`` (or ``python3``) is the interpreter lit-grpo
+            runs in.
         args: Its arguments, e.g. ``[-m, my_package.server]``.
         env: Environment variables for the server, over the default ones MCP passes (null: none).
         cwd: The server's working directory (null: this process's).
@@ -145,8 +147,9 @@ class MCPToolEnvironment(Environment):
             return f"error: tool {call.name!r} ran past its time limit of {self.timeout_s:g} s"
         except Exception as err:
             self._runtime.stop(server)
+            cause = _leaf(err)
             return _error(episode, f"tool {call.name!r} failed: the MCP server stopped answering "
-                                   f"({type(err).__name__}: {err}); it is started again for the next call")
+                                   f"({type(cause).__name__}: {cause}); it is started again for the next call")
         text, failed = result_text(result)
         if failed:
             return _error(episode, f"tool {call.name!r} failed: {text}")
@@ -164,7 +167,8 @@ class MCPToolEnvironment(Environment):
             from mcp import StdioServerParameters
         except ImportError:
             raise ImportError(INSTALL_HINT) from None
-        params = StdioServerParameters(command=self.command, args=self.args, env=self.env, cwd=self.cwd)
+        command = sys.executable if self.command in ("python", "python3") else self.command
+        params = StdioServerParameters(command=command, args=self.args, env=self.env, cwd=self.cwd)
         return self._runtime.start(params, self.start_timeout_s, self.server)
 
     def _shared_schemas(self) -> list[dict]:
@@ -214,11 +218,40 @@ class MCPToolEnvironment(Environment):
 
 
 def tool_schema(tool: Any) -> dict:
-    """The episode tool schema (``ToolEnvironment``'s form) of an MCP ``Tool``: name, description, arguments."""
+    """The episode tool schema (``ToolEnvironment``'s form) of an MCP ``Tool``: name, description, arguments and,
+    where the server declares an output schema, the return value.
+
+    The ``title`` that MCP servers generate for each (sub)schema is left out and ``type`` comes first, and an
+    output schema holding only ``result`` (how MCP's Python servers wrap a plain return value) is that value's
+    schema: the policy sees the schema ``ToolEnvironment`` shows for a Python function with the same signature
+    and docstring.
+    """
     parameters = getattr(tool, "input_schema", None) or getattr(tool, "inputSchema", None)
-    return {"type": "function", "function": {"name": tool.name,
-                                             "description": inspect.cleandoc(tool.description or ""),
-                                             "parameters": parameters or {"type": "object", "properties": {}}}}
+    function = {"name": tool.name, "description": inspect.cleandoc(tool.description or ""),
+                "parameters": _untitled(parameters or {"type": "object", "properties": {}})}
+    output = getattr(tool, "output_schema", None) or getattr(tool, "outputSchema", None)
+    if output:
+        output = _untitled(output)
+        wrapped = set(output.get("properties", {})) == {"result"} and output.get("required") == ["result"]
+        function["return"] = output["properties"]["result"] if wrapped else output
+    return {"type": "function", "function": function}
+
+
+def _untitled(schema: Any) -> Any:
+    """``schema`` without the ``title`` of each (sub)schema; argument names (keys of ``properties``) are kept."""
+    if isinstance(schema, list):
+        return [_untitled(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in sorted(schema.items(), key=lambda item: item[0] != "type"):  # type first, then as given
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {name: _untitled(sub) for name, sub in value.items()}
+        else:
+            out[key] = _untitled(value)
+    return out
 
 
 def result_text(result: Any) -> tuple[str, bool]:
@@ -267,6 +300,13 @@ async def _list_tools(session) -> list[Any]:
         cursor = getattr(page, "next_cursor", getattr(page, "nextCursor", None))
         if not cursor:
             return tools
+
+
+def _leaf(err: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups: what actually went wrong."""
+    while isinstance(getattr(err, "exceptions", None), tuple) and err.exceptions:  # an exception group (3.11+)
+        err = err.exceptions[0]
+    return err
 
 
 def _error(episode: Episode, message: str) -> str:
@@ -356,9 +396,11 @@ class _Server:
         try:
             self.tools = self.runtime.run(self._open(timeout), timeout + 10)
         except Exception as err:
-            raise MCPServerError(f"the MCP server {self.name!r} did not start and list its tools within "
-                                 f"{timeout:g} s ({type(err).__name__}: {err}); check the command, args and cwd "
-                                 "(the server must speak MCP over stdio), or raise start_timeout_s") from err
+            cause = _leaf(err)
+            raise MCPServerError(f"the MCP server {self.name!r} did not start and list its tools "
+                                 f"({type(cause).__name__}: {cause}; start_timeout_s={timeout:g}); check the "
+                                 "command, args and cwd (the server must speak MCP over stdio; its stderr says "
+                                 "why it stopped), or raise start_timeout_s") from err
 
     def call(self, name: str, arguments: dict, timeout: float):
         return self.runtime.run(self._call(name, arguments, timeout), timeout + 5)

@@ -151,7 +151,8 @@ def test_per_episode_servers_stop_with_their_episode(tmp_path):
 
 def test_a_command_that_is_not_an_mcp_server_is_a_clear_error():
     env = MCPToolEnvironment(command=sys.executable, args=["-c", "pass"], start_timeout_s=20)
-    with pytest.raises(MCPServerError, match=r"the MCP server .* did not start and list its tools within 20 s"):
+    with pytest.raises(MCPServerError, match=r"the MCP server .* did not start and list its tools \(.*"
+                                             r"start_timeout_s=20\)"):
         env.reset(RECORD)
     assert not env._runtime.servers
     env.close()
@@ -212,3 +213,22 @@ def test_grpo_trains_two_steps_with_mcp_tools(sft_model_path, tmp_path):
     assert float(trainer.callback_metrics["env/tool_calls_mean"]) == 1.0
     start = load_policy(path).state_dict()  # the rewards differ within each group, so the policy moved
     assert any(not torch.equal(module.policy.state_dict()[k].cpu(), start[k]) for k in start)
+
+
+def test_the_calculator_served_over_mcp_is_the_python_tool():
+    from lit_grpo.envs import ToolEnvironment
+    from lit_grpo.envs.calculator import calculator
+
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's lit_grpo, wherever pytest runs from
+    env = MCPToolEnvironment(command="python", args=["-m", "lit_grpo.envs.calculator_mcp"], env={"PYTHONPATH": root})
+    try:
+        _, ep, _ = episode_of(env, [call("calculator", expression="(12 + 3) * 47")
+                                    + call("calculator", expression="__import__('os')"), "705"])
+        # the policy sees the schema it sees for the Python tool, to the character: the supervised start carries over
+        assert ep.tools == ToolEnvironment(tools=[calculator]).schemas
+        assert ep.tool_instructions == ToolEnvironment(tools=[calculator]).reset(RECORD).tool_instructions
+        assert ep.messages[2]["content"] == calculator("(12 + 3) * 47") == "705"
+        refused = ep.messages[3]["content"]
+        assert refused.startswith("error: tool 'calculator' failed: ") and "not allowed" in refused.lower()
+    finally:
+        env.close()
