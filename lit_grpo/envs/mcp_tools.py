@@ -103,7 +103,9 @@ class MCPToolEnvironment(Environment):
         episode = Episode(record=record, messages=messages, tools=schemas,
                           tool_instructions=describe_tools(schemas, self.call_tags), state=state)
         if self.session == "episode":
-            episode.state["finalizer"] = weakref.finalize(episode, self._runtime.stop, state["server"])
+            finalizer = weakref.finalize(episode, in_background, self._runtime.stop, state["server"])
+            finalizer.atexit = False  # at exit the environment's own finalizer stops every server
+            episode.state["finalizer"] = finalizer
         return episode
 
     def step(self, episode: Episode, text: str) -> StepResult:
@@ -302,6 +304,12 @@ async def _list_tools(session) -> list[Any]:
             return tools
 
 
+def in_background(function, *args) -> None:
+    """Runs ``function(*args)`` in a daemon thread. For finalizers: they run in whichever thread the garbage
+    collector runs in (an event loop's included), which a blocking close could stall."""
+    threading.Thread(target=function, args=args, daemon=True, name="lit-grpo-close").start()
+
+
 def _leaf(err: BaseException) -> BaseException:
     """The first exception inside (nested) exception groups: what actually went wrong."""
     while isinstance(getattr(err, "exceptions", None), tuple) and err.exceptions:  # an exception group (3.11+)
@@ -327,7 +335,11 @@ class _Runtime:
 
     def run(self, coroutine, timeout: float):
         """Runs ``coroutine`` on the loop; waits at most ``timeout`` seconds (then cancels it: TimeoutError)."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._ensure_loop())
+        loop = self._ensure_loop()
+        if threading.current_thread() is self._thread:  # waiting here would stall the loop it waits on
+            coroutine.close()
+            raise RuntimeError("MCPToolEnvironment: a blocking call from its own event loop thread")
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
@@ -409,11 +421,16 @@ class _Server:
         if self.closed:
             return
         self.closed = True
-        if self._task is not None and self.runtime._loop is not None:
-            try:
-                self.runtime.run(self._close(), 15)
-            except Exception:  # the loop is gone or the server would not stop: nothing more to do here
-                pass
+        loop = self.runtime._loop
+        if self._task is None or loop is None:
+            return
+        if threading.current_thread() is self.runtime._thread:  # e.g. a finalizer the loop's thread ran
+            loop.call_soon(lambda: asyncio.ensure_future(self._close()))
+            return
+        try:
+            self.runtime.run(self._close(), 15)
+        except Exception:  # the loop is gone or the server would not stop: nothing more to do here
+            pass
 
     async def _open(self, timeout: float) -> list[Any]:
         from mcp import ClientSession, stdio_client

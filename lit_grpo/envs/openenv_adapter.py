@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from lit_grpo.checks import require
 from lit_grpo.envs.base import Environment, Episode, Record, StepResult, user_messages
-from lit_grpo.envs.mcp_tools import result_text
+from lit_grpo.envs.mcp_tools import in_background, result_text
 from lit_grpo.envs.tool_calls import check_arguments, parse_tool_calls
 from lit_grpo.envs.tools import describe_tools
 
@@ -118,7 +118,9 @@ class OpenEnvEnvironment(Environment):
             self._discard(client)
             raise
         # the episode owns the session from here: closed at its end, or when it is garbage-collected
-        episode.state["finalizer"] = weakref.finalize(episode, self._discard, client)
+        finalizer = weakref.finalize(episode, in_background, self._discard, client)
+        finalizer.atexit = False  # the process's sockets close with it
+        episode.state["finalizer"] = finalizer
         if self.opening == "observation":
             episode.messages[-1]["content"] = shown
         elif self.opening == "both":

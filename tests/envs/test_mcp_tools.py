@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,16 @@ def running(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def eventually(condition, limit_s: float = 60.0) -> bool:
+    """Whether ``condition()`` holds within ``limit_s`` seconds (checked every 0.1 s)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +155,8 @@ def test_per_episode_servers_stop_with_their_episode(tmp_path):
     episode = env.reset(RECORD)
     pid = started(log)[-1]
     assert running(pid)
-    del episode
-    assert not running(pid) and not env._runtime.servers
+    del episode  # its server is stopped in a background thread: wait for it (a hung stop fails the test)
+    assert eventually(lambda: not running(pid) and not env._runtime.servers)
     env.close()
 
 
