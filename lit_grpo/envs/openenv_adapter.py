@@ -1,26 +1,49 @@
 """Environments served by OpenEnv (``openenv-core``, the environment protocol TRL integrates) as lit-grpo environments.
 
-Each episode opens its own WebSocket session on the server (OpenEnv's ``GenericEnvClient``), so the server must
-allow as many concurrent sessions as episodes run at once (``create_app(..., max_concurrent_envs=...)`` and an
-environment with ``SUPPORTS_CONCURRENT_SESSIONS = True``). The assistant's turn text goes into one field of the
-server's action; one field of each observation (or the whole observation as JSON) comes back as a message. The
-episode ends when the server says ``done``; its reward is the sum (or last) of the step rewards, or left to the
-configured reward. The session is closed when the episode ends or, at the latest, when its reward is read.
+Each episode opens its own WebSocket session on the server (OpenEnv's ``GenericEnvClient``) and holds it until the
+episode ends, so the server must allow as many concurrent sessions as episodes run at once
+(``create_app(..., max_concurrent_envs=...)`` and an environment with ``SUPPORTS_CONCURRENT_SESSIONS = True``); a
+server at its limit is an error that says so. Two kinds of action:
+
+- ``text``: the assistant's turn text goes into one field of the server's action, one field of each observation
+  (or the whole observation as JSON) comes back as a message; the episode ends when the server says ``done``.
+- ``tools``: the server's MCP tools (OpenEnv's ``list_tools`` action, at reset) are offered to the policy as
+  episode tools, with their names, descriptions and argument schemas; each tool call of a turn is sent as a
+  ``call_tool`` action (tool name and arguments) and its result comes back as a ``tool`` message; a turn without a
+  call is the final answer and ends the episode (as in :class:`~lit_grpo.envs.ToolEnvironment`).
+
+The episode's reward is the sum (or last) of the server's rewards (at reset and at each step), or left to the configured reward (``reward:
+none``) for every episode: one source per run, never a mix. An episode that the server answered without any reward
+is an error naming the server, or 0 with ``missing_reward: zero``; an episode cut (truncated) before its first
+turn reached the server scores 0.
+
+Sessions are closed when the episode ends, when its reward is read, when any call to the server fails (reset
+included), when the episode object is garbage-collected, and by :meth:`OpenEnvEnvironment.close`.
 
 Install the extra: ``pip install 'lit-grpo[openenv]'``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import weakref
 from typing import Any, Literal
 
 from lit_grpo.checks import require
 from lit_grpo.envs.base import Environment, Episode, Record, StepResult, user_messages
+from lit_grpo.envs.mcp_tools import in_background, result_text
+from lit_grpo.envs.tool_calls import check_arguments, parse_tool_calls
+from lit_grpo.envs.tools import describe_tools
 
 #: the optional extra this module's classes need (lit_grpo.extras)
 EXTRA = "openenv"
 INSTALL_HINT = "OpenEnvEnvironment needs openenv-core: pip install 'lit-grpo[openenv]' (or pip install openenv-core)"
+
+
+class OpenEnvError(RuntimeError):
+    """A reset, step or connection to an OpenEnv server failed (an infrastructure fault, not a bad action)."""
 
 
 class OpenEnvEnvironment(Environment):
@@ -28,44 +51,82 @@ class OpenEnvEnvironment(Environment):
 
     Args:
         base_url: The server's address, e.g. ``http://127.0.0.1:8000``.
-        action_field: The action field that receives each assistant turn's text.
-        observation_field: The observation field shown to the policy (null: the whole observation as JSON).
+        actions: ``text``: each assistant turn's text is sent in ``action_field``; ``tools``: the server's MCP
+            tools are offered to the policy and each tool call is sent as a ``call_tool`` action.
+        action_field: The action field that receives each assistant turn's text (``text`` actions).
+        observation_field: The observation field shown to the policy (null: the whole observation as JSON;
+            ``text`` actions).
         opening: The opening user message: the record's ``prompt``, the ``observation`` returned by the server's
             reset, or ``both`` (the prompt, a blank line, the observation).
-        observation_role: Role of the observation messages (``user``, or ``tool`` for tool-like servers).
-        reward: The episode's reward: the ``sum`` or the ``last`` of the step rewards (missing ones count 0), or
-            ``none`` to score the final answer with the configured reward function.
-        system_prompt: A system message before the opening message (null: none).
+        observation_role: Role of the observation messages of ``text`` actions (``user``, or ``tool``).
+        reward: The episode's reward: the ``sum`` or the ``last`` of the rewards the server gave (at reset and
+            at each step; answers without one count 0), or ``none`` to score every episode's final answer with the configured reward function.
+        missing_reward: An episode the server answered without any reward (``reward: sum | last``): ``error``
+            (the run stops, naming the server) or ``zero``. An episode truncated before its first turn reached
+            the server scores 0 either way.
+        system_prompt: A system message before the opening message (null: none). With ``tools`` actions on a
+            chat template without a tool format, the tool descriptions and the call format are added to it.
+        call_format: How tool calls are read from a turn (``tools`` actions): ``auto``, ``tags`` or ``json``, as
+            in :class:`~lit_grpo.envs.ToolEnvironment`.
+        call_tags: Opening and closing tag of a call in the ``tags`` format.
+        max_calls_per_turn: Calls sent per turn; further calls in the same turn get an error observation.
+        max_result_chars: Longest tool result (``tools`` actions); longer ones are cut, saying so.
         connect_timeout_s: Seconds to open a session.
         message_timeout_s: Seconds to wait for the server's answer to a reset or a step.
     """
 
-    def __init__(self, base_url: str, action_field: str = "message", observation_field: str | None = None,
-                 opening: Literal["prompt", "observation", "both"] = "prompt",
+    def __init__(self, base_url: str, actions: Literal["text", "tools"] = "text", action_field: str = "message",
+                 observation_field: str | None = None, opening: Literal["prompt", "observation", "both"] = "prompt",
                  observation_role: Literal["user", "tool"] = "user", reward: Literal["sum", "last", "none"] = "sum",
-                 system_prompt: str | None = None, connect_timeout_s: float = 10.0,
+                 missing_reward: Literal["error", "zero"] = "error", system_prompt: str | None = None,
+                 call_format: Literal["auto", "tags", "json"] = "auto",
+                 call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"), max_calls_per_turn: int = 4,
+                 max_result_chars: int = 2000, connect_timeout_s: float = 10.0,
                  message_timeout_s: float = 60.0) -> None:
         require(base_url.startswith(("http://", "https://", "ws://", "wss://")),
                 f"OpenEnvEnvironment: base_url={base_url!r} must start with http://, https://, ws:// or wss://")
+        require(actions in ("text", "tools"), f"actions={actions!r}; use text or tools")
         require(opening in ("prompt", "observation", "both"), f"opening={opening!r}; use prompt, observation or both")
         require(observation_role in ("user", "tool"), f"observation_role={observation_role!r}; use user or tool")
         require(reward in ("sum", "last", "none"), f"reward={reward!r}; use sum, last or none")
+        require(missing_reward in ("error", "zero"), f"missing_reward={missing_reward!r}; use error or zero")
+        require(call_format in ("auto", "tags", "json"), f"call_format={call_format!r}; use auto, tags or json")
+        require(max_calls_per_turn >= 1, f"max_calls_per_turn={max_calls_per_turn} must be >= 1")
+        require(max_result_chars >= 1, f"max_result_chars={max_result_chars} must be >= 1")
         require(connect_timeout_s > 0 and message_timeout_s > 0, "connect_timeout_s and message_timeout_s must be > 0")
-        self.base_url, self.action_field, self.observation_field = base_url, action_field, observation_field
+        self.base_url, self.actions = base_url, actions
+        self.action_field, self.observation_field = action_field, observation_field
         self.opening, self.observation_role, self.reward_mode = opening, observation_role, reward
-        self.system_prompt = system_prompt
+        self.missing_reward, self.system_prompt = missing_reward, system_prompt
+        self.call_format, self.call_tags = call_format, tuple(call_tags)
+        self.max_calls_per_turn, self.max_result_chars = max_calls_per_turn, max_result_chars
         self.connect_timeout_s, self.message_timeout_s = connect_timeout_s, message_timeout_s
+        self._sessions: dict[int, Any] = {}  # id -> open client, for close()
+        self._lock = threading.Lock()
 
+    # ---- the environment ---------------------------------------------------------------------------
     def reset(self, record: Record) -> Episode:
         client = self._connect()
-        result = self._call(client, "reset", lambda: client.reset())
-        messages = user_messages(record, self.system_prompt)
-        shown = self._show(result.observation)
+        try:
+            result = self._call(client, "reset", lambda: client.reset())
+            episode = Episode(record=record, messages=user_messages(record, self.system_prompt),
+                              state={"client": client, "rewards": [result.reward], "steps": 0})
+            if self.actions == "tools":
+                episode.tools = self._list_tools(client)
+                episode.state["schemas"] = {s["function"]["name"]: s for s in episode.tools}
+                episode.tool_instructions = describe_tools(episode.tools, self.call_tags)
+            shown = self._show(result.observation)
+        except BaseException:
+            self._discard(client)
+            raise
+        # the episode owns the session from here: closed at its end, or when it is garbage-collected
+        finalizer = weakref.finalize(episode, in_background, self._discard, client)
+        finalizer.atexit = False  # the process's sockets close with it
+        episode.state["finalizer"] = finalizer
         if self.opening == "observation":
-            messages[-1]["content"] = shown
+            episode.messages[-1]["content"] = shown
         elif self.opening == "both":
-            messages[-1]["content"] = f"{messages[-1]['content']}\n\n{shown}"
-        episode = Episode(record=record, messages=messages, state={"client": client, "rewards": []})
+            episode.messages[-1]["content"] = f"{episode.messages[-1]['content']}\n\n{shown}"
         if result.done:  # a server may end an episode at reset
             self._close(episode)
         return episode
@@ -73,8 +134,9 @@ class OpenEnvEnvironment(Environment):
     def step(self, episode: Episode, text: str) -> StepResult:
         client = episode.state.get("client")
         require(client is not None, "OpenEnvEnvironment.step on an episode whose session has ended")
-        result = self._call(client, "step", lambda: client.step({self.action_field: text}))
-        episode.state["rewards"].append(result.reward)
+        if self.actions == "tools":
+            return self._tool_step(episode, client, text)
+        result = self._send(episode, client, {self.action_field: text})
         if result.done:
             self._close(episode)
             return StepResult(observations=[], done=True)
@@ -82,10 +144,88 @@ class OpenEnvEnvironment(Environment):
 
     def reward(self, episode: Episode) -> float | None:
         self._close(episode)
-        rewards = [0.0 if r is None else float(r) for r in episode.state["rewards"]]
-        if self.reward_mode == "none" or not rewards:
+        if self.reward_mode == "none":
             return None
+        given = episode.state["rewards"]  # the reset's, then each step's
+        if episode.state["steps"] == 0 and episode.truncated:  # cut before its first turn reached the server
+            return 0.0
+        if all(r is None for r in given):
+            if self.missing_reward == "zero":
+                return 0.0
+            raise OpenEnvError(
+                f"OpenEnv server {self.base_url} gave episode {episode.record.get('id')!r} no reward (its reset "
+                f"and {episode.state['steps']} step(s), none with a reward); a group takes its rewards from one source. Set "
+                "missing_reward: zero to score such "
+                "episodes 0, or reward: none to score every episode with the configured reward function"
+            )
+        rewards = [0.0 if r is None else float(r) for r in given]
         return sum(rewards) if self.reward_mode == "sum" else rewards[-1]
+
+    def close(self) -> None:
+        """Closes every session this environment still has open (e.g. of a rollout that stopped on an error)."""
+        with self._lock:
+            clients = list(self._sessions.values())
+        for client in clients:
+            self._discard(client)
+
+    # ---- tool actions ------------------------------------------------------------------------------
+    def _list_tools(self, client) -> list[dict]:
+        result = self._call(client, "list_tools", lambda: client.step({"type": "list_tools"}))
+        tools = result.observation.get("tools") if isinstance(result.observation, dict) else None
+        require(isinstance(tools, list) and tools,
+                f"OpenEnv server {self.base_url} listed no MCP tools (its list_tools answer was "
+                f"{json.dumps(result.observation, default=str)[:200]}); actions: tools needs an MCP environment "
+                "(openenv.core.env_server.mcp_environment.MCPEnvironment) served with CallToolAction; use actions: "
+                "text for a server whose action is a text field")
+        return [{"type": "function", "function": {"name": t["name"], "description": t.get("description") or "",
+                                                  "parameters": t.get("input_schema") or {"type": "object",
+                                                                                          "properties": {}}}}
+                for t in tools]
+
+    def _tool_step(self, episode: Episode, client, text: str) -> StepResult:
+        calls = parse_tool_calls(text, self.call_format, self.call_tags)
+        if not calls:
+            self._close(episode)
+            return StepResult(observations=[], done=True)
+        observations, done = [], False
+        for index, call in enumerate(calls):
+            if done:
+                break
+            episode.tool_calls += 1
+            schema = episode.state["schemas"].get(call.name) if call.error is None else None
+            problem = (call.error if call.error is not None
+                       else f"unknown tool {call.name!r}; the tools are {sorted(episode.state['schemas'])}"
+                       if schema is None else check_arguments(call.arguments, schema))
+            if index >= self.max_calls_per_turn:
+                problem = f"at most {self.max_calls_per_turn} tool calls are run per turn"
+            if problem:
+                episode.tool_errors += 1
+                content = f"error: {problem}"
+            else:
+                result = self._send(episode, client, {"type": "call_tool", "tool_name": call.name,
+                                                      "arguments": call.arguments})
+                content = self._tool_result(episode, call.name, result.observation)
+                done = bool(result.done)
+            observations.append({"role": "tool", "name": call.name or "unknown", "content": content})
+        if done:  # the server ended the episode: no turn follows, so no observation is shown
+            self._close(episode)
+            return StepResult(observations=[], done=True)
+        return StepResult(observations=observations, done=False)
+
+    def _tool_result(self, episode: Episode, name: str, observation: Any) -> str:
+        error = observation.get("error") if isinstance(observation, dict) else None
+        result = observation.get("result") if isinstance(observation, dict) else observation
+        if error:
+            episode.tool_errors += 1
+            message = error.get("message", error) if isinstance(error, dict) else error
+            return f"error: tool {name!r} failed: {message}"
+        text, failed = result_text(result)
+        if failed:
+            episode.tool_errors += 1
+            text = f"error: tool {name!r} failed: {text}"
+        if len(text) > self.max_result_chars:
+            text = text[: self.max_result_chars] + f"\n[result cut at {self.max_result_chars} characters]"
+        return text
 
     # ---- sessions ----------------------------------------------------------------------------------
     def _connect(self):
@@ -95,33 +235,84 @@ class OpenEnvEnvironment(Environment):
             raise ImportError(INSTALL_HINT) from None
         client = GenericEnvClient(base_url=self.base_url, connect_timeout_s=self.connect_timeout_s,
                                   message_timeout_s=self.message_timeout_s).sync()
+        with self._lock:
+            self._sessions[id(client)] = client
         self._call(client, "connect", client.connect)
         return client
+
+    def _send(self, episode: Episode, client, action: dict):
+        result = self._call(client, "step", lambda: client.step(action))
+        episode.state["rewards"].append(result.reward)
+        episode.state["steps"] += 1
+        return result
 
     def _call(self, client, what: str, call):
         try:
             return call()
         except Exception as err:
-            try:
-                client.close()
-            except Exception:  # the session is already broken; the error below says why
-                pass
-            raise RuntimeError(
-                f"OpenEnv server {self.base_url}: {what} failed ({type(err).__name__}: {err}); check that the server "
-                "runs and allows as many concurrent sessions as episodes run at once (max_concurrent_envs)"
+            pending = _pending_error(client)
+            self._discard(client)
+            if "CAPACITY_REACHED" in f"{pending} {err}":
+                raise OpenEnvError(
+                    f"OpenEnv server {self.base_url} is at its session limit ({pending or err}). Each episode holds "
+                    "one session from its reset to its end, so the server must allow as many concurrent sessions "
+                    "as episodes run at once (prompts per step x group size on each rank, and the held-out batch "
+                    "x its samples): raise max_concurrent_envs in the server's create_app(...) (its environment "
+                    "must set SUPPORTS_CONCURRENT_SESSIONS = True), or run fewer episodes at once"
+                ) from err
+            raise OpenEnvError(
+                f"OpenEnv server {self.base_url}: {what} failed ({type(err).__name__}: {err}"
+                f"{'; the server said: ' + pending if pending else ''}); check that the server runs and allows as "
+                "many concurrent sessions as episodes run at once (max_concurrent_envs)"
             ) from err
 
-    @staticmethod
-    def _close(episode: Episode) -> None:
-        client = episode.state.pop("client", None)
-        if client is not None:
+    def _discard(self, client) -> None:
+        """Closes ``client`` (once; a broken session's close errors are moot) and forgets it."""
+        with self._lock:
+            if self._sessions.pop(id(client), None) is None:
+                return
+        try:
             client.close()
+        except Exception:  # the session is already broken; the error that got here says why
+            pass
+
+    def _close(self, episode: Episode) -> None:
+        client = episode.state.pop("client", None)
+        finalizer = episode.state.pop("finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
+        if client is not None:
+            self._discard(client)
 
     def _show(self, observation: Any) -> str:
-        if self.observation_field is None:
+        if self.observation_field is None or self.actions == "tools":
             return observation if isinstance(observation, str) else json.dumps(observation, default=str)
         require(isinstance(observation, dict) and self.observation_field in observation,
                 f"OpenEnvEnvironment: the observation has no field {self.observation_field!r}; its fields are "
                 f"{sorted(observation) if isinstance(observation, dict) else type(observation).__name__}. "
                 "Set observation_field to one of them (or null for the whole observation)")
         return str(observation[self.observation_field])
+
+    def __getstate__(self) -> dict:  # open sessions and the lock stay with this process
+        state = dict(self.__dict__)
+        state["_sessions"], state["_lock"] = {}, None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+def _pending_error(client) -> str:
+    """A message the server sent before closing the session (e.g. its capacity error), read best-effort: the
+    client reports only that the connection closed when the server refused it after accepting it."""
+    ws = getattr(getattr(client, "async_client", None), "_ws", None)
+    run = getattr(client, "_run", None)
+    if ws is None or run is None:
+        return ""
+    try:
+        raw = run(asyncio.wait_for(ws.recv(), timeout=1.0))
+        data = json.loads(raw).get("data", {})
+        return f"{data.get('message', '')} (code: {data.get('code', 'UNKNOWN')})"
+    except Exception:
+        return ""
