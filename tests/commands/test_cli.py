@@ -1,5 +1,4 @@
 import glob
-import importlib.util
 import re
 from pathlib import Path
 
@@ -8,9 +7,11 @@ import torch
 import yaml
 
 import lit_grpo
+from lit_grpo import extras
 from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.commands import COMMANDS, main
 from lit_grpo.estimators import REGISTRY
+from lit_grpo.experiments.loader import needed_extras
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml"))
@@ -21,12 +22,11 @@ def _needs(config: str) -> str | None:
     """What the config, or a config its first line applies it over, needs that this machine may lack."""
     text = (ROOT / config).read_text()
     first = text.splitlines()[0].split() if text else []
-    text += "".join((ROOT / c).read_text() for prev, c in zip(first, first[1:], strict=False)
-                    if prev == "--config" and c != config and (ROOT / c).is_file())
-    if "VLLMEngine" in text and importlib.util.find_spec("vllm") is None:
-        return "vllm, which is not installed"
-    if "SearchEnvironment" in text and importlib.util.find_spec("bm25s") is None:
-        return "bm25s, which is not installed (pip install 'lit-grpo[agents]')"
+    files = [str(ROOT / config)] + [str(ROOT / c) for prev, c in zip(first, first[1:], strict=False)
+                                    if prev == "--config" and c != config and (ROOT / c).is_file()]
+    text += "".join(Path(f).read_text() for f in files[1:])
+    for extra in extras.missing(needed_extras(tuple(files), ())):
+        return f"the {extra} extra, which is not installed ({extras.install_hint(extra)})"
     if re.search(r"^\s*accelerator:\s*(gpu|cuda)\b", text, re.M) and not torch.cuda.is_available():
         return "a CUDA GPU, which this machine lacks (tests/scale instantiates it with accelerator=cpu)"
     return None
