@@ -115,7 +115,8 @@ def test_an_environment_that_owns_the_reward_gives_it_only_when_answered():
 def test_the_last_turn_runs_no_tool_and_the_messages_hold_what_the_tokens_hold(template):
     RUNS.clear()
     call = CALL.replace("calculator", "counted")
-    tok, r = _run(lambda p, k: call + "<eos>", env=ToolEnvironment(tools=[counted]), template=template, max_turns=2)
+    env = ToolEnvironment(tools=[counted], isolation="none")  # the call counts in this process
+    tok, r = _run(lambda p, k: call + "<eos>", env=env, template=template, max_turns=2)
     ep = r.episodes[0]
     assert RUNS == ["408"]  # the first turn's call ran; the last turn's call has no turn to read its result
     assert [m["role"] for m in ep.messages] == ["user", "assistant", "tool", "assistant"]
@@ -193,7 +194,7 @@ def test_observations_are_capped_in_tokens_and_the_cut_is_marked():
     def respond(prompt, k):
         return (call if prompt.count("<|assistant|>") == 1 else "done") + "<eos>"
 
-    env = ToolEnvironment(tools=[echo])
+    env = ToolEnvironment(tools=[echo], isolation="none")  # a tool defined in the test
     tok, r = _run(respond, env=env, max_observation_tokens=7)  # the character tokenizer: one token a character
     result = [m["content"] for m in r.episodes[0].messages if m["role"] == "tool"]
     assert result == ["abcabca\n[result cut at 7 tokens]"]
