@@ -55,6 +55,11 @@ class RolloutEngine(ABC):
         """Most tokens of prompt and completion together the engine can hold (None: no known limit)."""
         return None
 
+    def prepare_loss(self, loss: Any) -> None:
+        """Adapt the module's policy loss to what this engine's rollouts are (called once, by the module): an
+        asynchronous engine gives it the correction its stale rollouts need. Nothing here."""
+        return None
+
     def metrics(self) -> dict[str, float]:
         """Numbers the module logs after each training step (the engine's own; none here)."""
         return {}
