@@ -237,6 +237,10 @@ def render() -> str:
                   "|---|" + "---|" * (2 * len(arms))]
         lines += ["| " + " | ".join(str(v) for v in [r["seed"], *(r[arm] for arm in arms),
                                                       *(r[f"{arm}_min"] for arm in arms)]) + " |" for r in a["seeds"]]
+        loads = [r[f"{arm}_load"] for r in a["seeds"] for arm in arms if f"{arm}_load" in r]
+        if loads:  # the accuracies do not depend on it; the wall times do
+            lines += ["", f"Load average (1 minute) at the end of each run: {min(loads)} to {max(loads)} on "
+                          f"{a.get('cpus', 2)} cores: the wall times were taken on a loaded machine."]
         lines += ["", "| comparison | mean difference | interval (Holm-adjusted level) | verdict |", "|---|---|---|---|"]
         lines += [f"| {k} - sync | {c['mean_difference']:+.4f} | {c['interval'][0]:+.4f} to {c['interval'][1]:+.4f} "
                   f"({c['level']}) | {c['verdict']} |" for k, c in a["comparisons"].items()]
