@@ -5,6 +5,8 @@
     python bench/async_rollouts.py speed-real --pairs 2 --steps 6    # the real-model workload (~16 min)
     python bench/async_rollouts.py accuracy-tis --seeds 5 --steps 250  # staleness 2 with TruncatedIS (~5 min)
     python bench/async_rollouts.py speed-process --pairs 6 --steps 200  # the producer in its own process (~4 min)
+    python bench/async_rollouts.py accuracy-defaults --seeds 5 --steps 250  # k = 1, 2 at the current defaults (~8 min)
+    python bench/async_rollouts.py speed-k --pairs 6 --steps 200   # k = 1, 2, 4 against sync, rotated rounds (~8 min)
     python bench/async_rollouts.py --write docs/performance.md       # the doc's tables from the data
 
 Arms (the same config otherwise; ``OMP_NUM_THREADS`` set per process):
@@ -57,11 +59,30 @@ ARMS = {"sync": [], "async-k1": ["--model.engine=AsyncRollouts", "--model.engine
         "async-k2": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2"],
         "async-k2-tis": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2", "--model.loss.tis=token"],
         "async-k1-process": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=1",
-                             "--model.engine.producer=process"]}
+                             "--model.engine.producer=process"],
+        "async-k4": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=4"]}
+#: ``speed-k`` asks, fixed before its first run, once the weight copies wait in the producer's queue (batches stay in
+#: flight while the weights update): is async-k faster than sync on the quickstart, for k = 1, 2, 4 (producer
+#: thread, the cores split as ``speed``)? Each round runs the four arms in fresh processes, the order rotated by one
+#: every round; per round and k, r = async-k's median step time after the warm-up / sync's in that round. Per k,
+#: "async faster" when the upper end of the t-interval of mean(log r) is below 0, "async slower" when its lower end
+#: is above 0, else "undetermined"; the three intervals Holm-adjusted at family level 0.95. The 1-minute load average
+#: is recorded with each process; a verdict measured with a load average above the core count is reported as taken
+#: on a loaded machine.
+SPEED_K = ("async-k1", "async-k2", "async-k4")
 #: The arms of each accuracy part. ``accuracy-tis`` asks one question, fixed before its first run: does the token-level
 #: truncated importance correction (cap 2) make staleness 2 not worse than sync (the same rule as ``accuracy``, a family
 #: of one comparison, so no adjustment)? Its sync runs are its own, alternated with the asynchronous ones.
-PARTS = {"accuracy": ("sync", "async-k1", "async-k2"), "accuracy-tis": ("sync", "async-k2-tis")}
+PARTS = {"accuracy": ("sync", "async-k1", "async-k2"), "accuracy-tis": ("sync", "async-k2-tis"),
+         "accuracy-defaults": ("sync", "async-k1", "async-k2")}
+#: ``accuracy-defaults`` asks, fixed before its first run, after ``AsyncRollouts`` made the decoupled correction its
+#: default at max_staleness >= 1 (``TruncatedIS()``, token level, cap 2, unless ``correction: none``), moved the
+#: weight copies into the producer's queue and gave a producer thread its own random stream: are async-k1 and
+#: async-k2, at these defaults (the arms' flags name no correction), not worse than sync in held-out sampled
+#: accuracy after 250 steps on the quickstart? The rule of ``accuracy``: 5 seeds (0 to 4), each arm from each seed,
+#: per seed d = async-k - sync; "not worse" when the lower end of the 95% t-interval of mean d, Holm-corrected over
+#: the two k, is above -0.05, "worse" when its upper end is below 0, else "undetermined". Its sync runs are its own.
+#: Each run's load average (1 minute) is recorded beside it: accuracy does not depend on the load, the wall times do.
 RESULTS = ROOT / "docs" / "results" / "async"
 BEGIN, END = "<!-- async_rollouts: begin -->\n", "<!-- async_rollouts: end -->\n"
 
@@ -106,6 +127,41 @@ def speed(pairs: int, steps: int, real: bool = False, arm: str = "async-k1") -> 
             "ratio_interval": [round(math.exp(low), 4), round(math.exp(high), 4)], "verdict": verdict}
 
 
+def speed_k(rounds: int, steps: int) -> dict:
+    """:data:`SPEED_K` against sync: each round the four arms in fresh processes, the order rotated every round."""
+    arms, rows = ["sync", *SPEED_K], []
+    for rnd in range(rounds):
+        order = arms[rnd % len(arms):] + arms[: rnd % len(arms)]
+        row = {"round": rnd, "order": order}
+        for one in order:
+            with tempfile.TemporaryDirectory() as tmp:
+                lines = Path(tmp) / "steps.jsonl"
+                _fit(one, steps, 0, Path(tmp), ["--trainer.callbacks+=soak.SoakProbe", f"--trainer.callbacks.out={lines}",
+                                                "--trainer.callbacks.every=1", "--trainer.val_check_interval=100000"])
+                durations = [json.loads(line)["step_s_median"] for line in lines.read_text().splitlines()]
+            row[one] = round(statistics.median(durations[CRITERION["warmup_steps"]:]), 5)
+            row[f"{one}_load"] = round(os.getloadavg()[0], 2)
+        rows.append(row)
+        print(row, flush=True)
+    logs = {k: [math.log(r[k] / r["sync"]) for r in rows] for k in SPEED_K}
+    out = {"arms": arms, "steps": steps, "rounds": rows, "comparisons": {}}
+    family = 1 - CRITERION["speed_level"]
+    for rank, k in enumerate(sorted(SPEED_K, key=lambda k: _p_two_sided(logs[k]))):
+        level = 1 - family / (len(SPEED_K) - rank)
+        low, high = _t_interval(logs[k], level)
+        out["comparisons"][k] = {"ratio_geomean": round(math.exp(statistics.fmean(logs[k])), 4),
+                                 "interval": [round(math.exp(low), 4), round(math.exp(high), 4)],
+                                 "level": round(level, 4),
+                                 "verdict": "async faster" if high < 0 else "async slower" if low > 0 else "undetermined"}
+    return out
+
+
+def _p_two_sided(values: list[float]) -> float:
+    """Two-sided p of "mean = 0", for Holm's order."""
+    n, sd = len(values), statistics.stdev(values) or 1e-12
+    return 2 * t_sf(abs(statistics.fmean(values)) / (sd / math.sqrt(n)), n - 1)
+
+
 def accuracy(seeds: int, steps: int, part: str = "accuracy") -> dict:
     """Each arm of ``part`` from each seed: held-out sampled accuracy after ``steps`` steps and the run's wall time;
     each asynchronous arm against sync, Holm-adjusted over the part's comparisons."""
@@ -117,6 +173,8 @@ def accuracy(seeds: int, steps: int, part: str = "accuracy") -> dict:
                 started = time.monotonic()
                 _fit(arm, steps, seed, Path(tmp), ["--trainer.val_check_interval=100000"])
                 row[f"{arm}_min"] = round((time.monotonic() - started) / 60, 2)
+                if part == "accuracy-defaults":  # the machine's load while it ran (1-minute average, at its end)
+                    row[f"{arm}_load"] = round(os.getloadavg()[0], 2)
                 row[arm] = _heldout(Path(tmp))
         rows.append(row)
         print(row, flush=True)
@@ -197,6 +255,10 @@ def render() -> str:
                   "|---|" + "---|" * (2 * len(arms))]
         lines += ["| " + " | ".join(str(v) for v in [r["seed"], *(r[arm] for arm in arms),
                                                       *(r[f"{arm}_min"] for arm in arms)]) + " |" for r in a["seeds"]]
+        loads = [r[f"{arm}_load"] for r in a["seeds"] for arm in arms if f"{arm}_load" in r]
+        if loads:  # the accuracies do not depend on it; the wall times do
+            lines += ["", f"Load average (1 minute) at the end of each run: {min(loads)} to {max(loads)} on "
+                          f"{a.get('cpus', 2)} cores: the wall times were taken on a loaded machine."]
         lines += ["", "| comparison | mean difference | interval (Holm-adjusted level) | verdict |", "|---|---|---|---|"]
         lines += [f"| {k} - sync | {c['mean_difference']:+.4f} | {c['interval'][0]:+.4f} to {c['interval'][1]:+.4f} "
                   f"({c['level']}) | {c['verdict']} |" for k, c in a["comparisons"].items()]
@@ -213,7 +275,7 @@ def render() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", nargs="?", choices=[*SPEED_ARMS, *PARTS])
+    parser.add_argument("part", nargs="?", choices=[*SPEED_ARMS, *PARTS, "speed-k"])
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
@@ -223,6 +285,7 @@ def main() -> None:
         write_block(args.write, BEGIN, END, render())
         return
     record = accuracy(args.seeds, args.steps, args.part) if args.part in PARTS else \
+        speed_k(args.pairs, args.steps) if args.part == "speed-k" else \
         speed(args.pairs, args.steps, real=args.part == "speed-real", arm=SPEED_ARMS[args.part])
     record = {"command": command("bench/async_rollouts.py", sys.argv[1:]), "cpus": os.cpu_count(),
               "criterion": CRITERION, **record}

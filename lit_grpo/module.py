@@ -130,6 +130,7 @@ class GRPOModule(PolicyModule):
                          reward_timeout_s=guards.reward_timeout_s)
         self.estimator = estimator if estimator is not None else GRPO()
         self.loss = loss if loss is not None else PPOClip()
+        self.engine.prepare_loss(self.loss)  # an asynchronous engine's stale rollouts: the loss's correction
         require(group_size >= max(1, self.estimator.min_group_size),
                 f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
                 f"{self.estimator.min_group_size}; raise group_size")

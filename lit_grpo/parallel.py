@@ -236,10 +236,15 @@ def min_over_ranks(value: int, strategy: Any, world_size: int) -> int:
     return int(strategy.reduce(tensor, reduce_op="min").item())
 
 
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """The 64-bit seed of one training step of one rank (what :func:`seed_step` gives torch)."""
+    state = np.random.SeedSequence([seed % 2**63, step, rank]).generate_state(2, dtype=np.uint32)
+    return int(state[0]) << 32 | int(state[1])
+
+
 def seed_step(seed: int, step: int, rank: int) -> None:
     """Seed torch (every device), numpy and ``random`` for one training step of one rank."""
-    state = np.random.SeedSequence([seed % 2**63, step, rank]).generate_state(2, dtype=np.uint32)
-    value = int(state[0]) << 32 | int(state[1])
+    value = step_seed(seed, step, rank)
     torch.manual_seed(value)
-    np.random.seed(int(state[0]))
+    np.random.seed(value >> 32)
     random.seed(value)

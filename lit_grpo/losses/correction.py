@@ -101,3 +101,35 @@ def apply_correction(
         return policy_loss, {}
     out = correction(batch.old_logp, batch.engine_logp, batch.mask)
     return policy_loss * out.weights, out.means
+
+
+#: What corrects the staleness of asynchronous rollouts (``AsyncRollouts(correction=...)``): ``truncated_is`` (the
+#: decoupled objective of docs/methods.md with ``TruncatedIS()``, unless the loss has a correction of its own) or
+#: ``none`` (the ratio against the stale samples is taken as 1).
+STALENESS_CORRECTIONS = ("truncated_is", "none")
+
+
+def correct_staleness(loss: object, max_staleness: int, choice: str) -> str | None:
+    """Give ``loss`` the correction that makes its update the decoupled objective when the rollouts it trains on are
+    ``max_staleness >= 1`` policy versions old: ``TruncatedIS()`` (token level, cap 2) when the loss has no
+    correction of its own and ``choice`` is ``truncated_is``; nothing at ``max_staleness: 0`` or with ``none``.
+    Returns the line that says what the update does (None at ``max_staleness: 0``)."""
+    require(choice in STALENESS_CORRECTIONS,
+            f"AsyncRollouts: correction={choice!r}; use one of {', '.join(STALENESS_CORRECTIONS)}")
+    if max_staleness == 0:
+        return None
+    prefix = f"AsyncRollouts(max_staleness={max_staleness}): "
+    own = getattr(loss, "correction", None)
+    if own is not None:
+        return (f"{prefix}the loss's {own!r} weights each token by pi_old / pi_behaviour, the generating "
+                "policy's log-probs against the trainer's (the decoupled objective, docs/methods.md)")
+    if choice == "none":
+        return (f"{prefix}no importance correction (correction: none): the loss takes the ratio between the "
+                "trainer's policy and the stale samples' as 1, so the update is biased by the drift between them")
+    require(hasattr(loss, "correction"),
+            f"{prefix}{type(loss).__name__} takes no importance correction, which stale rollouts need; use a loss "
+            "with a correction option, or set the engine's correction: none to train on them uncorrected")
+    loss.correction = TruncatedIS()
+    return (f"{prefix}the stale rollouts are corrected with {loss.correction!r} (the decoupled objective, "
+            "docs/methods.md: each token weighted by min(pi_old / pi_behaviour, 2)); set the engine's "
+            "correction: none to train without it")

@@ -61,6 +61,11 @@ class RolloutEngine(ABC):
         ``seq-sum-constant`` aggregation compare lengths with. One completion: ``max_new_tokens``."""
         return max_new_tokens
 
+    def prepare_loss(self, loss: Any) -> None:
+        """Adapt the module's policy loss to what this engine's rollouts are (called once, by the module): an
+        asynchronous engine gives it the correction its stale rollouts need. Nothing here."""
+        return None
+
     def metrics(self) -> dict[str, float]:
         """Numbers the module logs after each training step (the engine's own; none here)."""
         return {}

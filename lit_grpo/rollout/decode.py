@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -252,7 +253,8 @@ def inverse_cdf(probs: Tensor) -> Tensor:
     """
     cdf = probs.to(torch.float64).cumsum(dim=-1)  # [n, V]
     total = cdf[:, -1:]  # [n, 1]
-    target = torch.rand(total.shape, dtype=torch.float64, device=probs.device) * total  # [n, 1] in [0, total)
+    target = torch.rand(total.shape, dtype=torch.float64, device=probs.device,
+                        generator=stream_generator(probs.device)) * total  # [n, 1] in [0, total)
     target = torch.minimum(target, torch.nextafter(total, torch.zeros_like(total)))  # rounding cannot reach total
     return torch.searchsorted(cdf, target, right=True).squeeze(1)
 
@@ -272,7 +274,34 @@ def next_tokens(logits: Tensor, sampling: SamplingParams, sampler: str = "multin
     probs = nn.functional.softmax(scores, dim=-1)  # [n, V]
     if sampler == "inverse_cdf":
         return inverse_cdf(probs)
-    return torch.multinomial(probs, num_samples=1).squeeze(1)
+    return torch.multinomial(probs, num_samples=1, generator=stream_generator(probs.device)).squeeze(1)
+
+
+_STREAM = threading.local()  # this thread's own random stream (:func:`own_stream`), if any
+
+
+@contextmanager
+def own_stream(seed: int) -> Iterator[None]:
+    """Within the block, in this thread, :func:`next_tokens` draws from generators of its own (one per device, each
+    seeded with ``seed``) instead of torch's global one, which every thread of the process shares: the samples
+    then do not depend on what other threads draw meanwhile. On a CPU the stream is the one ``torch.manual_seed(seed)``
+    starts, so the samples are those of the global generator seeded so."""
+    before = getattr(_STREAM, "seed", None), getattr(_STREAM, "generators", None)
+    _STREAM.seed, _STREAM.generators = seed, {}
+    try:
+        yield
+    finally:
+        _STREAM.seed, _STREAM.generators = before
+
+
+def stream_generator(device: torch.device) -> torch.Generator | None:
+    """The generator of this thread's :func:`own_stream` on ``device`` (None outside one: torch's global one)."""
+    generators = getattr(_STREAM, "generators", None)
+    if generators is None:
+        return None
+    if device not in generators:
+        generators[device] = torch.Generator(device=device).manual_seed(_STREAM.seed)
+    return generators[device]
 
 
 def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams, eos_ids: list[int], pad_id: int,

@@ -94,14 +94,14 @@ def test_ctrl_c_mid_run_saves_after_the_step_and_exits_75(tmp_path):
 def test_sigterm_with_batches_in_flight_exits_75_and_resumes_exactly(tmp_path, producer):
     asynchronous = {"model.init_args.engine": {"class_path": "lit_grpo.AsyncRollouts",
                                                "init_args": {"max_staleness": 2, "producer": producer}}}
-    whole = fit(config(tmp_path / "whole", steps=4, **asynchronous), tmp_path / "whole")
+    whole = fit(config(tmp_path / "whole", steps=5, **asynchronous), tmp_path / "whole")
     assert whole.status == 0, whole.message
-    cfg = config(tmp_path, steps=4, **asynchronous)
+    cfg = config(tmp_path, steps=5, **asynchronous)
     cfg["trainer"]["callbacks"].append({"class_path": f"{FAULTS}.PauseAt", "init_args": {"step": 1}})
     child = run_subprocess(cfg, tmp_path, signals=[("paused", signal.SIGTERM)])
     assert child.returncode == EXIT_INTERRUPTED, child.stderr_text[-3000:]
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert saved["global_step"] == 2 and len(saved["lit_grpo_engine"][0]["pending"]) == 2  # the full pipeline
-    resumed = fit(config(tmp_path, steps=4, **asynchronous), tmp_path, f"--ckpt_path={tmp_path / 'ckpt' / 'last.ckpt'}")
-    assert resumed.status == 0, resumed.message
+    resumed = fit(config(tmp_path, steps=5, **asynchronous), tmp_path, f"--ckpt_path={tmp_path / 'ckpt' / 'last.ckpt'}")
+    assert resumed.status == 0, resumed.message  # step 5 trains a batch generated after the resume
     assert same_params(params(resumed.cli.model), params(whole.cli.model))

@@ -4,17 +4,34 @@ run trains exactly the rollouts the uninterrupted one would."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
+from torch import nn
 
 from lit_grpo import GRPOModule
+from lit_grpo.checkpoint import EXIT_INTERRUPTED
+from lit_grpo.envs import EpisodeEngine
 from lit_grpo.logprobs import token_logprobs
+from lit_grpo.lora import LoraSettings
+from lit_grpo.losses import PPOClip
+from lit_grpo.losses.correction import MaskedIS, correct_staleness
 from lit_grpo.rollout import AsyncRollouts, HFGenerateEngine
 from lit_grpo.rollout.base import RolloutEngine
+from lit_grpo.types import PromptBatch, SamplingParams
+from tests.envs.test_episode_training import chat_policy
+from tests.envs.test_episodes_hf import MoreQuestions
+from tests.faults.fault_tools import ROOT, config, write_config
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
 
@@ -36,11 +53,13 @@ class Record(L.Callback):
     def __init__(self) -> None:
         self.staleness: list[float] = []
         self.trained: list[list[str]] = []
+        self.episodes: list[bool] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if isinstance(outputs, dict) and "rollout" in outputs:  # not a step that only filled the pipeline
             self.staleness.append(float(trainer.callback_metrics["async/staleness_max"]))
             self.trained.append(list(outputs["rollout"].batch.ids))
+            self.episodes.append(outputs["rollout"].rollouts.episodes is not None)
 
 
 def test_max_staleness_0_is_the_synchronous_algorithm(tmp_path, sft_model_path):
@@ -111,15 +130,24 @@ def test_a_failing_producer_ends_the_run_with_its_error(tmp_path, sft_model_path
         _fit(tmp_path, sft_model_path, 3, AsyncRollouts(Failing(), max_staleness=1))
 
 
-def test_a_resumed_run_trains_exactly_the_rollouts_of_the_uninterrupted_one(tmp_path, sft_model_path):
-    whole = _params(_fit(tmp_path / "whole", sft_model_path, 4, AsyncRollouts(max_staleness=2)))
+@pytest.mark.parametrize("producer", ["thread", "process"])
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_a_resumed_run_ends_with_the_parameters_of_the_uninterrupted_one(tmp_path, sft_model_path, k, producer):
+    """Stopped after 3 steps and resumed to 6: the batches the checkpoint held are trained, and the batches generated
+    after the resume come from the restored weights (not the initial ones), so the parameters are those of the
+    uninterrupted run, bit for bit (no step draws random numbers beside the producer's)."""
+    engine = lambda: AsyncRollouts(max_staleness=k, producer=producer)  # noqa: E731
+    record = Record()
+    whole = _params(_fit(tmp_path / "whole", sft_model_path, 6, engine(), [record]))
     ckpt = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_train_steps=1)
-    _fit(tmp_path / "first", sft_model_path, 2, AsyncRollouts(max_staleness=2), [ckpt], enable_checkpointing=True)
-    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["lit_grpo_engine"][0]
-    assert len(saved["pending"]) == 2  # the batches in flight travel with the checkpoint
-    resumed = _params(_fit(tmp_path / "second", sft_model_path, 4, AsyncRollouts(max_staleness=2),
+    _fit(tmp_path / "first", sft_model_path, 3, engine(), [ckpt], enable_checkpointing=True)
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert saved["global_step"] == 3 and len(saved["lit_grpo_engine"][0]["pending"]) == k  # the batches in flight
+    again = Record()
+    resumed = _params(_fit(tmp_path / "second", sft_model_path, 6, engine(), [again],
                            ckpt_path=str(tmp_path / "ckpt" / "last.ckpt")))
-    assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+    assert again.trained == record.trained[3:] and again.staleness == record.staleness[3:] == [k] * 3
+    assert all(torch.equal(whole[key], resumed[key]) for key in whole)
 
 
 def test_resuming_with_another_max_staleness_is_refused(tmp_path, sft_model_path):
@@ -165,3 +193,162 @@ def test_resuming_an_asynchronous_checkpoint_with_a_synchronous_engine_says_what
     _fit(tmp_path / "second", sft_model_path, 2, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
     assert "holds 2 rollout batches in flight of an asynchronous engine" in caplog.text
     assert "HFGenerateEngine does not train them" in caplog.text
+
+
+def test_with_dropout_in_the_update_a_producer_thread_generates_what_a_process_does(tmp_path, sft_model_path):
+    """LoRA dropout draws from the trainer's random generator while the producer generates: the producer's own
+    stream keeps its samples, and so the update, independent of the timing between the threads."""
+    runs = {}
+    for producer in ("thread", "process"):
+        L.seed_everything(0)
+        module = tiny_module(sft_model_path, engine=AsyncRollouts(max_staleness=1, producer=producer),
+                             lora=LoraSettings(r=4, alpha=8, dropout=0.2))
+        tiny_trainer(tmp_path / producer, max_steps=3).fit(module, datamodule=tiny_data())
+        runs[producer] = _params(module)
+    assert all(torch.equal(runs["thread"][key], runs["process"][key]) for key in runs["thread"])
+
+
+def test_stale_rollouts_are_corrected_by_default_and_say_so(tmp_path, sft_model_path, caplog):
+    caplog.set_level(logging.INFO)
+    module = _fit(tmp_path, sft_model_path, 2, AsyncRollouts(max_staleness=1))
+    assert repr(module.loss.correction) == "TruncatedIS(level='token', cap=2.0)"
+    assert "the stale rollouts are corrected with TruncatedIS(level='token', cap=2.0)" in caplog.text
+    assert "train/is_truncated_frac" in module.trainer.callback_metrics  # the correction acted on the update
+
+
+def test_the_correction_can_be_turned_off_and_a_losss_own_is_kept(caplog):
+    caplog.set_level(logging.INFO)
+    assert correct_staleness(PPOClip(), 0, "truncated_is") is None  # synchronous: nothing to correct
+    off = PPOClip()
+    with pytest.warns(UserWarning, match=r"no importance correction \(correction: none\)"):
+        AsyncRollouts(max_staleness=2, correction="none").prepare_loss(off)
+    assert off.correction is None
+    own = PPOClip(correction=MaskedIS())
+    AsyncRollouts(max_staleness=1).prepare_loss(own)
+    assert isinstance(own.correction, MaskedIS) and "the loss's MaskedIS" in caplog.records[-1].getMessage()
+    with pytest.raises(ValueError, match="correction='tis'; use one of truncated_is, none"):
+        AsyncRollouts(correction="tis")
+
+
+class Gated(RolloutEngine):
+    """Generates each batch only once the test opens its gate, recording the weights it generated with."""
+
+    def __init__(self) -> None:
+        self.gates = [threading.Event() for _ in range(8)]
+        self.calls = 0
+        self.seen: list[torch.Tensor] = []
+
+    def bind(self, policy, tokenizer) -> None:
+        self.policy = policy
+
+    def generate(self, prompts, n, sampling):
+        call, self.calls = self.calls, self.calls + 1
+        assert self.gates[call].wait(timeout=60), "the test never opened the gate"
+        self.seen.append(self.policy.weight.detach().clone())
+        return f"rollouts {call}"
+
+
+def test_the_weights_update_while_batches_are_in_flight():
+    """At max_staleness 2 the trainer takes its batch, updates and hands over its weights while the producer is still
+    generating a later batch; that batch keeps the weights it started with, the next gets the update."""
+    policy = nn.Linear(2, 2, bias=False)
+    inner = Gated()
+    engine = AsyncRollouts(inner, max_staleness=2)
+    engine.bind(policy, tokenizer=None)
+    batch = lambda i: PromptBatch([f"p{i}"], [""], [str(i)])  # noqa: E731
+    for gate in inner.gates[:2]:
+        gate.set()
+    assert engine.rollout_ahead(batch(0), 1, SamplingParams()) is None  # filling
+    assert engine.rollout_ahead(batch(1), 1, SamplingParams()) is None
+    before = policy.weight.detach().clone()
+    trained = engine.rollout_ahead(batch(2), 1, SamplingParams())  # batch 2 is handed over; its gate is closed
+    assert trained is not None and trained[0].ids == ["0"]
+    with torch.no_grad():
+        policy.weight.add_(1.0)  # the update
+    done = threading.Thread(target=engine.sync_weights, args=(policy,))
+    done.start()
+    done.join(timeout=30)
+    assert not done.is_alive(), "sync_weights waited for the batch in flight"
+    assert not engine.pending[-1].done()  # batch 2 still generating
+    with torch.no_grad():
+        policy.weight.add_(1.0)  # the next update has begun: the producer must not see it
+    inner.gates[2].set()
+    inner.gates[3].set()
+    assert engine.rollout_ahead(batch(3), 1, SamplingParams())[0].ids == ["1"]
+    for future in engine.pending:  # batch 2 and batch 3 generated
+        future.result()
+    assert torch.equal(inner.seen[2], before)  # batch 2: the weights it started with
+    assert torch.equal(inner.seen[3], before + 1)  # batch 3: the first update, as it was handed over
+    engine.close()
+
+
+def test_vllm_is_refused_and_episodes_train(tmp_path, sft_model_path):
+    from lit_grpo.rollout.vllm import VLLMEngine
+
+    with pytest.raises(ValueError, match="AsyncRollouts does not run VLLMEngine"):
+        AsyncRollouts(VLLMEngine.__new__(VLLMEngine))
+    L.seed_everything(0)
+    record = Record()
+    model = chat_policy(sft_model_path, tmp_path / "chat")
+    module = tiny_module(model, engine=AsyncRollouts(EpisodeEngine(MoreQuestions(["5+5="]), max_turns=2),
+                                                    max_staleness=1), max_new_tokens=6)
+    tiny_trainer(tmp_path, max_steps=3, callbacks=[record]).fit(module, datamodule=tiny_data())
+    assert record.staleness == [0, 1, 1] and record.episodes == [True] * 3
+
+
+class SlowEngine(HFGenerateEngine):
+    """Takes 3 seconds a batch, so that a signal finds one in flight."""
+
+    def rollout(self, batch, n, sampling):
+        time.sleep(3)
+        return super().rollout(batch, n, sampling)
+
+
+def test_sigterm_to_the_process_group_with_a_batch_in_flight_exits_75_with_the_checkpoint(tmp_path):
+    """What a scheduler does: SIGTERM to every process of the job. The producer process ignores it and finishes its
+    batch for the interrupt checkpoint; the trainer writes it, stops the producer and exits 75."""
+    cfg = config(tmp_path, steps=4, **{"model.init_args.engine": {
+        "class_path": "lit_grpo.AsyncRollouts", "init_args": {
+            "max_staleness": 1, "producer": "process",
+            "engine": {"class_path": "tests.rollout.test_async_rollouts.SlowEngine"}}}})
+    cfg["trainer"]["callbacks"].append({"class_path": "tests.faults.fault_tools.PauseAt", "init_args": {"step": 0}})
+    path = write_config(tmp_path, cfg)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    with open(tmp_path / "stderr.txt", "w") as err:
+        child = subprocess.Popen([sys.executable, "-m", "lit_grpo", "fit", "--config", str(path)], cwd=ROOT, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while not (tmp_path / "paused").exists():  # step 1 trains batch 0 while batch 1 generates (3 s)
+                assert child.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr.txt").read_text()
+                time.sleep(0.05)
+            os.killpg(child.pid, signal.SIGTERM)
+            child.wait(timeout=120)
+        finally:
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert child.returncode == EXIT_INTERRUPTED, stderr[-3000:]
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 1 and len(saved["lit_grpo_engine"][0]["pending"]) == 1  # the batch in flight
+    left = _group(child.pid, wait_s=30)
+    assert not left, left  # the producer stopped with the trainer; nothing of the job outlives it
+
+
+def _group(pgid: int, wait_s: float) -> str:
+    """The command lines of the processes left in the process group ``pgid`` after up to ``wait_s`` seconds (a
+    multiprocessing resource tracker leaves once it sees its trainer gone)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and os.getpgid(int(proc.name)) == pgid:
+                    left.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except (ProcessLookupError, FileNotFoundError, PermissionError):
+                continue
+        if not left or time.monotonic() > deadline:
+            return "\n".join(left)
+        time.sleep(0.2)
