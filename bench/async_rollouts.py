@@ -73,8 +73,7 @@ SPEED_K = ("async-k1", "async-k2", "async-k4")
 #: The arms of each accuracy part. ``accuracy-tis`` asks one question, fixed before its first run: does the token-level
 #: truncated importance correction (cap 2) make staleness 2 not worse than sync (the same rule as ``accuracy``, a family
 #: of one comparison, so no adjustment)? Its sync runs are its own, alternated with the asynchronous ones.
-PARTS = {"accuracy": ("sync", "async-k1", "async-k2"), "accuracy-tis": ("sync", "async-k2-tis"),
-         "accuracy-defaults": ("sync", "async-k1", "async-k2")}
+PARTS = {"accuracy": ("sync", "async-k1", "async-k2"), "accuracy-tis": ("sync", "async-k2-tis")}
 #: ``accuracy-defaults`` asks, fixed before its first run, after ``AsyncRollouts`` made the decoupled correction its
 #: default at max_staleness >= 1 (``TruncatedIS()``, token level, cap 2, unless ``correction: none``), moved the
 #: weight copies into the producer's queue and gave a producer thread its own random stream: are async-k1 and
@@ -83,6 +82,9 @@ PARTS = {"accuracy": ("sync", "async-k1", "async-k2"), "accuracy-tis": ("sync", 
 #: per seed d = async-k - sync; "not worse" when the lower end of the 95% t-interval of mean d, Holm-corrected over
 #: the two k, is above -0.05, "worse" when its upper end is below 0, else "undetermined". Its sync runs are its own.
 #: Each run's load average (1 minute) is recorded beside it: accuracy does not depend on the load, the wall times do.
+DEFAULTS_PARTS = {"accuracy-defaults": ("sync", "async-k1", "async-k2")}
+#: Every accuracy part: its arms.
+ACCURACY_PARTS = {**PARTS, **DEFAULTS_PARTS}
 RESULTS = ROOT / "docs" / "results" / "async"
 BEGIN, END = "<!-- async_rollouts: begin -->\n", "<!-- async_rollouts: end -->\n"
 
@@ -165,7 +167,7 @@ def _p_two_sided(values: list[float]) -> float:
 def accuracy(seeds: int, steps: int, part: str = "accuracy") -> dict:
     """Each arm of ``part`` from each seed: held-out sampled accuracy after ``steps`` steps and the run's wall time;
     each asynchronous arm against sync, Holm-adjusted over the part's comparisons."""
-    arms, rows = PARTS[part], []
+    arms, rows = ACCURACY_PARTS[part], []
     for seed in range(seeds):
         row = {"seed": seed}
         for arm in arms:
@@ -245,11 +247,11 @@ def render() -> str:
                   f"| pair | order | sync s/step | {arm} s/step | ratio |", "|---|---|---|---|---|"]
         lines += [f"| {r['pair']} | {' then '.join(r['order'])} | {r['sync']:.4f} | {r[arm]:.4f} | {r['ratio']} |"
                   for r in s["pairs"]]
-    for name in PARTS:
+    for name in ACCURACY_PARTS:
         if not (RESULTS / f"{name}.json").is_file():
             continue
         a = json.loads((RESULTS / f"{name}.json").read_text())
-        arms = a.get("arms", PARTS["accuracy"])
+        arms = a.get("arms", ACCURACY_PARTS["accuracy"])
         lines += ["", f"Accuracy (`{a['command']}`, held-out sampled accuracy after {a['steps']} steps, paired by seed):",
                   "", "| seed | " + " | ".join([*arms, *(f"{arm} min" for arm in arms)]) + " |",
                   "|---|" + "---|" * (2 * len(arms))]
@@ -262,7 +264,7 @@ def render() -> str:
         lines += ["", "| comparison | mean difference | interval (Holm-adjusted level) | verdict |", "|---|---|---|---|"]
         lines += [f"| {k} - sync | {c['mean_difference']:+.4f} | {c['interval'][0]:+.4f} to {c['interval'][1]:+.4f} "
                   f"({c['level']}) | {c['verdict']} |" for k, c in a["comparisons"].items()]
-    parts = {name: json.loads((RESULTS / f"{name}.json").read_text()) for name in PARTS
+    parts = {name: json.loads((RESULTS / f"{name}.json").read_text()) for name in ACCURACY_PARTS
              if (RESULTS / f"{name}.json").is_file()}
     if len(parts) > 1:
         lines += ["", "Every accuracy comparison above as one family (the parts share the sync accuracies seed by seed), "
@@ -275,7 +277,7 @@ def render() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", nargs="?", choices=[*SPEED_ARMS, *PARTS, "speed-k"])
+    parser.add_argument("part", nargs="?", choices=[*SPEED_ARMS, *ACCURACY_PARTS, "speed-k"])
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
@@ -284,7 +286,7 @@ def main() -> None:
     if args.write:
         write_block(args.write, BEGIN, END, render())
         return
-    record = accuracy(args.seeds, args.steps, args.part) if args.part in PARTS else \
+    record = accuracy(args.seeds, args.steps, args.part) if args.part in ACCURACY_PARTS else \
         speed_k(args.pairs, args.steps) if args.part == "speed-k" else \
         speed(args.pairs, args.steps, real=args.part == "speed-real", arm=SPEED_ARMS[args.part])
     record = {"command": command("bench/async_rollouts.py", sys.argv[1:]), "cpus": os.cpu_count(),
