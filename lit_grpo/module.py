@@ -9,6 +9,7 @@ from itertools import product
 from typing import Any, ClassVar
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lit_grpo import step_metrics
@@ -27,6 +28,7 @@ from lit_grpo.estimators.functional import constant_groups
 from lit_grpo.logprobs import logp_mismatch, sequence_logprobs, shared_prefix_logprobs
 from lit_grpo.lora import LoraSettings, adapters_disabled
 from lit_grpo.losses import LossInputs, PolicyLoss, PPOClip, token_weights
+from lit_grpo.losses.correction import correct_staleness
 from lit_grpo.losses.functional import ratio_statistics
 from lit_grpo.models.loading import DType, load_policy
 from lit_grpo.parallel import (
@@ -130,7 +132,7 @@ class GRPOModule(PolicyModule):
                          reward_timeout_s=guards.reward_timeout_s)
         self.estimator = estimator if estimator is not None else GRPO()
         self.loss = loss if loss is not None else PPOClip()
-        self.engine.prepare_loss(self.loss)  # an asynchronous engine's stale rollouts: the loss's correction
+        announce_staleness(self.loss, *self.engine.staleness())  # an asynchronous engine: the loss's correction
         require(group_size >= max(1, self.estimator.min_group_size),
                 f"group_size={group_size} is too small for {type(self.estimator).__name__}, which needs at least "
                 f"{self.estimator.min_group_size}; raise group_size")
@@ -558,3 +560,12 @@ def _merge(parts, pad_token_id: int):
     terms = {k: torch.cat([o.terms[k] for o in outs]) for k in outs[0].terms}
     out = RewardOutput(torch.cat([o.scores for o in outs]), terms, counters)
     return PromptBatch.concat(list(batches)), concat_rollouts(list(rollouts), pad_token_id), torch.cat(rewards), out
+
+
+def announce_staleness(loss: PolicyLoss, max_staleness: int, choice: str) -> None:
+    """Gives ``loss`` the correction rollouts ``max_staleness`` versions old need (:func:`correct_staleness`) and
+    says what the update does: a warning where stale rollouts go uncorrected."""
+    line = correct_staleness(loss, max_staleness, choice)
+    if line is not None:
+        uncorrected = choice == "none" and getattr(loss, "correction", None) is None
+        (rank_zero_warn if uncorrected else rank_zero_info)(line)

@@ -165,9 +165,9 @@ def _task(cwd: str, fn: Callable, *args: Any) -> Any:
     submitit answers its time-limit signal (USR2) by requeueing the job and exiting, which kills the child
     without a checkpoint: here the signal is passed on to the child instead (``SaveOnInterrupt`` handles it).
     SIGTERM (pre-emption, ``scancel``) reaches the child from Slurm itself; submitit's task ignores it."""
-    import submitit
-
     from lit_grpo.experiments import runner
+
+    submitit = _import("submitit", "slurm")
 
     os.chdir(cwd)
     env = submitit.JobEnvironment()

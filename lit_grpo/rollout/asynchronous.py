@@ -15,11 +15,9 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 
 from lit_grpo.checks import require
-from lit_grpo.losses.correction import STALENESS_CORRECTIONS, correct_staleness
 from lit_grpo.parallel import seed_step, step_seed
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.decode import own_stream
@@ -119,8 +117,8 @@ class AsyncRollouts(RolloutEngine):
         require(producer_threads is None or producer_threads >= 1,
                 f"AsyncRollouts: producer_threads={producer_threads} must be >= 1, or null for the process's")
         require(producer in ("thread", "process"), f"AsyncRollouts: producer={producer!r}; use 'thread' or 'process'")
-        require(correction in STALENESS_CORRECTIONS,
-                f"AsyncRollouts: correction={correction!r}; use one of {', '.join(STALENESS_CORRECTIONS)}")
+        require(correction in ("truncated_is", "none"),
+                f"AsyncRollouts: correction={correction!r}; use one of truncated_is, none")
         self.engine = engine if engine is not None else HFGenerateEngine()
         require(not any(c.__name__ == "VLLMEngine" for c in type(self.engine).__mro__),
                 "AsyncRollouts does not run VLLMEngine: vLLM keeps its own copy of the weights and its own workers, "
@@ -160,12 +158,9 @@ class AsyncRollouts(RolloutEngine):
         self.engine.bind(self.copy, tokenizer)
         self._source, self._current = policy, False
 
-    def prepare_loss(self, loss: Any) -> None:
-        """At ``max_staleness >= 1``: the decoupled objective's correction (:func:`correct_staleness`), said."""
-        line = correct_staleness(loss, self.max_staleness, self.correction)
-        if line is not None:
-            (rank_zero_warn if self.correction == "none" and getattr(loss, "correction", None) is None
-             else rank_zero_info)(line)
+    def staleness(self) -> tuple[int, str]:
+        """``(max_staleness, correction)``: the module gives the loss the correction its stale rollouts need."""
+        return self.max_staleness, self.correction
 
     def rollout_ahead(self, batch: PromptBatch, n: int, sampling: SamplingParams) -> tuple[PromptBatch, Rollouts] | None:
         """Hand ``batch`` to the producer; the oldest finished batch's prompts and rollouts, or None while the

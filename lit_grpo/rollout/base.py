@@ -61,10 +61,11 @@ class RolloutEngine(ABC):
         ``seq-sum-constant`` aggregation compare lengths with. One completion: ``max_new_tokens``."""
         return max_new_tokens
 
-    def prepare_loss(self, loss: Any) -> None:
-        """Adapt the module's policy loss to what this engine's rollouts are (called once, by the module): an
-        asynchronous engine gives it the correction its stale rollouts need. Nothing here."""
-        return None
+    def staleness(self) -> tuple[int, str]:
+        """``(max_staleness, correction)``: how many policy versions old the rollouts the trainer gets may be, and
+        the importance correction that staleness asks of the loss (``"truncated_is"`` or ``"none"``; read once by
+        the module, :func:`lit_grpo.losses.correction.correct_staleness`). Synchronous: ``(0, "none")``."""
+        return 0, "none"
 
     def metrics(self) -> dict[str, float]:
         """Numbers the module logs after each training step (the engine's own; none here)."""

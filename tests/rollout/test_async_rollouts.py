@@ -26,6 +26,7 @@ from lit_grpo.logprobs import token_logprobs
 from lit_grpo.lora import LoraSettings
 from lit_grpo.losses import PPOClip
 from lit_grpo.losses.correction import MaskedIS, correct_staleness
+from lit_grpo.module import announce_staleness
 from lit_grpo.rollout import AsyncRollouts, HFGenerateEngine
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.types import PromptBatch, SamplingParams
@@ -221,10 +222,10 @@ def test_the_correction_can_be_turned_off_and_a_losss_own_is_kept(caplog):
     assert correct_staleness(PPOClip(), 0, "truncated_is") is None  # synchronous: nothing to correct
     off = PPOClip()
     with pytest.warns(UserWarning, match=r"no importance correction \(correction: none\)"):
-        AsyncRollouts(max_staleness=2, correction="none").prepare_loss(off)
+        announce_staleness(off, *AsyncRollouts(max_staleness=2, correction="none").staleness())
     assert off.correction is None
     own = PPOClip(correction=MaskedIS())
-    AsyncRollouts(max_staleness=1).prepare_loss(own)
+    announce_staleness(own, *AsyncRollouts(max_staleness=1).staleness())
     assert isinstance(own.correction, MaskedIS) and "the loss's MaskedIS" in caplog.records[-1].getMessage()
     with pytest.raises(ValueError, match="correction='tis'; use one of truncated_is, none"):
         AsyncRollouts(correction="tis")
