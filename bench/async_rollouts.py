@@ -247,32 +247,43 @@ def render() -> str:
                   f"| pair | order | sync s/step | {arm} s/step | ratio |", "|---|---|---|---|---|"]
         lines += [f"| {r['pair']} | {' then '.join(r['order'])} | {r['sync']:.4f} | {r[arm]:.4f} | {r['ratio']} |"
                   for r in s["pairs"]]
-    for name in ACCURACY_PARTS:
-        if not (RESULTS / f"{name}.json").is_file():
-            continue
-        a = json.loads((RESULTS / f"{name}.json").read_text())
-        arms = a.get("arms", ACCURACY_PARTS["accuracy"])
-        lines += ["", f"Accuracy (`{a['command']}`, held-out sampled accuracy after {a['steps']} steps, paired by seed):",
-                  "", "| seed | " + " | ".join([*arms, *(f"{arm} min" for arm in arms)]) + " |",
-                  "|---|" + "---|" * (2 * len(arms))]
-        lines += ["| " + " | ".join(str(v) for v in [r["seed"], *(r[arm] for arm in arms),
-                                                      *(r[f"{arm}_min"] for arm in arms)]) + " |" for r in a["seeds"]]
-        loads = [r[f"{arm}_load"] for r in a["seeds"] for arm in arms if f"{arm}_load" in r]
-        if loads:  # the accuracies do not depend on it; the wall times do
-            lines += ["", f"Load average (1 minute) at the end of each run: {min(loads)} to {max(loads)} on "
-                          f"{a.get('cpus', 2)} cores: the wall times were taken on a loaded machine."]
-        lines += ["", "| comparison | mean difference | interval (Holm-adjusted level) | verdict |", "|---|---|---|---|"]
-        lines += [f"| {k} - sync | {c['mean_difference']:+.4f} | {c['interval'][0]:+.4f} to {c['interval'][1]:+.4f} "
-                  f"({c['level']}) | {c['verdict']} |" for k, c in a["comparisons"].items()]
-    parts = {name: json.loads((RESULTS / f"{name}.json").read_text()) for name in ACCURACY_PARTS
+    saved = {name: json.loads((RESULTS / f"{name}.json").read_text()) for name in ACCURACY_PARTS
              if (RESULTS / f"{name}.json").is_file()}
+    for name in PARTS:
+        if name in saved:
+            lines += _accuracy_lines(saved[name])
+    parts = {name: saved[name] for name in PARTS if name in saved}
     if len(parts) > 1:
         lines += ["", "Every accuracy comparison above as one family (the parts share the sync accuracies seed by seed), "
                   "Holm-adjusted together by the same rule:", "",
                   "| comparison | mean difference | interval (Holm-adjusted level, all parts) | verdict |", "|---|---|---|---|"]
         lines += [f"| {k} - sync | {c['mean_difference']:+.4f} | {c['interval'][0]:+.4f} to {c['interval'][1]:+.4f} "
                   f"({c['level']}) | {c['verdict']} |" for k, c in holm_family(parts).items()]
+    for name in DEFAULTS_PARTS:
+        if name in saved:
+            family = len(DEFAULTS_PARTS[name]) - 1
+            lines += ["", f"At the current defaults (`{name}`: its own sync runs, its own family of {family} "
+                          "comparisons):", *_accuracy_lines(saved[name])]
     return "\n".join(lines) + "\n"
+
+
+def _accuracy_lines(a: dict) -> list[str]:
+    """One accuracy part's tables: per seed, and its comparisons by its own rule."""
+    lines: list[str] = []
+    arms = a.get("arms", ACCURACY_PARTS["accuracy"])
+    lines += ["", f"Accuracy (`{a['command']}`, held-out sampled accuracy after {a['steps']} steps, paired by seed):",
+              "", "| seed | " + " | ".join([*arms, *(f"{arm} min" for arm in arms)]) + " |",
+              "|---|" + "---|" * (2 * len(arms))]
+    lines += ["| " + " | ".join(str(v) for v in [r["seed"], *(r[arm] for arm in arms),
+                                                  *(r[f"{arm}_min"] for arm in arms)]) + " |" for r in a["seeds"]]
+    loads = [r[f"{arm}_load"] for r in a["seeds"] for arm in arms if f"{arm}_load" in r]
+    if loads:  # the accuracies do not depend on it; the wall times do
+        lines += ["", f"Load average (1 minute) at the end of each run: {min(loads)} to {max(loads)} on "
+                      f"{a.get('cpus', 2)} cores: the wall times were taken on a loaded machine."]
+    lines += ["", "| comparison | mean difference | interval (Holm-adjusted level) | verdict |", "|---|---|---|---|"]
+    lines += [f"| {k} - sync | {c['mean_difference']:+.4f} | {c['interval'][0]:+.4f} to {c['interval'][1]:+.4f} "
+              f"({c['level']}) | {c['verdict']} |" for k, c in a["comparisons"].items()]
+    return lines
 
 
 def main() -> None:
