@@ -247,6 +247,8 @@ def render() -> str:
                   f"| pair | order | sync s/step | {arm} s/step | ratio |", "|---|---|---|---|---|"]
         lines += [f"| {r['pair']} | {' then '.join(r['order'])} | {r['sync']:.4f} | {r[arm]:.4f} | {r['ratio']} |"
                   for r in s["pairs"]]
+    if (RESULTS / "speed-k.json").is_file():
+        lines += _speed_k_lines(json.loads((RESULTS / "speed-k.json").read_text()))
     saved = {name: json.loads((RESULTS / f"{name}.json").read_text()) for name in ACCURACY_PARTS
              if (RESULTS / f"{name}.json").is_file()}
     for name in PARTS:
@@ -265,6 +267,22 @@ def render() -> str:
             lines += ["", f"At the current defaults (`{name}`: its own sync runs, its own family of {family} "
                           "comparisons):", *_accuracy_lines(saved[name])]
     return "\n".join(lines) + "\n"
+
+
+def _speed_k_lines(s: dict) -> list[str]:
+    """``speed-k``'s tables: each round's median step times in the order run, and each k's verdict (Holm over k)."""
+    arms = s["arms"]
+    lines = ["", f"Speed at max_staleness 1, 2 and 4 (`{s['command']}`, {len(s['rounds'])} rounds of fresh processes, "
+                 f"the order rotated every round, {s['steps']} steps a process, median step time after "
+                 f"{CRITERION['warmup_steps']}; s/step, the load average at each process's end in brackets):", "",
+             "| round | order | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
+    lines += [f"| {r['round']} | {' then '.join(r['order'])} | "
+              + " | ".join(f"{r[a]:.4f} ({r[f'{a}_load']})" for a in arms) + " |" for r in s["rounds"]]
+    lines += ["", "| comparison | ratio (geometric mean) | interval (Holm-adjusted level) | verdict |",
+              "|---|---|---|---|"]
+    lines += [f"| {k} / sync | {c['ratio_geomean']} | {c['interval'][0]} to {c['interval'][1]} ({c['level']}) | "
+              f"{c['verdict']} |" for k, c in s["comparisons"].items()]
+    return lines
 
 
 def _accuracy_lines(a: dict) -> list[str]:

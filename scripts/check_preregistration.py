@@ -99,6 +99,7 @@ BENCHES = (
     _bench("async speed-process", "async_rollouts.py", "async/speed-process.json", "CRITERION", "SPEED_ARMS"),
     _bench("async accuracy-defaults", "async_rollouts.py", "async/accuracy-defaults.json", "CRITERION",
            "DEFAULTS_PARTS"),
+    _bench("async speed-k", "async_rollouts.py", "async/speed-k.json", "CRITERION", "SPEED_K"),
     _bench("soak, first run", "soak.py", "soak/quickstart.json", "FIRST_CRITERION<CRITERION"),
     _bench("soak, trend run", "soak.py", "soak/quickstart-trend.json", "CRITERION"),
     _bench("decode step compiled", "hf_decode.py", "hf_decode_compile.json", docstring="The reading, fixed before"),
