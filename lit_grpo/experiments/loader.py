@@ -315,7 +315,8 @@ def _prepare(data: Any, where: str, named_in: Path) -> tuple[Prepare, ...]:
             )
         command, configs = _config_args(command, named_in)
         require = _requirement(step.get("require"), f"{where}.{name}.require", command, configs)
-        steps.append(Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where), require))
+        steps.append(Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where), require,
+                             configs))
     return tuple(steps)
 
 
@@ -364,13 +365,6 @@ def _config_args(args: tuple[str, ...], named_in: Path) -> tuple[tuple[str, ...]
         out[at] = prefix + (path or name)
         found += [path] if path else []
     return tuple(out), tuple(found)
-
-
-def _config_files(args: tuple[str, ...]) -> tuple[str, ...]:
-    """The existing files that ``--config`` arguments name (as :func:`_config_args` resolved them)."""
-    named = [a.partition("=")[2] for a in args if a.startswith("--config=")]
-    named += [b for a, b in zip(args, args[1:], strict=False) if a == "--config"]
-    return tuple(p for p in named if Path(p).is_file())
 
 
 def _source(path: str | Path) -> Path:
@@ -430,7 +424,7 @@ def load_experiment(path: str | Path, quick: bool = False) -> Experiment:
     )
     prepare_args = tuple(a for p in prepared for a in p.command)
     extras = needed_extras(
-        base + tuple(c for arm in arms for c in arm.configs) + _config_files(prepare_args),
+        base + tuple(c for arm in arms for c in arm.configs) + tuple(c for p in prepared for c in p.configs),
         tuple(texts) + tuple(a for arm in arms for a in arm.args) + prepare_args,
     )
     arm_labels = [a.label for a in arms]

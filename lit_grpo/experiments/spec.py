@@ -90,6 +90,7 @@ class Prepare:
     # what the step must reach for the experiment to mean what it says (e.g. a starting policy's accuracy):
     # a metric the step logs, reduced over its steps, and the bounds it must lie within
     require: Requirement | None = None
+    configs: tuple[str, ...] = ()  # the config files its ``--config`` arguments name, as found
 
 
 @dataclass(frozen=True)

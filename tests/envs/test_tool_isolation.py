@@ -29,6 +29,7 @@ from lit_grpo.envs.tool_calls import ToolCall
 from lit_grpo.types import SamplingParams
 from tests.envs.scripted import PLAIN_TEMPLATE, ScriptedEngine, chat_tokenizer
 from tests.envs.test_episode_training import HasDigitOne, Steps, chat_model  # noqa: F401 (a fixture)
+from tests.envs.test_tool_env import leave
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
 #: What the trainer's process holds and a tool must not see: set by the tests after the module is imported.
@@ -60,15 +61,6 @@ def hoard(mb: int) -> str:
         mb: Megabytes to allocate.
     """
     return str(len(bytearray(mb * 2**20)))
-
-
-def leave(code: int) -> str:
-    """Calls sys.exit.
-
-    Args:
-        code: The exit status.
-    """
-    sys.exit(code)
 
 
 def crash(code: int) -> str:
