@@ -1,5 +1,5 @@
-"""The counting and reporting of ``bench/grpo_step.py``'s realistic workloads: useful against executed work, and
-the tables of docs/performance.md recomputed from the committed run data."""
+"""The counting and reporting of the GRPO step benchmark (``python -m bench.grpo_step``): useful against executed
+work, paired estimates, and the tables of docs/performance.md recomputed from the committed run data."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
 
-from grpo_step_common import causal_context, group_counts  # noqa: E402
-from grpo_step_report import (  # noqa: E402
+from bench.grpo_step import run, workloads  # noqa: E402
+from bench.grpo_step.common import causal_context, group_counts  # noqa: E402
+from bench.grpo_step.report import (  # noqa: E402
+    paired_ratio,
     flop_rates,
     forward_flops,
     forward_parts,
@@ -70,7 +72,7 @@ def test_the_docs_tables_are_the_committed_run_rendered():
         report = json.loads(data.read_text())
         assert report["meta"].get("block", "grpo_step.py:realistic") == f"grpo_step.py:realistic{name}"
         assert block == render_realistic(report), (
-            f"docs/performance.md differs from its data: python bench/grpo_step.py --render "
+            f"docs/performance.md differs from its data: python -m bench.grpo_step --render "
             f"{data.relative_to(ROOT)} --write docs/performance.md")
 
 
@@ -82,7 +84,7 @@ def test_the_main_block_is_the_committed_run_rendered():
     report = json.loads(data.read_text())
     assert {"peak", "compare", "memory", "scaling"} <= set(report), "the main block's run lacks a part"
     assert block == render(report), (
-        "docs/performance.md differs from its data: python bench/grpo_step.py --render docs/results/grpo_step.json "
+        "docs/performance.md differs from its data: python -m bench.grpo_step --render docs/results/grpo_step.json "
         "--write docs/performance.md")
 
 
@@ -203,8 +205,6 @@ def test_a_report_with_the_new_fields_renders_them():
 def test_a_headline_ratio_states_its_paired_estimate_and_its_step_time_ratio():
     """The geometric mean of the pairs' ratios with its t interval, and TRL's step time over lit-grpo's beside the
     tokens/s ratio (they differ where the sides' completions differ in length)."""
-    from grpo_step_report import paired_ratio
-
     gm, (low, high) = paired_ratio([2.0, 8.0])
     assert gm == pytest.approx(4.0) and low * high == pytest.approx(16.0)  # symmetric around the mean of the logs
     assert paired_ratio([3.0]) == (pytest.approx(3.0), None)
@@ -218,8 +218,6 @@ def test_a_headline_ratio_states_its_paired_estimate_and_its_step_time_ratio():
 
 
 def test_an_adapter_workload_says_what_it_trains_and_is_held_to_its_own_target():
-    from grpo_step_workloads import LORA
-
     def without_adapters() -> dict:  # the committed run, its adapter workload left out
         report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
         report["realistic"] = [r for r in report["realistic"] if not r.get("lora")]
@@ -228,7 +226,7 @@ def test_an_adapter_workload_says_what_it_trains_and_is_held_to_its_own_target()
     assert "with adapters" not in render_realistic(without_adapters())
     report = without_adapters()
     real = next(r for r in report["realistic"] if r["workload"] == "real")
-    real.update(workload="lora", lora=LORA, pair_ratios=[4.5, 3.9], ratio=4.2)
+    real.update(workload="lora", lora=workloads.LORA, pair_ratios=[4.5, 3.9], ratio=4.2)
     real["lit"]["trainable"] = 4_884_480
     text = render_realistic(report)
     assert f"| lora: smollm2-135m-instruct ({real['lit']['params'] / 1e6:.1f}M, LoRA r16 on 7 projections: 4.9M " \
@@ -241,36 +239,31 @@ def test_unknown_realistic_workloads_are_refused_with_the_known_ones():
     import subprocess
 
     for args in (["--parts", "realistic", "--workloads", "lora,nope"], ["--workloads", "lora"]):
-        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "grpo_step.py"), *args], capture_output=True,
-                              text=True)
+        proc = subprocess.run([sys.executable, "-m", "bench.grpo_step", *args], capture_output=True, text=True,
+                              cwd=ROOT)
         assert proc.returncode == 2 and "needs --parts realistic or tta and names of quickstart, real, lora" in proc.stderr
 
 
 def test_the_realistic_plan_times_at_least_ten_steps_a_process():
-    import grpo_step
-
-    assert all(steps >= 10 and pairs >= 2 for _, pairs, _, steps in grpo_step.plan(False)["realistic"])
+    assert all(steps >= 10 and pairs >= 2 for _, pairs, _, steps in run.plan(False)["realistic"])
 
 
 def test_publishing_a_report_recorded_busy_is_refused_unless_allowed(tmp_path, monkeypatch):
-    import grpo_step
-
     report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
     report["meta"]["busy"] = ["trl smollm2 (real): other processes hold 9000 MiB resident"]
     doc = tmp_path / "performance.md"
-    monkeypatch.setitem(grpo_step.RUN, "allow_busy", False)
+    monkeypatch.setitem(run.RUN, "allow_busy", False)
     with pytest.raises(SystemExit, match="(?s)refusing to write into .*9000 MiB.*--allow-busy"):
-        grpo_step.publish(report, ["realistic", "tta"], doc, tmp_path / "saved.json")
+        run.publish(report, ["realistic", "tta"], doc, tmp_path / "saved.json")
     assert (tmp_path / "saved.json").exists() and not doc.exists()  # the data is kept, the docs untouched
-    monkeypatch.setitem(grpo_step.RUN, "allow_busy", True)
-    grpo_step.publish(report, ["realistic", "tta"], doc, None)
+    monkeypatch.setitem(run.RUN, "allow_busy", True)
+    run.publish(report, ["realistic", "tta"], doc, None)
     assert "1 times (published with --allow-busy)" not in doc.read_text()  # not forced: allow_busy not in meta
     assert "other processes hold 9000 MiB" in doc.read_text()
 
 
 def test_the_trl_runner_reads_the_prompts_in_the_order_lit_grpo_draws_them(monkeypatch):
     """train_order against the batches a Lightning fit of the same data module draws, across data epochs."""
-    import grpo_step_workloads
     import lightning as L
     import torch
 
@@ -282,7 +275,7 @@ def test_the_trl_runner_reads_the_prompts_in_the_order_lit_grpo_draws_them(monke
             return [{"prompt": f"{split} {i}", "reference": str(i), "id": f"{split}-{i}", "columns": {}}
                     for i in range(10 if split == "train" else 0)]
 
-    monkeypatch.setattr(grpo_step_workloads, "source", lambda workload, model: Ten())
+    monkeypatch.setattr(workloads, "source", lambda workload, model: Ten())
     seen: list[str] = []
 
     class Record(L.LightningModule):
@@ -300,7 +293,7 @@ def test_the_trl_runner_reads_the_prompts_in_the_order_lit_grpo_draws_them(monke
     trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, accelerator="cpu")
     trainer.fit(Record(), datamodule=PromptDataModule(Ten(), prompts_per_step=4, seed=3))
-    order = grpo_step_workloads.train_order("any", "any", prompts=4, steps=5, seed=3)
+    order = workloads.train_order("any", "any", prompts=4, steps=5, seed=3)
     assert len(seen) == 20 and [r["prompt"] for r in order] == seen  # 2 batches an epoch: 3 data epochs
 
 
@@ -312,16 +305,14 @@ def _tta_run(seed, reached, train_s, step, start=0.2):
 def test_time_to_accuracy_pairs_the_seeds_both_trainers_finished():
     import math
 
-    import grpo_step
-
     runs = {"lit-grpo": [_tta_run(0, True, 10.0, 5), _tta_run(1, True, 20.0, 10), _tta_run(2, True, 5.0, 5)],
             "trl": [_tta_run(0, True, 40.0, 5), _tta_run(1, True, 20.0, 5), _tta_run(2, False, None, None)]}
-    p = grpo_step.paired_ratios(runs)
+    p = run.paired_ratios(runs)
     assert p["ratios"] == {0: 4.0, 1: 1.0} and p["reached"] == {"lit-grpo": 3, "trl": 2} and p["seeds"] == 3
     assert p["geomean"] == pytest.approx(2.0)  # exp(mean(log 4, log 1))
     half = 12.7062047 * math.log(4) / math.sqrt(2) / math.sqrt(2)  # t(0.975, 1) x sd(log ratios) / sqrt(2)
     assert p["ci95"] == pytest.approx([2.0 * math.exp(-half), 2.0 * math.exp(half)], rel=1e-6)
-    one = grpo_step.paired_ratios({side: rs[:1] for side, rs in runs.items()})
+    one = run.paired_ratios({side: rs[:1] for side, rs in runs.items()})
     assert one["geomean"] == pytest.approx(4.0) and one["ci95"] is None
     report = {"tta": [{"workload": "lora", "seeds": [0, 1, 2], "max_steps": 60, "eval_every": 5, "gain": 0.1,
                        "samples": 4, "runs": runs, "paired": p}]}
@@ -335,7 +326,7 @@ def test_time_to_accuracy_pairs_the_seeds_both_trainers_finished():
 
 
 def test_held_out_targets_the_start_plus_the_gain_and_evaluates_when_due():
-    from grpo_step_workloads import HeldOut
+    from bench.grpo_step.workloads import HeldOut
 
     accuracies = iter([0.25, 0.30, 0.36])
     held = HeldOut("lora", "unused", 32, every=5, samples=4, gain=0.1)
@@ -351,7 +342,7 @@ def test_held_out_targets_the_start_plus_the_gain_and_evaluates_when_due():
 
 
 def test_each_run_of_the_realistic_or_tta_part_names_a_block_of_its_own():
-    from grpo_step import block_name
+    from bench.grpo_step.run import block_name
 
     assert block_name(["realistic"], None) == "grpo_step.py:realistic"
     assert block_name(["realistic", "tta"], None) == "grpo_step.py:realistic"
@@ -362,15 +353,17 @@ def test_each_run_of_the_realistic_or_tta_part_names_a_block_of_its_own():
     assert re.fullmatch(r"grpo_step\.py:realistic(:[\w+]+)?", block_name(["tta"], ("quickstart", "lora")))
 
 
-def test_the_smollm2_workloads_sample_with_the_fast_engine_and_the_quickstart_with_the_default():
-    from grpo_step_workloads import WORKLOADS
+def test_the_lit_grpo_side_samples_with_the_engine_at_its_defaults_on_every_workload():
+    """The benchmark sets none of the engine's options: it measures whatever HFGenerateEngine's defaults are, and
+    records them."""
+    from bench.grpo_step.lit_worker import ENGINE_SETTINGS, engine, engine_settings
 
     from lit_grpo.rollout import HFGenerateEngine
 
-    for name in ("real", "lora"):
-        engine = HFGenerateEngine(**dict(WORKLOADS[name].engine))
-        assert (engine.shrink, engine.sampler) == (True, "inverse_cdf")
-    assert WORKLOADS["quickstart"].engine == ()
+    assert all(not hasattr(w, "engine") for w in workloads.WORKLOADS.values())  # no workload picks engine options
+    default = HFGenerateEngine()
+    assert engine_settings(engine()) == {key: getattr(default, key) for key in ENGINE_SETTINGS}
+    assert type(engine()) is HFGenerateEngine
 
 
 def test_the_realistic_prose_says_what_the_committed_run_measured():

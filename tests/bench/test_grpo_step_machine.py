@@ -1,4 +1,4 @@
-"""The machine-state record and the refusal rule of ``bench/grpo_step.py`` (``bench/grpo_step_machine.py``), on
+"""The machine-state record and the refusal rule of the GRPO step benchmark (``bench/grpo_step/machine.py``), on
 fabricated ``/proc`` text: nothing here depends on this machine's state."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
 
-from grpo_step_machine import (  # noqa: E402
+from bench.grpo_step.machine import (  # noqa: E402
     busy_reasons,
     cpu_ticks,
     describe,
@@ -51,7 +51,7 @@ def test_meminfo_is_read_in_mib():
 
 
 def test_the_bench_tree_is_left_out_and_the_others_are_ranked_by_rss():
-    from grpo_step_machine import parse_status
+    from bench.grpo_step.machine import parse_status
 
     assert own_tree([parse_status(s) for s in PROCESSES], 100) == {100, 101, 102}
     state = machine_state("2.50 1.86 1.55 5/115 7766", MEMINFO, PROCESSES, own_pid=100, top=2)

@@ -1,75 +1,12 @@
-"""GRPO step throughput of lit-grpo against TRL's GRPOTrainer, side by side; FLOP/s, memory and scaling.
-
-    bash bench/setup_trl_env.sh                        # once: TRL in its own environment, bench/.venv-trl
-    python bench/grpo_step.py --json docs/results/grpo_step.json --write docs/performance.md   # the full report
-    python bench/grpo_step.py --quick                  # a 1-2 minute smoke run of every part
-    python bench/grpo_step.py --parts scaling          # one part (peak, compare, memory, scaling)
-
-One GRPO step on both sides: P = 8 prompts x G = 8 completions of 16 new tokens sampled at temperature 1
-by each side's Hugging Face decoding (lit-grpo's own loop, which draws ``generate``'s samples from a seed; TRL's
-``generate``), a reward that is always 0, token-mean clipped loss without KL, one
-forward/backward and one AdamW step; fp32, or bf16 autocast (Lightning ``bf16-mixed``, TRL
-``bf16=True``). The character-level Qwen2 models of ``lit_grpo.models.tiny`` (``small`` ~3M, ``medium``
-~19M parameters) are saved once with ``save_pretrained`` and loaded by both trainers. A random model earns
-no reward, so every advantage is 0; neither side skips such batches, so every phase runs at full cost.
-
-Every measurement is a fresh process (``bench/grpo_step_lit.py``, ``bench/grpo_step_trl.py``) that runs
-warm-up steps and then timed ones; the two trainers alternate (A B A B ...) so drifting background load
-hits both alike. Reported: medians over all timed steps, with the range of the per-process medians, and the
-ratio of each A/B pair with the median and range of those; tokens/s = completion tokens of a step (EOS
-included) / wall time between the ends of consecutive steps. Both sides take the same prompts in the same
-order (TRL reads them unshuffled in lit-grpo's order) and reseed torch with the same seed before each step's
-generation. The sampled completions still differ: the two sides' logits differ in rounding (lit-grpo
-prefills each prompt once per group, TRL every row) and, once the policies have been updated by different
-code, in value, so the per-step rewards, and with them the work a step needs, are not paired.
-
-The machine's state (load, free memory, the largest other processes) is recorded at the start, the end and
-before every measuring process; a run that writes results refuses a busy machine (``--allow-busy``
-overrides; the rule is in ``bench/grpo_step_machine.py``).
-
-Parts: ``peak`` (square fp32 and bf16 matmuls on the same threads), ``compare`` (lit-grpo vs TRL, both
-sizes and precisions, with the training phase's FLOP/s against the peak), ``memory`` (peak RSS of steps
-of a model with a 151,936-token vocabulary), ``scaling`` (lit-grpo step time against G, P and size).
-
-The realistic parts run real workloads with real rewards (``bench/grpo_step_workloads.py``), each side
-with its defaults for what it may skip (lit-grpo: zero-advantage elision and the shared-prefix training
-forward, both exact; TRL trains every row):
-
-    python bench/grpo_step.py --parts realistic,tta --json docs/results/grpo_step_realistic.json \
-        --write docs/performance.md
-
-``realistic``: (a) ``real``: SmolLM2-135M-Instruct (``lit-grpo models fetch smollm2-135m-instruct``),
-chat prompts "What is a + b? Answer with the number only.", ``LastNumber``, P = 8 x G = 8, 32 new tokens,
-full fine-tune, fp32; (b) ``quickstart``: ``tiny-arith-sft`` on two-digit addition, ``ExactMatch``,
-P = 16 x G = 8, 6 new tokens, lr 1e-4; (c) ``lora``: (a) with the real quickstart's adapters (LoRA r16,
-alpha 32 on every projection, lr 3e-4; TRL through ``peft``), the workload its users run. On (a) and (c) lit-grpo's
-engine runs with ``shrink`` and ``sampler="inverse_cdf"`` (``Workload.engine``: the same distribution as its
-default, other samples for the same seed). ``--workloads`` measures some of them, and a run of ``tta`` alone is
-written into a block (and a JSON) of its own (:func:`block_name`):
-
-    python bench/grpo_step.py --parts tta --workloads quickstart \
-        --json docs/results/grpo_step_realistic-tta_quickstart.json --write docs/performance.md
-
-At least 10 timed steps a process (``plan()``). Alongside throughput:
-the training tokens each side ran forward and backward against the useful ones (the rows of groups whose
-rewards differ, each prompt once), as FLOPs; and the roofline: per phase (generation, training) and for the
-whole step, the useful FLOPs (``grpo_step_report.useful_flops``), their rate and its share of the matmul peak
-measured in the same run (before and after the workloads, the larger).
-``tta``: wall-clock training time (evaluations excluded) for each trainer to reach a held-out accuracy from the
-same start, evaluated by the same code (``grpo_step_workloads.HeldOut``), 5 seeds a side, alternating, and per
-seed the paired ratio TRL / lit-grpo with its geometric mean and 95% t interval: ``quickstart`` to greedy accuracy
-0.70 (evaluated every 25 steps); ``lora`` to sampled accuracy (4 completions a prompt, a fixed evaluation seed)
-0.10 above the starting policy's (every 5 steps, at most 60). ``--workloads`` picks them here too.
-"""
+"""The command of the benchmark (``python -m bench.grpo_step``; the package's docstring says what it measures):
+the plan, the measuring processes, the parts and publishing their report."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
 import json
-import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -77,14 +14,23 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-from grpo_step_common import PHASES  # noqa: E402
-from grpo_step_machine import busy_reasons, other_cpu_s, own_tree, read_cpu, read_state, refusal  # noqa: E402
-from grpo_step_report import (  # noqa: E402
+from .common import PHASES
+from .machine import (
+    busy_reasons,
+    cpu_flags,
+    cpu_name,
+    load_1min,
+    other_cpu_s,
+    own_tree,
+    read_cpu,
+    read_cpuinfo,
+    read_state,
+    refusal,
+)
+from .report import (
     LARGE_VOCAB,
     flop_rates,
+    paired_ratio,
     render,
     render_realistic,
     roofline,
@@ -92,9 +38,13 @@ from grpo_step_report import (  # noqa: E402
     work_flops,
     write_into,
 )
-from grpo_step_workloads import LORA, WORKLOADS, model_dir  # noqa: E402
+from .workloads import LORA, WORKLOADS, model_dir
 
-TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
+HERE = Path(__file__).resolve().parent  # bench/grpo_step
+ROOT = HERE.parents[1]  # the repository: every measuring process runs there, as python -m bench.grpo_step.*
+TRL_PYTHON = HERE.parent / ".venv-trl" / "bin" / "python"
+#: The module of each side's measuring process
+WORKERS = {"lit-grpo": "bench.grpo_step.lit_worker", "trl": "bench.grpo_step.trl_worker"}
 DEVICE = {"name": "cpu"}  # where every measuring process trains: --device (the matmul peak stays on the CPU)
 ALL_PARTS = ("peak", "compare", "memory", "scaling", "realistic", "tta")
 COUNTS = ("useful_rows", "useful_prompt_tokens", "useful_tokens", "mixed_groups", "groups", "trained_rows",
@@ -198,42 +148,17 @@ def measure(
     workload: str = "zero",
     lr: float = 1e-5,
 ) -> dict:
+    """One measuring process of ``runner`` (``lit-grpo`` or ``trl``): its ``RESULT`` with the process's wall time,
+    the machine's state before it and the reasons it was busy (:func:`.machine.busy_reasons`)."""
     if runner == "trl" and not TRL_PYTHON.exists():
         raise SystemExit(
             f"{TRL_PYTHON} not found: create TRL's environment first with bash bench/setup_trl_env.sh"
         )
-    python, script = (
-        (str(TRL_PYTHON), HERE / "grpo_step_trl.py")
-        if runner == "trl"
-        else (sys.executable, HERE / "grpo_step_lit.py")
-    )
-    cmd = [
-        python,
-        str(script),
-        "--model",
-        model,
-        "--precision",
-        precision,
-        "--warmup",
-        str(warmup),
-        "--steps",
-        str(steps),
-        "--prompts",
-        str(prompts),
-        "--group",
-        str(group),
-        "--new-tokens",
-        str(new_tokens),
-        "--threads",
-        str(threads),
-        "--workload",
-        workload,
-        "--lr",
-        str(lr),
-        "--device",
-        DEVICE["name"],
-        *extra,
-    ]
+    python = str(TRL_PYTHON) if runner == "trl" else sys.executable
+    options = {"model": model, "precision": precision, "warmup": warmup, "steps": steps, "prompts": prompts,
+               "group": group, "new-tokens": new_tokens, "threads": threads, "workload": workload, "lr": lr,
+               "device": DEVICE["name"]}
+    cmd = [python, "-m", WORKERS[runner], *(x for k, v in options.items() for x in (f"--{k}", str(v))), *extra]
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(threads),
@@ -273,8 +198,13 @@ def _median(steps: list[dict], key: str) -> float:
     return statistics.median(s.get(key, 0.0) for s in steps)
 
 
+#: What a side's processes report once, the same in each: the settings they ran with
+SETTINGS = ("params", "trainable", "trl", "engine", "trl_settings", "dtype", "autocast")
+
+
 def combine(results: list[dict]) -> dict:
-    """Medians over the timed steps of several processes, with the range of the per-process medians."""
+    """Medians over the timed steps of several processes, with the range of the per-process medians, and the
+    settings they ran with (:data:`SETTINGS`, from the first)."""
     steps = [s for r in results for s in r["steps"]]
     out = {k: _median(steps, k) for k in [*PHASES, "step_s", "tokens", "prompt_tokens", "tokens_per_s", *COUNTS]}
     out["sums"] = {k: sum(s.get(k, 0.0) for s in steps) for k in COUNTS}
@@ -285,11 +215,9 @@ def combine(results: list[dict]) -> dict:
         tps_max=max(per),
         peak_rss_mib=max(r["peak_rss_mib"] for r in results),
         load_rss_mib=min(r.get("load_rss_mib", 0.0) for r in results),
-        params=results[0]["params"],
-        trainable=results[0].get("trainable"),
         processes=len(results),
         steps_timed=len(steps),
-        trl=results[0].get("trl"),
+        **{key: results[0].get(key) for key in SETTINGS},
         machine=[r.get("machine_before") for r in results],
         busy=[reason for r in results for reason in r.get("busy", [])],
     )
@@ -357,29 +285,36 @@ def ratio_spread(ratios: list[float]) -> dict[str, float]:
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "pairs": len(ratios)}
 
 
+def pair_ratios(runs: dict[str, list[dict]]) -> dict:
+    """Per A/B pair (the i-th process of each side), from the two process medians: lit-grpo's tokens/s over
+    TRL's (``pair_ratios``, with their median and range, ``pair_ratio``) and TRL's step time over lit-grpo's
+    (``pair_step_ratios``); both > 1 where lit-grpo is the faster."""
+    pairs = list(zip(runs["lit-grpo"], runs["trl"], strict=True))
+    ratios = [_median(a["steps"], "tokens_per_s") / _median(b["steps"], "tokens_per_s") for a, b in pairs]
+    steps = [_median(b["steps"], "step_s") / _median(a["steps"], "step_s") for a, b in pairs]
+    return {"pair_ratios": ratios, "pair_ratio": ratio_spread(ratios), "pair_step_ratios": steps}
+
+
+def ab_row(model: str, threads: int, reps: int, precision: str = "fp32", **kw) -> dict:
+    """``reps`` A/B pairs of fresh processes, lit-grpo then TRL, on ``model``: each side's :func:`combine`, the
+    per-pair ratios (:func:`pair_ratios`), the ratio of the medians and whether both sides sampled from the same
+    prompts at every step."""
+    runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
+    for _ in range(reps):  # A B A B ...
+        for runner in runs:
+            runs[runner].append(measure(runner, model, threads, precision, **kw))
+    row = {"lit": combine(runs["lit-grpo"]), "trl": combine(runs["trl"]), **pair_ratios(runs),
+           "same_prompts": same_prompts(runs)}
+    row["ratio"] = row["lit"]["tokens_per_s"] / row["trl"]["tokens_per_s"]
+    return row
+
+
 # ---- the parts ----------------------------------------------------------------------------------------------
 def part_compare(models: dict[str, str], threads: int, quick: bool) -> list[dict]:
     rows = []
     for size, precision, reps, warmup, steps, prompts, group, new_tokens in plan(quick)["compare"]:
         kw = {"warmup": warmup, "steps": steps, "prompts": prompts, "group": group, "new_tokens": new_tokens}
-        runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
-        for _ in range(reps):  # A B A B ...
-            for runner in ("lit-grpo", "trl"):
-                runs[runner].append(measure(runner, models[size], threads, precision, **kw))
-        pairs = [a["steps"] for a in runs["lit-grpo"]], [b["steps"] for b in runs["trl"]]
-        ratios = [
-            _median(a, "tokens_per_s") / _median(b, "tokens_per_s") for a, b in zip(*pairs, strict=True)
-        ]
-        row = {
-            "size": size,
-            "precision": precision,
-            "lit": combine(runs["lit-grpo"]),
-            "trl": combine(runs["trl"]),
-            "pair_ratios": ratios,
-            "pair_ratio": ratio_spread(ratios),
-            **kw,
-        }
-        row["ratio"] = row["lit"]["tokens_per_s"] / row["trl"]["tokens_per_s"]
+        row = {"size": size, "precision": precision, **ab_row(models[size], threads, reps, precision, **kw), **kw}
         for side in ("lit", "trl"):
             row[side].update(flop_rates(models[size], row[side], prompts * group))
         rows.append(row)
@@ -432,10 +367,10 @@ def part_scaling(models: dict[str, str], threads: int, quick: bool) -> dict[str,
 
 
 def part_realistic(threads: int, quick: bool, device: str = "cpu", workloads: tuple[str, ...] | None = None,
-                   ) -> tuple[list[dict], dict]:
+                   precision: str = "fp32") -> tuple[list[dict], dict]:
     """lit-grpo against TRL on the real workloads (those of the plan named in ``workloads``; all by default),
-    alternating fresh processes; and the matmul peak, measured before and after them (the roofline uses the
-    larger)."""
+    alternating fresh processes, in ``precision`` on both sides; each row with the CPU's flags; and the matmul
+    peak, measured before and after them (the roofline uses the larger)."""
     peaks = [matmul_peak(threads, device)]
     rows = []
     for workload, reps, warmup, steps in plan(quick)["realistic"]:
@@ -445,16 +380,8 @@ def part_realistic(threads: int, quick: bool, device: str = "cpu", workloads: tu
         model = model_dir(w.model)
         kw = {"warmup": warmup, "steps": steps, "prompts": w.prompts, "group": w.group,
               "new_tokens": w.new_tokens, "workload": workload, "lr": w.lr}
-        runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
-        for _ in range(reps):  # A B A B ...
-            for runner in ("lit-grpo", "trl"):
-                runs[runner].append(measure(runner, model, threads, **kw))
-        ratios = [_median(a["steps"], "tokens_per_s") / _median(b["steps"], "tokens_per_s")
-                  for a, b in zip(runs["lit-grpo"], runs["trl"], strict=True)]
-        row = {"workload": workload, "model": w.model, "lora": LORA if w.lora else None, "lit": combine(runs["lit-grpo"]),
-               "trl": combine(runs["trl"]), "pair_ratios": ratios, "pair_ratio": ratio_spread(ratios),
-               "same_prompts": same_prompts(runs), **kw}
-        row["ratio"] = row["lit"]["tokens_per_s"] / row["trl"]["tokens_per_s"]
+        row = {"workload": workload, "model": w.model, "lora": LORA if w.lora else None, "precision": precision,
+               "cpu_flags": cpu_flags(read_cpuinfo()), **ab_row(model, threads, reps, precision, **kw), **kw}
         for side in ("lit", "trl"):
             row[side].update(work_flops(model, row[side]["sums"], row[side]["steps_timed"], row["lora"]))
         rows.append(row)
@@ -462,7 +389,7 @@ def part_realistic(threads: int, quick: bool, device: str = "cpu", workloads: tu
     peak = {k: max(p[k] for p in peaks) for k in ("fp32", "bf16")}
     for row in rows:
         for side in ("lit", "trl"):
-            add_roofline(row[side], model_dir(row["model"]), peak["fp32"], row["lora"])  # the workloads run fp32
+            add_roofline(row[side], model_dir(row["model"]), peak[precision], row["lora"])
     return rows, {**peak, "before": peaks[0], "after": peaks[1], "device": device}
 
 
@@ -474,9 +401,11 @@ def add_roofline(side: dict, model: str, peak_gflops: float, lora: dict | None =
         side["roofline"] = roofline(gflop, {k: v / n for k, v in side["time_sums"].items()}, peak_gflops)
 
 
-def part_tta(threads: int, quick: bool, workloads: tuple[str, ...] | None = None) -> list[dict]:
+def part_tta(threads: int, quick: bool, workloads: tuple[str, ...] | None = None, precision: str = "fp32",
+             ) -> list[dict]:
     """Training time until held-out accuracy reaches each workload's target (``plan()["tta"]``), per seed and
-    trainer, the trainers alternating; and per seed both reached, the paired ratio TRL / lit-grpo."""
+    trainer, the trainers alternating, in ``precision`` on both sides; and per seed both reached, the paired ratio
+    TRL / lit-grpo."""
     out = []
     for workload, p in plan(quick)["tta"].items():
         if workloads is not None and workload not in workloads:
@@ -488,41 +417,37 @@ def part_tta(threads: int, quick: bool, workloads: tuple[str, ...] | None = None
         runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
         for seed in p["seeds"]:
             for runner in ("lit-grpo", "trl"):
-                r = measure(runner, model, threads, warmup=0, steps=p["max_steps"], prompts=w.prompts, group=w.group,
-                            new_tokens=w.new_tokens, workload=workload, lr=w.lr, extra=(*extra, "--seed", str(seed)))
+                r = measure(runner, model, threads, precision, warmup=0, steps=p["max_steps"], prompts=w.prompts,
+                            group=w.group, new_tokens=w.new_tokens, workload=workload, lr=w.lr,
+                            extra=(*extra, "--seed", str(seed)))
                 hit = next((e for e in r["evals"] if e["step"] > 0 and e["accuracy"] >= r["target"]), None)
                 runs[runner].append({"seed": seed, "reached": hit is not None, "step": hit and hit["step"],
                                      "train_s": hit and hit["train_s"], "target": r["target"], "evals": r["evals"],
-                                     "step_s": _median(r["steps"], "step_s"), "trl": r.get("trl")})
-        out.append({"workload": workload, **p, "runs": runs, "paired": paired_ratios(runs)})
+                                     "step_s": _median(r["steps"], "step_s"),
+                                     **{key: r.get(key) for key in SETTINGS if key not in ("params", "trainable")}})
+        out.append({"workload": workload, **p, "precision": precision, "cpu_flags": cpu_flags(read_cpuinfo()),
+                    "runs": runs, "paired": paired_ratios(runs)})
     return out
 
 
 def paired_ratios(runs: dict[str, list[dict]]) -> dict:
     """Per seed both trainers reached the target: TRL's time / lit-grpo's; their geometric mean and its 95% t
     interval (on the log ratios; None below 2 seeds), and how many seeds each side reached."""
-    from lit_grpo.experiments.stats import t_quantile
-
     both = [(a["seed"], b["train_s"] / a["train_s"]) for a, b in zip(runs["lit-grpo"], runs["trl"], strict=True)
             if a["reached"] and b["reached"] and a["train_s"] > 0]
-    logs = [math.log(r) for _, r in both]
     out = {"ratios": dict(both), "seeds": len(runs["lit-grpo"]),
-           "reached": {side: sum(r["reached"] for r in rs) for side, rs in runs.items()},
-           "geomean": math.exp(statistics.fmean(logs)) if logs else None, "ci95": None}
-    if len(logs) >= 2:
-        half = t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-        out["ci95"] = [math.exp(statistics.fmean(logs) - half), math.exp(statistics.fmean(logs) + half)]
+           "reached": {side: sum(r["reached"] for r in rs) for side, rs in runs.items()}, "geomean": None, "ci95": None}
+    if both:
+        out["geomean"], ci = paired_ratio([r for _, r in both])
+        out["ci95"] = list(ci) if ci else None
     return out
 
 
-def _load() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    from . import __doc__ as description
+
+    parser = argparse.ArgumentParser(prog="python -m bench.grpo_step", description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a 1-2 minute smoke run of every part")
     parser.add_argument(
         "--parts", default="peak,compare,memory,scaling", help=f"comma separated, of {ALL_PARTS}"
@@ -531,6 +456,9 @@ def main() -> None:
                         f"{', '.join(w for w, *_ in plan(False)['realistic'])} (default: all); a selection is written "
                         "into a block of its own (<!-- grpo_step.py:realistic:NAMES:begin -->)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="the realistic and tta parts' dtype, the same on both sides (bf16: autocast; the "
+                        "compare part runs both); each record holds it with the CPU's flags")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where both trainers train and generate (cuda: one GPU)")
     parser.add_argument("--write", type=Path, help="replace the generated block of this markdown file")
@@ -538,7 +466,7 @@ def main() -> None:
     parser.add_argument("--render", type=Path, help="measure nothing: write the tables of this saved --json")
     parser.add_argument("--allow-busy", action="store_true",
                         help="measure and publish even when other processes hold the memory or cores the trainers "
-                        "need (bench/grpo_step_machine.py: the rule); the report records the machine's state")
+                        "need (bench/grpo_step/machine.py: the rule); the report records the machine's state")
     args = parser.parse_args()
     RUN["allow_busy"] = args.allow_busy
     if args.render:
@@ -567,7 +495,7 @@ def main() -> None:
         if reasons and not args.allow_busy:
             raise SystemExit(refusal(reasons, "measure for --write/--json"))
         RUN["busy"] += [f"at the start: {r}" for r in reasons]
-    start, load_before = time.perf_counter(), _load()
+    start, load_before = time.perf_counter(), load_1min()
     report: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         old_parts = {"peak", "compare", "memory", "scaling"} & set(parts)
@@ -585,10 +513,10 @@ def main() -> None:
             report["scaling"] = part_scaling(models, args.threads, args.quick)
         if "realistic" in parts:
             report["realistic"], report["realistic_peak"] = part_realistic(args.threads, args.quick, args.device,
-                                                                           workloads)
+                                                                           workloads, args.precision)
         if "tta" in parts:
-            report["tta"] = part_tta(args.threads, args.quick, workloads)
-    command = "python bench/grpo_step.py" + "".join(f" {a}" for a in sys.argv[1:])
+            report["tta"] = part_tta(args.threads, args.quick, workloads, args.precision)
+    command = "python -m bench.grpo_step" + "".join(f" {a}" for a in sys.argv[1:])
     trl_version = next((r["trl"]["trl"] for r in [*report.get("compare", []), *report.get("realistic", [])]),
                        next((r["trl"] for t in report.get("tta", []) for r in t["runs"]["trl"]), None))
     report["meta"] = {
@@ -596,11 +524,12 @@ def main() -> None:
         "command": command,
         "threads": args.threads,
         "device": args.device,
-        "cpu": _cpu(),
+        "cpu": cpu_name(read_cpuinfo()),
+        "cpu_flags": cpu_flags(read_cpuinfo()),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "load_before": load_before,
-        "load_after": _load(),
+        "load_after": load_1min(),
         "elapsed_min": (time.perf_counter() - start) / 60,
         "machine_start": machine_start,
         "machine_end": read_state(),
@@ -639,19 +568,3 @@ def publish(report: dict, parts: list[str], write: Path | None, save: Path | Non
         for name, text in blocks.items():
             write_into(write, text, name)
         print(f"wrote the tables into {write}")
-
-
-def _cpu() -> str:
-    try:
-        name = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name} ({os.cpu_count()} logical CPUs)"
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""The report of ``bench/grpo_step.py``: FLOP counts, the markdown tables and writing them into a doc."""
+"""The report of the benchmark: FLOP counts, paired estimates, the markdown tables and writing them into a doc."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import math
 import statistics
 from pathlib import Path
 
-from grpo_step_common import PHASES
-from grpo_step_machine import describe
-
+from lit_grpo.checks import require
 from lit_grpo.experiments.stats import t_quantile
+
+from .common import PHASES
+from .machine import describe
 
 LARGE_VOCAB = 151_936  # Qwen2/2.5's vocabulary size
 
@@ -158,7 +159,7 @@ def _measured(m: dict) -> str:
             f"{m['torch']}, transformers {m['transformers']}, TRL {m.get('trl', 'not run')}. Load average "
             f"(1 min) {m['load_before']} before and {m['load_after']} after; {m['elapsed_min']:.1f} min in all.\n\n"
             f"Machine at the start: {describe(m.get('machine_start'))}; at the end: {describe(m.get('machine_end'))}. "
-            f"Busy by the rule of `bench/grpo_step_machine.py` (before the run or during a measuring process): "
+            f"Busy by the rule of `bench/grpo_step/machine.py` (before the run or during a measuring process): "
             f"{_busy(m)}.")
 
 
@@ -195,23 +196,9 @@ def render(report: dict) -> str:
                 f"{r['prompts']} x {r['group']} x {r['new_tokens']} | {_throughput_cells(r)} | {_paired_cells(r)} |"
             )
         lines += ["", PAIRED_NOTE]
-        lines += [
-            "",
-            "**Phases** (median seconds per step; train = forward + backward; peak RSS of the process):",
-            "",
-            "| model | precision | trainer | generate | score | forward | backward | optimizer | step | "
-            "peak RSS MiB | timed steps |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in report["compare"]:
-            for side, name in (("lit", "lit-grpo"), ("trl", "TRL")):
-                x = r[side]
-                lines.append(
-                    f"| {r['size']} | {r['precision']} | {name} | "
-                    + " | ".join(f"{x[p]:.3f}" for p in [*PHASES, "step_s"])
-                    + f" | {x['peak_rss_mib']:.0f} | "
-                    f"{x['steps_timed']} in {x['processes']} processes |"
-                )
+        lines += ["", "**Phases** (median seconds per step; train = forward + backward; peak RSS of the process):"]
+        lines += _phases_table(["model", "precision"], [([r["size"], r["precision"]], name, x)
+                                                        for r, name, x in _sides(report["compare"])])
         if peak:
             lines += [
                 "",
@@ -320,7 +307,7 @@ def _targets_table(rows: list[dict]) -> list[str]:
         if key == "ratio":
             value, ratios = r["ratio"], r["pair_ratios"]
             shown = (f"{value:.2f}x (A/B pairs {min(ratios):.2f}-{max(ratios):.2f}); paired {_paired(r)}; "
-                     f"by step time {_by_step(r):.2f}x")
+                     f"by step time {_by_step(r)}")
             wanted, met = f">= {target:.0f}x", min(ratios) >= target
         else:
             step = (r["lit"].get("roofline") or {}).get("step") or {}
@@ -397,8 +384,10 @@ def _throughput_cells(r: dict) -> str:
 
 
 def paired_ratio(ratios: list[float]) -> tuple[float, tuple[float, float] | None]:
-    """The paired estimate of a ratio: the geometric mean of the A/B pairs' ratios and its 95% t interval (on the
-    logs, over the pairs; None with one pair)."""
+    """The paired estimate of a ratio: the geometric mean of the pairs' ratios (A/B pairs of processes, or seeds)
+    and its 95% interval, t on the log ratios with n - 1 degrees of freedom (None with one pair)."""
+    require(len(ratios) > 0 and all(r > 0 for r in ratios),
+            f"paired_ratio needs positive ratios, got {ratios}: pass each pair's ratio of two positive times")
     logs = [math.log(r) for r in ratios]
     mean = statistics.fmean(logs)
     if len(logs) < 2:
@@ -407,10 +396,15 @@ def paired_ratio(ratios: list[float]) -> tuple[float, tuple[float, float] | None
     return math.exp(mean), (math.exp(mean - half), math.exp(mean + half))
 
 
-def _paired(r: dict) -> str:
-    """``6.41x [5.83, 7.04]``: the paired estimate of a row's tokens/s ratio."""
-    gm, ci = paired_ratio(r["pair_ratios"])
+def _estimate(ratios: list[float]) -> str:
+    """``6.41x [5.83, 7.04]``: a paired estimate as the tables print it."""
+    gm, ci = paired_ratio(ratios)
     return f"{gm:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (one pair)")
+
+
+def _paired(r: dict) -> str:
+    """The paired estimate of a row's tokens/s ratio."""
+    return _estimate(r["pair_ratios"])
 
 
 PAIRED_HEADER = ("paired ratio: geometric mean [95% t] | completion tokens a step, lit-grpo / TRL | ratio by step "
@@ -419,17 +413,62 @@ PAIRED_NOTE = ("The paired ratio is the geometric mean of the A/B pairs' tokens/
                "the pairs. Each side's samples are its own, so where their completions differ in length the tokens/s "
                "ratio and the ratio of the step times differ too: a longer completion spreads a step's fixed costs "
                "over more tokens. Both are shown; neither alone is the speed of the code.")
+STEP_NOTE = {True: " The ratio by step time is paired the same way (per A/B pair, TRL's median step time over "
+                   "lit-grpo's).",
+             False: " The ratio by step time is the ratio of the two sides' median step times (this run did not "
+                    "record it per pair)."}
 
 
 def _paired_cells(r: dict) -> str:
     """The cells of :data:`PAIRED_HEADER`."""
-    return f"{_paired(r)} | {r['lit']['tokens']:.0f} / {r['trl']['tokens']:.0f} | {_by_step(r):.2f}x"
+    return f"{_paired(r)} | {r['lit']['tokens']:.0f} / {r['trl']['tokens']:.0f} | {_by_step(r)}"
 
 
-def _by_step(r: dict) -> float:
-    """TRL's median step time over lit-grpo's: the ratio of the work a step's own samples ask for, which differs
-    from the tokens/s ratio where the two sides' completions differ in length."""
-    return r["trl"]["step_s"] / r["lit"]["step_s"]
+def _by_step(r: dict) -> str:
+    """TRL's step time over lit-grpo's, which differs from the tokens/s ratio where the two sides' completions
+    differ in length: paired (per A/B pair, TRL's process median over lit-grpo's; :func:`paired_ratio`) where the
+    run recorded the pairs' step times (``pair_step_ratios``), else the ratio of the two sides' medians."""
+    if r.get("pair_step_ratios"):
+        return _estimate(r["pair_step_ratios"])
+    return f"{r['trl']['step_s'] / r['lit']['step_s']:.2f}x"
+
+
+def _phases_table(keys: list[str], rows: list[tuple[list[str], str, dict]]) -> list[str]:
+    """The phases table: per row (its key cells, the trainer, its numbers) the median seconds of each phase and
+    the step, the peak RSS and how many steps were timed."""
+    lines = ["", "| " + " | ".join(keys) + " | trainer | generate | score | forward | backward | optimizer | step | "
+             "peak RSS MiB | timed steps |", "|---" * (len(keys) + 9) + "|"]
+    for cells, name, x in rows:
+        lines.append("| " + " | ".join([*cells, name, *(f"{x[p]:.3f}" for p in [*PHASES, "step_s"])])
+                     + f" | {x['peak_rss_mib']:.0f} | {x['steps_timed']} in {x['processes']} processes |")
+    return lines
+
+
+def _settings_table(rows: list[dict]) -> list[str]:
+    """What each headline row ran with: the CPU's flags, the dtype each side chose, lit-grpo's engine (at its
+    defaults: what they were) and the TRL settings beyond the workload's; ``not recorded`` for older runs."""
+    def flags(r: dict) -> str:
+        have = r.get("cpu_flags")
+        return ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in have.items()) if have else "not recorded"
+
+    def dtype(x: dict) -> str:
+        if x.get("dtype") is None:
+            return "not recorded"
+        return x["dtype"] + (f" ({x['autocast']} autocast)" if x.get("autocast") else "")
+
+    def options(x: dict | None) -> str:
+        return ", ".join(f"{k} {v}" for k, v in x.items()) if x else "not recorded"
+
+    if not any(r.get("cpu_flags") or r["lit"].get("dtype") or r["lit"].get("engine") for r in rows):
+        return ["", "Settings (the CPU's flags, each side's dtype, lit-grpo's engine, TRL's settings): not recorded "
+                "by this run."]
+    lines = ["", "**Settings** (the CPU's flags from /proc/cpuinfo; each side's weights and autocast; lit-grpo's "
+             "engine at its defaults, as the run found them; TRL's settings beyond the workload's):", "",
+             "| workload | CPU flags | lit-grpo dtype | TRL dtype | lit-grpo engine | TRL |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['workload']} | {flags(r)} | {dtype(r['lit'])} | {dtype(r['trl'])} | "
+                     f"{options(r['lit'].get('engine'))} | {options(r['trl'].get('trl_settings'))} |")
+    return lines
 
 
 def _sides(rows: list[dict]):
@@ -458,26 +497,16 @@ def render_realistic(report: dict) -> str:
                 f"| {r['workload']}: {r['model']} ({r['lit']['params'] / 1e6:.1f}M{_adapters(r)}) | {r['prompts']} x "
                 f"{r['group']} x {r['new_tokens']} | {_throughput_cells(r)} | {_paired_cells(r)} |"
             )
-        lines += ["", PAIRED_NOTE]
+        lines += ["", PAIRED_NOTE + STEP_NOTE[all(r.get("pair_step_ratios") for r in rows)]]
+        lines += _settings_table(rows)
         agree = {True: "yes", False: "**no**", None: "not recorded"}
         lines += [
             "",
             "The same prompts at every step in every process of both sides (each step's generation from the same "
             "torch seed): " + ", ".join(f"{r['workload']} {agree[r.get('same_prompts')]}" for r in rows) + ".",
         ]
-        lines += [
-            "",
-            "**Phases** (median seconds per step; peak RSS of the process):",
-            "",
-            "| workload | trainer | generate | score | forward | backward | optimizer | step | peak RSS MiB | "
-            "timed steps |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r, name, x in _sides(rows):
-            lines.append(
-                f"| {r['workload']} | {name} | " + " | ".join(f"{x[p]:.3f}" for p in [*PHASES, "step_s"])
-                + f" | {x['peak_rss_mib']:.0f} | {x['steps_timed']} in {x['processes']} processes |"
-            )
+        lines += ["", "**Phases** (median seconds per step; peak RSS of the process):"]
+        lines += _phases_table(["workload"], [([r["workload"]], name, x) for r, name, x in _sides(rows)])
         lines += [
             "",
             "**Work done against work needed** (per timed step, mean: rows trained and their tokens; useful = the "

@@ -1,12 +1,11 @@
-"""The machine's state around ``bench/grpo_step.py``'s measurements, and the rule that refuses to publish them.
+"""The machine's state around the benchmark's measurements, and the rule that refuses to publish them.
 
 Recorded once at the start and the end of a run and before every measuring process: the load averages,
 ``MemAvailable`` and ``MemTotal`` (``/proc/meminfo``) and the resident set size (``VmRSS``) of the largest
 processes outside the benchmark's own process tree (the bench and its children, from ``/proc/*/status``).
 
 The rule (:func:`busy_reasons`), given ``need_mib``, the peak RSS of the largest trainer process the run
-will start (the largest measured so far in this run, at least the workload's prior in
-``bench/grpo_step.py``):
+will start (the largest measured so far in this run, at least the workload's prior, ``run.NEED_MIB``):
 
 1. **memory the trainers need**: ``MemAvailable - need_mib < margin_mib`` (default margin: 1 GiB or 5% of
    ``MemTotal``, whichever is larger). ``MemAvailable`` is what the kernel can hand out without swapping;
@@ -32,9 +31,13 @@ still saves it, with the reasons). ``--allow-busy`` overrides both. Everything h
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 TOP = 5  # other processes recorded, largest RSS first
+#: The CPU flags a run records: native bf16 matmuls (``avx512_bf16``; AMX's tiles, ``amx_bf16``, ``amx_tile``)
+#: and the AVX2 baseline; together they say whether the bf16 rows can run fast on this CPU
+CPU_FLAGS = ("avx2", "avx512_bf16", "amx_bf16", "amx_tile")
 
 
 def parse_meminfo(text: str) -> dict[str, float]:
@@ -185,3 +188,30 @@ def describe(state: dict | None) -> str:
     return (f"load {'/'.join(f'{x:.2f}' for x in state['load'])}, MemAvailable "
             f"{state['mem_available_mib'] / 1024:.1f} of {state['mem_total_mib'] / 1024:.1f} GiB, other processes "
             f"{state['others_rss_mib'] / 1024:.1f} GiB resident" + (f" (largest: {others})" if others else ""))
+
+
+def cpu_flags(cpuinfo: str, wanted: tuple[str, ...] = CPU_FLAGS) -> dict[str, bool]:
+    """Which of ``wanted`` the first ``flags`` line of a ``/proc/cpuinfo`` text lists (all False without one)."""
+    line = next((x for x in cpuinfo.splitlines() if x.startswith("flags")), "")
+    have = set(line.partition(":")[2].split())
+    return {flag: flag in have for flag in wanted}
+
+
+def cpu_name(cpuinfo: str) -> str:
+    """The CPU's model name with the logical CPU count: ``AMD EPYC (2 logical CPUs)``."""
+    name = next((x.split(":", 1)[1].strip() for x in cpuinfo.splitlines() if x.startswith("model name")),
+                platform.processor() or "unknown CPU")
+    return f"{name} ({os.cpu_count()} logical CPUs)"
+
+
+def read_cpuinfo(proc: Path = Path("/proc")) -> str:
+    """This machine's ``/proc/cpuinfo`` (empty where there is none)."""
+    try:
+        return (proc / "cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def load_1min(proc: Path = Path("/proc")) -> float:
+    """The 1-minute load average."""
+    return float((proc / "loadavg").read_text().split()[0])
