@@ -17,10 +17,10 @@ sys.path.insert(0, str(ROOT))
 from bench.grpo_step import run, workloads  # noqa: E402
 from bench.grpo_step.common import causal_context, group_counts  # noqa: E402
 from bench.grpo_step.report import (  # noqa: E402
-    paired_ratio,
     flop_rates,
     forward_flops,
     forward_parts,
+    paired_ratio,
     render,
     render_realistic,
     roofline,
@@ -357,7 +357,6 @@ def test_the_lit_grpo_side_samples_with_the_engine_at_its_defaults_on_every_work
     """The benchmark sets none of the engine's options: it measures whatever HFGenerateEngine's defaults are, and
     records them."""
     from bench.grpo_step.lit_worker import ENGINE_SETTINGS, engine, engine_settings
-
     from lit_grpo.rollout import HFGenerateEngine
 
     assert all(not hasattr(w, "engine") for w in workloads.WORKLOADS.values())  # no workload picks engine options
@@ -466,3 +465,84 @@ def test_the_lora_time_to_accuracy_prose_says_where_the_runs_reached_the_target(
     says = (f"In (c) every seed of both trainers reached the target at the first evaluation (step "
             f"{tta['eval_every']})") in doc
     assert says == first, "performance.md's reading of the lora time to accuracy disagrees with its data"
+
+
+def _process(tokens_per_s: float, step_s: float) -> dict:
+    """A measuring process's result with two timed steps of the given rates (its medians)."""
+    return {"steps": [{"tokens_per_s": tokens_per_s, "step_s": step_s}] * 2}
+
+
+def test_each_ab_pair_gives_a_tokens_per_s_ratio_and_a_step_time_ratio():
+    # pair 1: lit-grpo 300 tokens/s at 2 s a step, TRL 100 at 4 s (its completions shorter); pair 2: 200 at 3, 100 at 3
+    runs = {"lit-grpo": [_process(300.0, 2.0), _process(200.0, 3.0)], "trl": [_process(100.0, 4.0), _process(100.0, 3.0)]}
+    out = run.pair_ratios(runs)
+    assert out["pair_ratios"] == [3.0, 2.0] and out["pair_step_ratios"] == [2.0, 1.0]  # TRL's time over lit-grpo's
+    assert out["pair_ratio"] == {"median": 2.5, "min": 2.0, "max": 3.0, "pairs": 2}
+
+
+def test_paired_ratio_is_the_geometric_mean_with_a_t_interval_on_the_logs():
+    import math
+
+    ratios = [6.32, 6.22, 6.69]
+    logs = [math.log(r) for r in ratios]
+    mean, sd = sum(logs) / 3, statistics.stdev(logs)
+    half = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, 2 degrees of freedom)
+    gm, (low, high) = paired_ratio(ratios)
+    assert gm == pytest.approx(math.exp(mean)) and (low, high) == pytest.approx((math.exp(mean - half),
+                                                                                  math.exp(mean + half)))
+    with pytest.raises(ValueError, match="positive ratios"):
+        paired_ratio([2.0, 0.0])
+    with pytest.raises(ValueError, match="positive ratios"):
+        paired_ratio([])
+
+
+def test_a_run_that_recorded_its_pairs_step_times_renders_the_step_ratio_paired():
+    report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+    old = render_realistic(report)
+    assert "ratio of the two sides' median step times (this run did not record it per pair)" in old
+    lora = next(r for r in report["realistic"] if r["workload"] == "lora")
+    lora["pair_step_ratios"] = [3.6, 4.0, 3.9]
+    for r in report["realistic"]:
+        r.setdefault("pair_step_ratios", [1.5, 1.6, 1.55])
+    gm, (low, high) = paired_ratio([3.6, 4.0, 3.9])
+    text = render_realistic(report)
+    assert f"| {lora['lit']['tokens']:.0f} / {lora['trl']['tokens']:.0f} | {gm:.2f}x [{low:.2f}, {high:.2f}] |" in text
+    assert f"; by step time {gm:.2f}x [{low:.2f}, {high:.2f}] | yes |" in text
+    assert "The ratio by step time is paired the same way" in text
+
+
+def test_the_settings_a_run_recorded_are_rendered_beside_the_throughput():
+    report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+    assert "Settings (the CPU's flags, each side's dtype, lit-grpo's engine, TRL's settings): not recorded" in \
+        render_realistic(report)
+    for r in report["realistic"]:
+        r["cpu_flags"] = {"avx2": True, "avx512_bf16": True, "amx_bf16": False, "amx_tile": False}
+        r["lit"].update(dtype="float32", autocast=None, engine={"decoder": "own", "shrink": True, "sampler": "inverse_cdf"})
+        r["trl"].update(dtype="float32", autocast="bf16", trl_settings={"loss_type": "dapo", "beta": 0.0})
+    text = render_realistic(report)
+    assert ("| lora | avx2 yes, avx512_bf16 yes, amx_bf16 no, amx_tile no | float32 | float32 (bf16 autocast) | "
+            "decoder own, shrink True, sampler inverse_cdf | loss_type dapo, beta 0.0 |") in text
+
+
+def test_the_headline_rows_of_the_doc_are_their_json_as_paired_estimates():
+    """Each headline row against TRL (realistic, LoRA, quickstart) in docs/performance.md states its tokens/s ratio,
+    its paired estimate and its step-time ratio as the committed JSON gives them, recomputed here from the pairs."""
+    import math
+
+    from lit_grpo.experiments.stats import t_quantile
+
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    rows = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())["realistic"]
+    for r in rows:
+        logs = [math.log(x) for x in r["pair_ratios"]]
+        mean, n = statistics.fmean(logs), len(logs)
+        half = t_quantile(0.975, n - 1) * statistics.stdev(logs) / math.sqrt(n)
+        step = r.get("pair_step_ratios")
+        by_step = f"{r['trl']['step_s'] / r['lit']['step_s']:.2f}x" if step is None else (
+            f"{paired_ratio(step)[0]:.2f}x")
+        line = (f"{r['ratio']:.2f}x (A/B pairs {min(r['pair_ratios']):.2f}-{max(r['pair_ratios']):.2f}); paired "
+                f"{math.exp(mean):.2f}x [{math.exp(mean - half):.2f}, {math.exp(mean + half):.2f}]; by step time "
+                f"{by_step}")
+        assert f"| {r['workload']} | completion tokens/s" in doc and line in doc, (
+            f"docs/performance.md's {r['workload']} headline disagrees with docs/results/grpo_step_realistic.json: "
+            f"python -m bench.grpo_step --render docs/results/grpo_step_realistic.json --write docs/performance.md")
