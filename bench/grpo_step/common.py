@@ -1,4 +1,5 @@
-"""What both measuring processes of the benchmark share: their options, the prompts, the step clock, the result.
+"""What both measuring processes of the benchmark share: their options, the prompts, the step clock, the
+result.
 
 Imported by :mod:`.lit_worker` (lit-grpo's environment) and :mod:`.trl_worker` (TRL's), so it imports nothing
 beyond the standard library.

@@ -2,18 +2,18 @@
 
     python -m bench.grpo_step.lit_worker --model DIR --steps 6 --warmup 2 [--precision bf16] [--full-logits]
 
-Same settings as :mod:`.trl_worker` (see the package's docstring): the HF generate engine at its defaults (the
-benchmark sets none of its options, so it measures whatever they are, and reports them as ``engine``), the prompts
-and reward of ``--workload`` (:mod:`.workloads`; torch reseeded with ``step_seed`` at the start of every step, the
-digest of each step's prompts reported as ``step_prompts``) with ``filter_degenerate`` off (no batch is skipped);
-on the ``zero`` workload ``elide_zero_advantage`` off (every completion is trained, as TRL does;
-``--module-options`` may turn it on), elsewhere the module's defaults. Token-mean loss, ``beta=0``,
-``num_iterations=1``, AdamW at a constant learning rate, clipping at 1, ``precision="bf16-mixed"`` for
-``--precision bf16``; on the ``lora`` workload the adapters of :data:`.workloads.LORA`. Phase times are the
-module's own ``perf/*`` metrics; ``step_s`` is the wall time between the ends of consecutive steps.
-``--full-logits`` restores the previous log-prob paths (the training forward's whole ``[N, T, V]`` logits, and
-generation keeping every step's logits) for the memory comparison. Prints one ``RESULT {json}`` line.
-"""
+Same settings as :mod:`.trl_worker` (see the package's docstring): the HF generate engine at its defaults
+(the benchmark sets none of its options, so it measures whatever they are, and reports them as ``engine``),
+the prompts and reward of ``--workload`` (:mod:`.workloads`; torch reseeded with ``step_seed`` at the start
+of every step, the digest of each step's prompts reported as ``step_prompts``) with ``filter_degenerate``
+off (no batch is skipped); on the ``zero`` workload ``elide_zero_advantage`` off (every completion is
+trained, as TRL does; ``--module-options`` may turn it on), elsewhere the module's defaults. Token-mean
+loss, ``beta=0``, ``num_iterations=1``, AdamW at a constant learning rate, clipping at 1,
+``precision="bf16-mixed"`` for ``--precision bf16``; on the ``lora`` workload the adapters of
+:data:`.workloads.LORA`. Phase times are the module's own ``perf/*`` metrics; ``step_s`` is the wall time
+between the ends of consecutive steps. ``--full-logits`` restores the previous log-prob paths (the training
+forward's whole ``[N, T, V]`` logits, and generation keeping every step's logits) for the memory
+comparison. Prints one ``RESULT {json}`` line."""
 
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ def engine(full_logits: bool = False):
 
 
 def engine_settings(engine) -> dict:
-    """What the engine that ran was set to (the report prints them): its decoder, ``shrink``, ``sampler`` and the
-    other options a user may set."""
+    """What the engine that ran was set to (the report prints them): its decoder, ``shrink``, ``sampler``
+    and the other options a user may set."""
     return {key: getattr(engine, key, None) for key in ENGINE_SETTINGS}
 
 

@@ -33,14 +33,14 @@ def _projections(c: dict) -> dict[str, tuple[int, int]]:
 
 def forward_parts(model: str | dict, prompt_tokens: float, completion_tokens: float, sequences: int,
                   context: float | None = None, lora: dict | None = None) -> dict[str, float]:
-    """Model FLOPs of one forward over a step's real tokens, by part: ``weights``, ``2 * matmul weights`` per
-    token through the blocks (q, k, v, o and the gated MLP: ``L (2 H Hq + 2 H Hkv + 3 H F)``, ``Hq`` = heads x
-    head dim, ``Hkv`` = key-value heads x head dim); ``head``, ``2 * V * H`` per completion token through the LM
-    head (one logits row per completion token); ``attention``, ``4 * L * Hq`` per attended key for attention
-    scores and values; ``adapters``, with ``lora`` (``{"r": ..., "target_modules": [...]}``), ``2 r (in + out)``
-    per token through each adapted projection of every layer, else 0. ``context``: the keys attended over all
-    those tokens (``*_context`` of ``group_counts``); without it, the causal average over ``sequences``
-    mean-length sequences."""
+    """Model FLOPs of one forward over a step's real tokens, by part: ``weights``, ``2 * matmul weights``
+    per token through the blocks (q, k, v, o and the gated MLP: ``L (2 H Hq + 2 H Hkv + 3 H F)``, ``Hq`` =
+    heads x head dim, ``Hkv`` = key-value heads x head dim); ``head``, ``2 * V * H`` per completion token
+    through the LM head (one logits row per completion token); ``attention``, ``4 * L * Hq`` per attended
+    key for attention scores and values; ``adapters``, with ``lora`` (``{"r": ..., "target_modules":
+    [...]}``), ``2 r (in + out)`` per token through each adapted projection of every layer, else 0.
+    ``context``: the keys attended over all those tokens (``*_context`` of ``group_counts``); without it,
+    the causal average over ``sequences`` mean-length sequences."""
     c = model_config(model)
     h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
     widths = _projections(c)
@@ -63,10 +63,10 @@ def forward_flops(model: str | dict, prompt_tokens: float, completion_tokens: fl
 
 def training_flops(model: str | dict, prompt_tokens: float, completion_tokens: float, sequences: int,
                    context: float | None = None, lora: dict | None = None) -> float:
-    """FLOPs of a forward and backward over the tokens. Every weight trained: 3 forwards (the backward computes
-    the gradients of the activations and of the weights). With ``lora`` the frozen weights and LM head need only
-    the activations' gradients, 2 forwards of them (within the first layer's input gradients, which nothing
-    needs); attention and the adapters 3 forwards."""
+    """FLOPs of a forward and backward over the tokens. Every weight trained: 3 forwards (the backward
+    computes the gradients of the activations and of the weights). With ``lora`` the frozen weights and LM
+    head need only the activations' gradients, 2 forwards of them (within the first layer's input
+    gradients, which nothing needs); attention and the adapters 3 forwards."""
     f = forward_parts(model, prompt_tokens, completion_tokens, sequences, context, lora)
     frozen = 2 if lora else 3
     return frozen * (f["weights"] + f["head"]) + 3 * (f["attention"] + f["adapters"])
@@ -74,12 +74,12 @@ def training_flops(model: str | dict, prompt_tokens: float, completion_tokens: f
 
 def useful_flops(model: str | dict, sums: dict[str, float], steps: int, lora: dict | None = None,
                  ) -> dict[str, float] | None:
-    """Useful GFLOP per step of each phase, from the counts of ``steps`` steps summed (``None`` for a run that
-    did not count the attention context). ``generation``: one forward over every group's prompt once (its
-    prefill) and every sampled token (its decode; one position a row more than strictly needed, as the last
-    sampled token is never fed back), the LM head on every sampled token, adapters folded into the weights (none
-    counted); ``training``: :func:`training_flops` over the useful rows (groups whose rewards differ) with each
-    prompt once; ``step``: both."""
+    """Useful GFLOP per step of each phase, from the counts of ``steps`` steps summed (``None`` for a run
+    that did not count the attention context). ``generation``: one forward over every group's prompt once
+    (its prefill) and every sampled token (its decode; one position a row more than strictly needed, as the
+    last sampled token is never fed back), the LM head on every sampled token, adapters folded into the
+    weights (none counted); ``training``: :func:`training_flops` over the useful rows (groups whose rewards
+    differ) with each prompt once; ``step``: both."""
     if "sampled_context" not in sums:
         return None
     gen = forward_flops(model, sums["sampled_prompt_tokens"], sums["sampled_tokens"], 0, sums["sampled_context"])
@@ -90,9 +90,9 @@ def useful_flops(model: str | dict, sums: dict[str, float], steps: int, lora: di
 
 
 def roofline(gflop: dict[str, float], seconds: dict[str, float], peak_gflops: float | None) -> dict[str, dict]:
-    """Per phase: useful GFLOP per step, GFLOP/s over the phase's time per step (``generation``: ``generate_s``,
-    ``training``: ``forward_s + backward_s``, ``step``: ``step_s``) and the fraction of the matmul peak
-    (``None`` without a peak)."""
+    """Per phase: useful GFLOP per step, GFLOP/s over the phase's time per step (``generation``:
+    ``generate_s``, ``training``: ``forward_s + backward_s``, ``step``: ``step_s``) and the fraction of the
+    matmul peak (``None`` without a peak)."""
     times = {"generation": seconds["generate_s"], "training": seconds["forward_s"] + seconds["backward_s"],
              "step": seconds["step_s"]}
     out = {}
@@ -112,13 +112,13 @@ FLOP_LABELS = {
 
 
 def flop_rates(model_dir: str | dict, row: dict, sequences: int) -> dict[str, float]:
-    """Training FLOP/s and whole-step FLOP/s of a run's row (per-step counts). Training: the FLOPs the trainer ran
-    forward and backward (:func:`training_flops` over the rows it trained, each prompt as often as it encoded it:
-    once a group with lit-grpo's shared prefix, once a row in TRL), over their time. Step: those plus generation's
-    useful FLOPs (one forward over each group's prompt once and every sampled token, as :func:`useful_flops`
-    counts it, the same for both trainers) over the step's wall time. A row without those counts (a run before
-    they were recorded): one forward over every row's prompt and completion, 3 for training and 1 more for
-    generation."""
+    """Training FLOP/s and whole-step FLOP/s of a run's row (per-step counts). Training: the FLOPs the
+    trainer ran forward and backward (:func:`training_flops` over the rows it trained, each prompt as often
+    as it encoded it: once a group with lit-grpo's shared prefix, once a row in TRL), over their time.
+    Step: those plus generation's useful FLOPs (one forward over each group's prompt once and every sampled
+    token, as :func:`useful_flops` counts it, the same for both trainers) over the step's wall time. A row
+    without those counts (a run before they were recorded): one forward over every row's prompt and
+    completion, 3 for training and 1 more for generation."""
     executed = "trained_prompt_tokens" in row and "sampled_context" in row
     if executed:
         train = training_flops(model_dir, row["trained_prompt_tokens"], row["trained_tokens"], row["trained_rows"],
@@ -137,9 +137,9 @@ def flop_rates(model_dir: str | dict, row: dict, sequences: int) -> dict[str, fl
 
 
 def work_flops(model_dir: str, sums: dict[str, float], steps: int, lora: dict | None = None) -> dict[str, float]:
-    """Training GFLOP per step (:func:`training_flops`) over the tokens a trainer ran (``executed``) and over the
-    useful ones (rows of groups whose rewards differ, each prompt once), from the summed counts of ``steps``
-    steps (with the exact attention context where the run counted it)."""
+    """Training GFLOP per step (:func:`training_flops`) over the tokens a trainer ran (``executed``) and
+    over the useful ones (rows of groups whose rewards differ, each prompt once), from the summed counts of
+    ``steps`` steps (with the exact attention context where the run counted it)."""
     def gflop(prefix: str, rows: str) -> float:
         flops = training_flops(model_dir, sums[f"{prefix}_prompt_tokens"], sums[f"{prefix}_tokens"], sums[rows],
                                sums.get(f"{prefix}_context"), lora)
@@ -333,8 +333,8 @@ def write_into(path: Path, text: str, name: str = "grpo_step.py") -> None:
 
 
 def _tta_table(tta: dict) -> list[str]:
-    """One workload's time to accuracy: per seed and trainer the training seconds (and steps) until the target,
-    and per seed the paired ratio TRL / lit-grpo with its geometric mean and 95% interval."""
+    """One workload's time to accuracy: per seed and trainer the training seconds (and steps) until the
+    target, and per seed the paired ratio TRL / lit-grpo with its geometric mean and 95% interval."""
     kind = f"sampled accuracy ({tta['samples']} completions a prompt)" if tta["samples"] else "greedy accuracy"
     goal = f"{tta['gain']:+.2f} over the starting policy's" if "gain" in tta else f"{tta['target']:.2f}"
     seeds = [r["seed"] for r in tta["runs"]["lit-grpo"]]
@@ -371,8 +371,8 @@ def _adapters(r: dict) -> str:
 
 
 def _throughput_cells(r: dict) -> str:
-    """The cells both throughput tables share: tokens/s of each side with its range, the ratio, the ratio per A/B
-    pair, seconds per step of each side."""
+    """The cells both throughput tables share: tokens/s of each side with its range, the ratio, the ratio
+    per A/B pair, seconds per step of each side."""
     lit, trl = r["lit"], r["trl"]
     ratios = r["pair_ratios"]
     pairs = ", ".join(f"{x:.2f}" for x in ratios)
@@ -384,8 +384,8 @@ def _throughput_cells(r: dict) -> str:
 
 
 def paired_ratio(ratios: list[float]) -> tuple[float, tuple[float, float] | None]:
-    """The paired estimate of a ratio: the geometric mean of the pairs' ratios (A/B pairs of processes, or seeds)
-    and its 95% interval, t on the log ratios with n - 1 degrees of freedom (None with one pair)."""
+    """The paired estimate of a ratio: the geometric mean of the pairs' ratios (A/B pairs of processes, or
+    seeds) and its 95% interval, t on the log ratios with n - 1 degrees of freedom (None with one pair)."""
     require(len(ratios) > 0 and all(r > 0 for r in ratios),
             f"paired_ratio needs positive ratios, got {ratios}: pass each pair's ratio of two positive times")
     logs = [math.log(r) for r in ratios]
@@ -425,17 +425,18 @@ def _paired_cells(r: dict) -> str:
 
 
 def _by_step(r: dict) -> str:
-    """TRL's step time over lit-grpo's, which differs from the tokens/s ratio where the two sides' completions
-    differ in length: paired (per A/B pair, TRL's process median over lit-grpo's; :func:`paired_ratio`) where the
-    run recorded the pairs' step times (``pair_step_ratios``), else the ratio of the two sides' medians."""
+    """TRL's step time over lit-grpo's, which differs from the tokens/s ratio where the two sides'
+    completions differ in length: paired (per A/B pair, TRL's process median over lit-grpo's;
+    :func:`paired_ratio`) where the run recorded the pairs' step times (``pair_step_ratios``), else the
+    ratio of the two sides' medians."""
     if r.get("pair_step_ratios"):
         return _estimate(r["pair_step_ratios"])
     return f"{r['trl']['step_s'] / r['lit']['step_s']:.2f}x"
 
 
 def _phases_table(keys: list[str], rows: list[tuple[list[str], str, dict]]) -> list[str]:
-    """The phases table: per row (its key cells, the trainer, its numbers) the median seconds of each phase and
-    the step, the peak RSS and how many steps were timed."""
+    """The phases table: per row (its key cells, the trainer, its numbers) the median seconds of each phase
+    and the step, the peak RSS and how many steps were timed."""
     lines = ["", "| " + " | ".join(keys) + " | trainer | generate | score | forward | backward | optimizer | step | "
              "peak RSS MiB | timed steps |", "|---" * (len(keys) + 9) + "|"]
     for cells, name, x in rows:

@@ -1,5 +1,5 @@
-"""The command of the benchmark (``python -m bench.grpo_step``; the package's docstring says what it measures):
-the plan, the measuring processes, the parts and publishing their report."""
+"""The command of the benchmark (``python -m bench.grpo_step``; the package's docstring says what it
+measures): the plan, the measuring processes, the parts and publishing their report."""
 
 from __future__ import annotations
 
@@ -85,11 +85,12 @@ def plan(quick: bool) -> dict:
             "warmup": 1,
             "steps": 2,
         },
-        # (workload, A/B pairs, warm-up steps, timed steps): at least 10 timed steps a process, as the cost of a
-        # step varies about 1.6x with the sampled rewards; the real model's TRL steps take 40-70 s (about 50 min)
+        # (workload, A/B pairs, warm-up steps, timed steps): at least 10 timed steps a process, as the cost of
+        # a step varies about 1.6x with the sampled rewards; the real model's TRL steps take 40-70 s (about 50
+        # min)
         "realistic": [("quickstart", 3, 5, 40), ("real", 3, 2, 10), ("lora", 3, 2, 10)],
-        # time to accuracy, per workload: >= 5 seeds a side, paired by seed. quickstart: held-out greedy accuracy
-        # 0.70; lora: held-out sampled accuracy (4 samples a prompt) 0.10 above the starting policy's
+        # time to accuracy, per workload: >= 5 seeds a side, paired by seed. quickstart: held-out greedy
+        # accuracy 0.70; lora: held-out sampled accuracy (4 samples a prompt) 0.10 above the starting policy's
         "tta": {
             "quickstart": {"seeds": [0, 1, 2, 3, 4], "max_steps": 2000, "eval_every": 25, "target": 0.70, "samples": 0},
             "lora": {"seeds": [0, 1, 2, 3, 4], "max_steps": 60, "eval_every": 5, "gain": 0.10, "samples": 4},
@@ -148,8 +149,8 @@ def measure(
     workload: str = "zero",
     lr: float = 1e-5,
 ) -> dict:
-    """One measuring process of ``runner`` (``lit-grpo`` or ``trl``): its ``RESULT`` with the process's wall time,
-    the machine's state before it and the reasons it was busy (:func:`.machine.busy_reasons`)."""
+    """One measuring process of ``runner`` (``lit-grpo`` or ``trl``): its ``RESULT`` with the process's
+    wall time, the machine's state before it and the reasons it was busy (:func:`.machine.busy_reasons`)."""
     if runner == "trl" and not TRL_PYTHON.exists():
         raise SystemExit(
             f"{TRL_PYTHON} not found: create TRL's environment first with bash bench/setup_trl_env.sh"
@@ -296,9 +297,9 @@ def pair_ratios(runs: dict[str, list[dict]]) -> dict:
 
 
 def ab_row(model: str, threads: int, reps: int, precision: str = "fp32", **kw) -> dict:
-    """``reps`` A/B pairs of fresh processes, lit-grpo then TRL, on ``model``: each side's :func:`combine`, the
-    per-pair ratios (:func:`pair_ratios`), the ratio of the medians and whether both sides sampled from the same
-    prompts at every step."""
+    """``reps`` A/B pairs of fresh processes, lit-grpo then TRL, on ``model``: each side's :func:`combine`,
+    the per-pair ratios (:func:`pair_ratios`), the ratio of the medians and whether both sides sampled from
+    the same prompts at every step."""
     runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
     for _ in range(reps):  # A B A B ...
         for runner in runs:
@@ -403,9 +404,9 @@ def add_roofline(side: dict, model: str, peak_gflops: float, lora: dict | None =
 
 def part_tta(threads: int, quick: bool, workloads: tuple[str, ...] | None = None, precision: str = "fp32",
              ) -> list[dict]:
-    """Training time until held-out accuracy reaches each workload's target (``plan()["tta"]``), per seed and
-    trainer, the trainers alternating, in ``precision`` on both sides; and per seed both reached, the paired ratio
-    TRL / lit-grpo."""
+    """Training time until held-out accuracy reaches each workload's target (``plan()["tta"]``), per seed
+    and trainer, the trainers alternating, in ``precision`` on both sides; and per seed both reached, the
+    paired ratio TRL / lit-grpo."""
     out = []
     for workload, p in plan(quick)["tta"].items():
         if workloads is not None and workload not in workloads:
@@ -543,9 +544,10 @@ def main() -> None:
 
 
 def block_name(parts: list[str], workloads: tuple[str, ...] | None) -> str:
-    """The markdown block a run of the realistic or tta part writes: ``grpo_step.py:realistic``, with a suffix
-    naming a selection of workloads (``:lora``) and a run of the tta part alone (``:tta``, ``:tta_quickstart``),
-    so that each such run has a block, and a JSON (``grpo_step_realistic-SUFFIX.json``), of its own."""
+    """The markdown block a run of the realistic or tta part writes: ``grpo_step.py:realistic``, with a
+    suffix naming a selection of workloads (``:lora``) and a run of the tta part alone (``:tta``,
+    ``:tta_quickstart``), so that each such run has a block, and a JSON
+    (``grpo_step_realistic-SUFFIX.json``), of its own."""
     suffix = "_".join([*(["tta"] if "realistic" not in parts else []), *(["+".join(workloads)] if workloads else [])])
     return "grpo_step.py:realistic" + (f":{suffix}" if suffix else "")
 

@@ -5,17 +5,17 @@ not a dependency of lit-grpo. By hand, from the repository root:
 
     bench/.venv-trl/bin/python -m bench.grpo_step.trl_worker --model DIR --steps 6 --warmup 2
 
-Settings match the lit-grpo side of the benchmark: one optimizer step = ``P`` prompts x ``G``
-completions generated in one batch with ``transformers`` ``generate`` (no vLLM), temperature 1, no KL
-(``beta=0``), one update per batch (``num_iterations=1``), token-mean loss over the batch
-(``loss_type="dapo"``: the masked token losses summed and divided by the batch's completion tokens), the
-prompts and reward of ``--workload`` (:mod:`.workloads`, the same code as the lit-grpo side; the
-prompts in the order lit-grpo draws them, unshuffled, and torch reseeded with ``step_seed`` before each step's
-generation), TRL's default optimizer (fused
-AdamW, as lit-grpo's) at a constant learning rate, gradient clipping at 1, no gradient checkpointing (TRL's
-default turns it on; lit-grpo's is off), ``bf16`` autocast only for ``--precision bf16``, on the ``lora`` workload
-``peft`` adapters with the settings of :data:`.workloads.LORA` (``peft_config``), no logging or saving during the
-run. Everything else at TRL's defaults; the settings that ran are reported (``trl_settings``).
+Settings match the lit-grpo side of the benchmark: one optimizer step = ``P`` prompts x ``G`` completions
+generated in one batch with ``transformers`` ``generate`` (no vLLM), temperature 1, no KL (``beta=0``), one
+update per batch (``num_iterations=1``), token-mean loss over the batch (``loss_type="dapo"``: the masked
+token losses summed and divided by the batch's completion tokens), the prompts and reward of ``--workload``
+(:mod:`.workloads`, the same code as the lit-grpo side; the prompts in the order lit-grpo draws them,
+unshuffled, and torch reseeded with ``step_seed`` before each step's generation), TRL's default optimizer
+(fused AdamW, as lit-grpo's) at a constant learning rate, gradient clipping at 1, no gradient checkpointing
+(TRL's default turns it on; lit-grpo's is off), ``bf16`` autocast only for ``--precision bf16``, on the
+``lora`` workload ``peft`` adapters with the settings of :data:`.workloads.LORA` (``peft_config``), no logging
+or saving during the run. Everything else at TRL's defaults; the settings that ran are reported
+(``trl_settings``).
 
 Per phase, on the same clock as the lit-grpo runner: ``generate_s`` (TRL's generation call),
 ``score_s`` (the reward function), ``forward_s`` (the loss forward), ``backward_s``,

@@ -1,10 +1,10 @@
 """The workloads of the benchmark: prompts, references, reward and held-out evaluation, the same for both
-runners (:mod:`.lit_worker` and :mod:`.trl_worker` import this; TRL's environment has lit-grpo installed, so both
-sides score with the same reward code and read the same prompts). Both sides also take the same prompts in the
-same order step by step: lit-grpo draws them through ``PromptDataModule``, and TRL reads them, unshuffled, in that
-order (:func:`train_order`). A workload fixes what both sides compute (model, prompts, reward, P, G, new tokens,
-learning rate, adapters); how each trainer computes it is left at that trainer's settings (lit-grpo's engine at its
-defaults, whatever they are).
+runners (:mod:`.lit_worker` and :mod:`.trl_worker` import this; TRL's environment has lit-grpo installed, so
+both sides score with the same reward code and read the same prompts). Both sides also take the same prompts
+in the same order step by step: lit-grpo draws them through ``PromptDataModule``, and TRL reads them,
+unshuffled, in that order (:func:`train_order`). A workload fixes what both sides compute (model, prompts,
+reward, P, G, new tokens, learning rate, adapters); how each trainer computes it is left at that trainer's
+settings (lit-grpo's engine at its defaults, whatever they are).
 
 - ``zero``: two-digit addition prompts (``"12+34="``) and a reward that is always 0, so every advantage is 0
   and no trainer can skip anything: the same arithmetic on both sides.
@@ -123,14 +123,15 @@ def held_out(args) -> HeldOut:
 
 
 class HeldOut:
-    """Held-out accuracy of a model during training, and when a run has reached its target: the workload's ``val``
-    prompts through lit-grpo's HF engine, scored by the workload's reward; ``samples`` 0 for one greedy completion
-    a prompt, else that many completions a prompt at temperature 1, drawn from a fixed seed inside a forked RNG (the
-    training's random stream is left as it was). Both runners call this on their live model, so both are judged by
-    the same code.
+    """Held-out accuracy of a model during training, and when a run has reached its target: the workload's
+    ``val`` prompts through lit-grpo's HF engine, scored by the workload's reward; ``samples`` 0 for one
+    greedy completion a prompt, else that many completions a prompt at temperature 1, drawn from a fixed seed
+    inside a forked RNG (the training's random stream is left as it was). Both runners call this on their live
+    model, so both are judged by the same code.
 
-    The target is ``target`` (an accuracy), or with ``gain`` the accuracy of the starting policy (:meth:`start`)
-    plus ``gain``. ``evals`` records each evaluation (step, training seconds so far, accuracy)."""
+    The target is ``target`` (an accuracy), or with ``gain`` the accuracy of the starting policy
+    (:meth:`start`) plus ``gain``. ``evals`` records each evaluation (step, training seconds so far,
+    accuracy)."""
 
     EVAL_SEED = 1234
 
