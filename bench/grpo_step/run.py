@@ -48,13 +48,14 @@ WORKERS = {"lit-grpo": "bench.grpo_step.lit_worker", "trl": "bench.grpo_step.trl
 DEVICE = {"name": "cpu"}  # where every measuring process trains: --device (the matmul peak stays on the CPU)
 ALL_PARTS = ("peak", "compare", "memory", "scaling", "realistic", "tta")
 COUNTS = ("useful_rows", "useful_prompt_tokens", "useful_tokens", "mixed_groups", "groups", "trained_rows",
-          "trained_prompt_tokens", "trained_tokens", "useful_context", "trained_context", "sampled_prompt_tokens",
-          "sampled_tokens", "sampled_context")
+          "trained_prompt_tokens", "trained_tokens", "useful_context", "trained_context",
+          "sampled_prompt_tokens", "sampled_tokens", "sampled_context")
 # Peak RSS (MiB) of a workload's largest trainer process before this run has measured one: TRL's process on
 # ``real`` peaked at 15.7 GiB in the committed run; the memory check uses the larger of this and the largest
 # peak measured so far in the run.
 NEED_MIB = {"real": 16 * 1024, "lora": 16 * 1024, "quickstart": 1024}
-RUN = {"need_mib": 0.0, "allow_busy": False, "busy": []}  # this run: largest peak RSS so far, recorded reasons
+# this run: the largest peak RSS so far, whether --allow-busy was given, the busy reasons recorded
+RUN = {"need_mib": 0.0, "allow_busy": False, "busy": []}
 
 
 # ---- plans: how many processes and steps each part runs ---------------------------------------------------
@@ -68,11 +69,13 @@ def plan(quick: bool) -> dict:
             "memory": {"prompts": 2, "group": 2, "new_tokens": 4, "warmup": 0, "steps": 1},
             "scaling": {"G": [2], "P": [4], "size": ["tiny"], "warmup": 0, "steps": 1},
             "realistic": [("quickstart", 1, 1, 3)],  # a smoke run: not the >= 10 timed steps of the real plan
-            "tta": {"quickstart": {"seeds": [0], "max_steps": 20, "eval_every": 10, "target": 0.99, "samples": 0}},
+            "tta": {"quickstart": {"seeds": [0], "max_steps": 20, "eval_every": 10, "target": 0.99,
+                                   "samples": 0}},
         }
     return {
         "compare": [
-            ("small", "fp32", 5, 2, 5, 8, 8, 16),  # 5 pairs: its ratio moved between runs by more than 3 pairs' spread
+            # 5 pairs: its ratio moved between runs by more than 3 pairs' spread
+            ("small", "fp32", 5, 2, 5, 8, 8, 16),
             ("medium", "fp32", 2, 1, 3, 8, 8, 16),
             ("small", "bf16", 1, 1, 1, 8, 8, 16),
             ("medium", "bf16", 1, 0, 1, 8, 8, 16),
@@ -92,7 +95,8 @@ def plan(quick: bool) -> dict:
         # time to accuracy, per workload: >= 5 seeds a side, paired by seed. quickstart: held-out greedy
         # accuracy 0.70; lora: held-out sampled accuracy (4 samples a prompt) 0.10 above the starting policy's
         "tta": {
-            "quickstart": {"seeds": [0, 1, 2, 3, 4], "max_steps": 2000, "eval_every": 25, "target": 0.70, "samples": 0},
+            "quickstart": {"seeds": [0, 1, 2, 3, 4], "max_steps": 2000, "eval_every": 25, "target": 0.70,
+                           "samples": 0},
             "lora": {"seeds": [0, 1, 2, 3, 4], "max_steps": 60, "eval_every": 5, "gain": 0.10, "samples": 4},
         },
     }
@@ -159,7 +163,8 @@ def measure(
     options = {"model": model, "precision": precision, "warmup": warmup, "steps": steps, "prompts": prompts,
                "group": group, "new-tokens": new_tokens, "threads": threads, "workload": workload, "lr": lr,
                "device": DEVICE["name"]}
-    cmd = [python, "-m", WORKERS[runner], *(x for k, v in options.items() for x in (f"--{k}", str(v))), *extra]
+    flags = [x for key, value in options.items() for x in (f"--{key}", str(value))]
+    cmd = [python, "-m", WORKERS[runner], *flags, *extra]
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(threads),
@@ -188,7 +193,8 @@ def measure(
         print(f"  busy: {reason}", flush=True)
     print(
         f"  {runner:8s} {Path(model).name:10s} {precision} P={prompts} G={group}: "
-        f"{_median(result['steps'], 'tokens_per_s'):7.0f} tokens/s, {_median(result['steps'], 'step_s'):.3f} s/step, "
+        f"{_median(result['steps'], 'tokens_per_s'):7.0f} tokens/s, "
+        f"{_median(result['steps'], 'step_s'):.3f} s/step, "
         f"peak {result['peak_rss_mib']:.0f} MiB ({result['process_s']:.0f} s)",
         flush=True,
     )
@@ -207,7 +213,8 @@ def combine(results: list[dict]) -> dict:
     """Medians over the timed steps of several processes, with the range of the per-process medians, and the
     settings they ran with (:data:`SETTINGS`, from the first)."""
     steps = [s for r in results for s in r["steps"]]
-    out = {k: _median(steps, k) for k in [*PHASES, "step_s", "tokens", "prompt_tokens", "tokens_per_s", *COUNTS]}
+    keys = [*PHASES, "step_s", "tokens", "prompt_tokens", "tokens_per_s", *COUNTS]
+    out = {k: _median(steps, k) for k in keys}
     out["sums"] = {k: sum(s.get(k, 0.0) for s in steps) for k in COUNTS}
     out["time_sums"] = {k: sum(s.get(k, 0.0) for s in steps) for k in [*PHASES, "step_s"]}
     per = [_median(r["steps"], "tokens_per_s") for r in results]
@@ -225,7 +232,7 @@ def combine(results: list[dict]) -> dict:
     return out
 
 
-# ---- the matmul peak ----------------------------------------------------------------------------------------
+# ---- the matmul peak ---------------------------------------------------------------------------------------
 PEAK_SCRIPT = """
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
@@ -265,8 +272,8 @@ def matmul_peak(threads: int, device: str = "cpu") -> dict[str, float]:
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
     peak = json.loads(line.removeprefix("RESULT "))
     print(
-        f"  matmul peak on {device}, {threads} threads: fp32 {peak['fp32']:.1f} GFLOP/s, bf16 {peak['bf16']:.1f} "
-        "GFLOP/s"
+        f"  matmul peak on {device}, {threads} threads: fp32 {peak['fp32']:.1f} GFLOP/s, "
+        f"bf16 {peak['bf16']:.1f} GFLOP/s"
     )
     return peak
 
@@ -310,12 +317,13 @@ def ab_row(model: str, threads: int, reps: int, precision: str = "fp32", **kw) -
     return row
 
 
-# ---- the parts ----------------------------------------------------------------------------------------------
+# ---- the parts ---------------------------------------------------------------------------------------------
 def part_compare(models: dict[str, str], threads: int, quick: bool) -> list[dict]:
     rows = []
     for size, precision, reps, warmup, steps, prompts, group, new_tokens in plan(quick)["compare"]:
         kw = {"warmup": warmup, "steps": steps, "prompts": prompts, "group": group, "new_tokens": new_tokens}
-        row = {"size": size, "precision": precision, **ab_row(models[size], threads, reps, precision, **kw), **kw}
+        row = {"size": size, "precision": precision, **ab_row(models[size], threads, reps, precision, **kw),
+               **kw}
         for side in ("lit", "trl"):
             row[side].update(flop_rates(models[size], row[side], prompts * group))
         rows.append(row)
@@ -381,8 +389,9 @@ def part_realistic(threads: int, quick: bool, device: str = "cpu", workloads: tu
         model = model_dir(w.model)
         kw = {"warmup": warmup, "steps": steps, "prompts": w.prompts, "group": w.group,
               "new_tokens": w.new_tokens, "workload": workload, "lr": w.lr}
-        row = {"workload": workload, "model": w.model, "lora": LORA if w.lora else None, "precision": precision,
-               "cpu_flags": cpu_flags(read_cpuinfo()), **ab_row(model, threads, reps, precision, **kw), **kw}
+        row = {"workload": workload, "model": w.model, "lora": LORA if w.lora else None,
+               "precision": precision, "cpu_flags": cpu_flags(read_cpuinfo()),
+               **ab_row(model, threads, reps, precision, **kw), **kw}
         for side in ("lit", "trl"):
             row[side].update(work_flops(model, row[side]["sums"], row[side]["steps_timed"], row["lora"]))
         rows.append(row)
@@ -418,14 +427,15 @@ def part_tta(threads: int, quick: bool, workloads: tuple[str, ...] | None = None
         runs: dict[str, list[dict]] = {"lit-grpo": [], "trl": []}
         for seed in p["seeds"]:
             for runner in ("lit-grpo", "trl"):
-                r = measure(runner, model, threads, precision, warmup=0, steps=p["max_steps"], prompts=w.prompts,
-                            group=w.group, new_tokens=w.new_tokens, workload=workload, lr=w.lr,
-                            extra=(*extra, "--seed", str(seed)))
+                r = measure(runner, model, threads, precision, warmup=0, steps=p["max_steps"],
+                            prompts=w.prompts, group=w.group, new_tokens=w.new_tokens, workload=workload,
+                            lr=w.lr, extra=(*extra, "--seed", str(seed)))
                 hit = next((e for e in r["evals"] if e["step"] > 0 and e["accuracy"] >= r["target"]), None)
+                settings = {key: r.get(key) for key in SETTINGS if key not in ("params", "trainable")}
                 runs[runner].append({"seed": seed, "reached": hit is not None, "step": hit and hit["step"],
-                                     "train_s": hit and hit["train_s"], "target": r["target"], "evals": r["evals"],
-                                     "step_s": _median(r["steps"], "step_s"),
-                                     **{key: r.get(key) for key in SETTINGS if key not in ("params", "trainable")}})
+                                     "train_s": hit and hit["train_s"], "target": r["target"],
+                                     "evals": r["evals"], "step_s": _median(r["steps"], "step_s"),
+                                     **settings})
         out.append({"workload": workload, **p, "precision": precision, "cpu_flags": cpu_flags(read_cpuinfo()),
                     "runs": runs, "paired": paired_ratios(runs)})
     return out
@@ -434,10 +444,12 @@ def part_tta(threads: int, quick: bool, workloads: tuple[str, ...] | None = None
 def paired_ratios(runs: dict[str, list[dict]]) -> dict:
     """Per seed both trainers reached the target: TRL's time / lit-grpo's; their geometric mean and its 95% t
     interval (on the log ratios; None below 2 seeds), and how many seeds each side reached."""
-    both = [(a["seed"], b["train_s"] / a["train_s"]) for a, b in zip(runs["lit-grpo"], runs["trl"], strict=True)
+    pairs = zip(runs["lit-grpo"], runs["trl"], strict=True)
+    both = [(a["seed"], b["train_s"] / a["train_s"]) for a, b in pairs
             if a["reached"] and b["reached"] and a["train_s"] > 0]
     out = {"ratios": dict(both), "seeds": len(runs["lit-grpo"]),
-           "reached": {side: sum(r["reached"] for r in rs) for side, rs in runs.items()}, "geomean": None, "ci95": None}
+           "reached": {side: sum(r["reached"] for r in rs) for side, rs in runs.items()}, "geomean": None,
+           "ci95": None}
     if both:
         out["geomean"], ci = paired_ratio([r for _, r in both])
         out["ci95"] = list(ci) if ci else None
@@ -453,21 +465,23 @@ def main() -> None:
     parser.add_argument(
         "--parts", default="peak,compare,memory,scaling", help=f"comma separated, of {ALL_PARTS}"
     )
+    names = ", ".join(w for w, *_ in plan(False)["realistic"])
     parser.add_argument("--workloads", help=f"comma separated: the realistic and tta parts' workloads, of "
-                        f"{', '.join(w for w, *_ in plan(False)['realistic'])} (default: all); a selection is written "
-                        "into a block of its own (<!-- grpo_step.py:realistic:NAMES:begin -->)")
+                        f"{names} (default: all); a selection is written into a block of its own "
+                        "(<!-- grpo_step.py:realistic:NAMES:begin -->)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                        help="the realistic and tta parts' dtype, the same on both sides (bf16: autocast; the "
-                        "compare part runs both); each record holds it with the CPU's flags")
+                        help="the realistic and tta parts' dtype, the same on both sides (bf16: autocast; "
+                        "the compare part runs both); each record holds it with the CPU's flags")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where both trainers train and generate (cuda: one GPU)")
     parser.add_argument("--write", type=Path, help="replace the generated block of this markdown file")
     parser.add_argument("--json", type=Path, help="also save the raw results here")
     parser.add_argument("--render", type=Path, help="measure nothing: write the tables of this saved --json")
     parser.add_argument("--allow-busy", action="store_true",
-                        help="measure and publish even when other processes hold the memory or cores the trainers "
-                        "need (bench/grpo_step/machine.py: the rule); the report records the machine's state")
+                        help="measure and publish even when other processes hold the memory or cores the "
+                        "trainers need (bench/grpo_step/machine.py: the rule); the report records the "
+                        "machine's state")
     args = parser.parse_args()
     RUN["allow_busy"] = args.allow_busy
     if args.render:
@@ -478,10 +492,15 @@ def main() -> None:
     unknown = set(parts) - set(ALL_PARTS)
     if unknown:
         parser.error(f"--parts {args.parts}: unknown {sorted(unknown)}; choose from {', '.join(ALL_PARTS)}")
-    workloads = None if args.workloads is None else tuple(w.strip() for w in args.workloads.split(",") if w.strip())
-    known = list(dict.fromkeys([w for w, *_ in plan(args.quick)["realistic"]] + list(plan(args.quick)["tta"])))
-    if workloads is not None and (not workloads or set(workloads) - set(known) or not {"realistic", "tta"} & set(parts)):
-        parser.error(f"--workloads {args.workloads}: needs --parts realistic or tta and names of {', '.join(known)}")
+    workloads = None
+    if args.workloads is not None:
+        workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
+    quick = plan(args.quick)
+    known = list(dict.fromkeys([w for w, *_ in quick["realistic"]] + list(quick["tta"])))
+    if workloads is not None and (not workloads or set(workloads) - set(known)
+                                  or not {"realistic", "tta"} & set(parts)):
+        parser.error(f"--workloads {args.workloads}: needs --parts realistic or tta and names of "
+                     f"{', '.join(known)}")
 
     import torch
     import transformers
@@ -490,7 +509,8 @@ def main() -> None:
     machine_start = read_state()
     if args.write or args.json:  # results that will be published: refuse a busy machine before measuring
         p = plan(args.quick)
-        measured = [w for w, *_ in p["realistic"]] * ("realistic" in parts) + list(p["tta"]) * ("tta" in parts)
+        measured = [w for w, *_ in p["realistic"]] * ("realistic" in parts)
+        measured += list(p["tta"]) * ("tta" in parts)
         need = max([NEED_MIB.get(w, 0.0) for w in measured if workloads is None or w in workloads] or [0.0])
         reasons = busy_reasons(machine_start, need, args.threads, os.cpu_count() or 1)
         if reasons and not args.allow_busy:
@@ -500,7 +520,9 @@ def main() -> None:
     report: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         old_parts = {"peak", "compare", "memory", "scaling"} & set(parts)
-        sizes = ({"small"} if old_parts else set()) | ({"medium"} if "compare" in parts and not args.quick else set())
+        sizes = {"small"} if old_parts else set()
+        if "compare" in parts and not args.quick:
+            sizes.add("medium")
         if "scaling" in parts:
             sizes |= set(plan(args.quick)["scaling"]["size"])
         models = build_models(Path(tmp), sizes, "memory" in parts)
@@ -513,8 +535,8 @@ def main() -> None:
         if "scaling" in parts:
             report["scaling"] = part_scaling(models, args.threads, args.quick)
         if "realistic" in parts:
-            report["realistic"], report["realistic_peak"] = part_realistic(args.threads, args.quick, args.device,
-                                                                           workloads, args.precision)
+            report["realistic"], report["realistic_peak"] = part_realistic(
+                args.threads, args.quick, args.device, workloads, args.precision)
         if "tta" in parts:
             report["tta"] = part_tta(args.threads, args.quick, workloads, args.precision)
     command = "python -m bench.grpo_step" + "".join(f" {a}" for a in sys.argv[1:])
@@ -548,12 +570,16 @@ def block_name(parts: list[str], workloads: tuple[str, ...] | None) -> str:
     suffix naming a selection of workloads (``:lora``) and a run of the tta part alone (``:tta``,
     ``:tta_quickstart``), so that each such run has a block, and a JSON
     (``grpo_step_realistic-SUFFIX.json``), of its own."""
-    suffix = "_".join([*(["tta"] if "realistic" not in parts else []), *(["+".join(workloads)] if workloads else [])])
+    names = ["tta"] if "realistic" not in parts else []
+    if workloads:
+        names.append("+".join(workloads))
+    suffix = "_".join(names)
     return "grpo_step.py:realistic" + (f":{suffix}" if suffix else "")
 
 
 def publish(report: dict, parts: list[str], write: Path | None, save: Path | None) -> None:
-    """Print the tables, save the raw report (``save``) and write the tables into a markdown file (``write``)."""
+    """Print the tables, save the raw report (``save``) and write the tables into a markdown file
+    (``write``)."""
     blocks = {}
     if {"peak", "compare", "memory", "scaling"} & set(parts):
         blocks["grpo_step.py"] = render(report)
@@ -565,7 +591,8 @@ def publish(report: dict, parts: list[str], write: Path | None, save: Path | Non
         save.write_text(json.dumps(report, indent=1))
     busy = report.get("meta", {}).get("busy") or []
     if write and busy and not RUN["allow_busy"]:
-        raise SystemExit(refusal(busy, f"write into {write}") + (f" The results are saved in {save}." if save else ""))
+        saved = f" The results are saved in {save}." if save else ""
+        raise SystemExit(refusal(busy, f"write into {write}") + saved)
     if write:
         for name, text in blocks.items():
             write_into(write, text, name)
