@@ -48,7 +48,8 @@ def parse_meminfo(text: str) -> dict[str, float]:
         parts = value.split()
         if key in ("MemTotal", "MemAvailable") and parts:
             fields[key] = float(parts[0]) / 1024  # kB
-    return {"mem_total_mib": fields.get("MemTotal", 0.0), "mem_available_mib": fields.get("MemAvailable", 0.0)}
+    return {"mem_total_mib": fields.get("MemTotal", 0.0),
+            "mem_available_mib": fields.get("MemAvailable", 0.0)}
 
 
 def parse_status(text: str) -> dict:
@@ -94,7 +95,8 @@ def machine_state(loadavg: str, meminfo: str, statuses: list[str], own_pid: int,
         "load": [float(x) for x in loadavg.split()[:3]],
         **parse_meminfo(meminfo),
         "others_rss_mib": sum(p["rss_mib"] for p in others),
-        "top_others": [{"pid": p["pid"], "name": p["name"], "rss_mib": round(p["rss_mib"], 1)} for p in others[:top]],
+        "top_others": [{"pid": p["pid"], "name": p["name"], "rss_mib": round(p["rss_mib"], 1)}
+                       for p in others[:top]],
     }
 
 
@@ -158,8 +160,9 @@ def busy_reasons(state: dict, need_mib: float, threads: int, cpus: int, check_lo
     left = state["mem_available_mib"] - need_mib
     if left < margin:
         reasons.append(
-            f"MemAvailable {state['mem_available_mib']:.0f} MiB leaves {left:.0f} MiB after the trainers' peak RSS "
-            f"of {need_mib:.0f} MiB, under the margin of {margin:.0f} MiB; largest other processes: {holders or 'none'}")
+            f"MemAvailable {state['mem_available_mib']:.0f} MiB leaves {left:.0f} MiB after the trainers' "
+            f"peak RSS of {need_mib:.0f} MiB, under the margin of {margin:.0f} MiB; largest other processes: "
+            f"{holders or 'none'}")
     if state["others_rss_mib"] > max_other:
         reasons.append(
             f"other processes hold {state['others_rss_mib']:.0f} MiB resident, over {max_other:.0f} MiB "
@@ -168,16 +171,16 @@ def busy_reasons(state: dict, need_mib: float, threads: int, cpus: int, check_lo
         reasons.append(f"other processes used {other_cpu:.1f} CPU s during the {wall_s:.0f} s measurement "
                        f"({other_cpu / wall_s:.2f} of a core on average, over {max_other_cpu})")
     if check_load and state["load"][0] > bound:
-        reasons.append(f"1-minute load average {state['load'][0]:.2f} over {bound:.2f} ({cpus} CPUs, {threads} "
-                       "threads for the bench)")
+        reasons.append(f"1-minute load average {state['load'][0]:.2f} over {bound:.2f} ({cpus} CPUs, "
+                       f"{threads} threads for the bench)")
     return reasons
 
 
 def refusal(reasons: list[str], what: str) -> str:
     """The error a refusing run stops with."""
     return (f"refusing to {what}: the machine is busy\n  - " + "\n  - ".join(reasons)
-            + "\nStop those processes (or wait for the load to fall), or pass --allow-busy to measure and publish "
-            "anyway; the report then records the state.")
+            + "\nStop those processes (or wait for the load to fall), or pass --allow-busy to measure and "
+            "publish anyway; the report then records the state.")
 
 
 def describe(state: dict | None) -> str:
@@ -186,12 +189,14 @@ def describe(state: dict | None) -> str:
         return "not recorded"
     others = ", ".join(f"{p['name']} {p['rss_mib'] / 1024:.1f} GiB" for p in state["top_others"][:3])
     return (f"load {'/'.join(f'{x:.2f}' for x in state['load'])}, MemAvailable "
-            f"{state['mem_available_mib'] / 1024:.1f} of {state['mem_total_mib'] / 1024:.1f} GiB, other processes "
-            f"{state['others_rss_mib'] / 1024:.1f} GiB resident" + (f" (largest: {others})" if others else ""))
+            f"{state['mem_available_mib'] / 1024:.1f} of {state['mem_total_mib'] / 1024:.1f} GiB, other "
+            f"processes {state['others_rss_mib'] / 1024:.1f} GiB resident"
+            + (f" (largest: {others})" if others else ""))
 
 
 def cpu_flags(cpuinfo: str, wanted: tuple[str, ...] = CPU_FLAGS) -> dict[str, bool]:
-    """Which of ``wanted`` the first ``flags`` line of a ``/proc/cpuinfo`` text lists (all False without one)."""
+    """Which of ``wanted`` the first ``flags`` line of a ``/proc/cpuinfo`` text lists (all False without
+    one)."""
     line = next((x for x in cpuinfo.splitlines() if x.startswith("flags")), "")
     have = set(line.partition(":")[2].split())
     return {flag: flag in have for flag in wanted}
