@@ -19,6 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PHASES = ["generate_s", "score_s", "forward_s", "backward_s", "optimizer_s"]
+#: The counts of a step's rows (:func:`group_counts`)
+COUNTS = ("useful_rows", "useful_prompt_tokens", "useful_tokens", "mixed_groups", "groups", "trained_rows",
+          "trained_prompt_tokens", "trained_tokens", "useful_context", "trained_context",
+          "sampled_prompt_tokens", "sampled_tokens", "sampled_context")
 
 
 def add_worker_args(parser: argparse.ArgumentParser) -> None:
@@ -40,12 +44,14 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-every", type=int, default=0,
                         help="held-out accuracy every this many steps (0: never); its time is not counted")
     parser.add_argument("--eval-samples", type=int, default=0,
-                        help="0: greedy accuracy (one completion a prompt); N: sampled, N completions a prompt")
+                        help="0: greedy accuracy (one completion a prompt); N: sampled, N completions a "
+                        "prompt")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--target", type=float, default=None,
                         help="stop at the first evaluation whose held-out accuracy reaches this")
     target.add_argument("--target-gain", type=float, default=None,
-                        help="evaluate the starting policy too and stop at the first evaluation this far above it")
+                        help="evaluate the starting policy too and stop at the first evaluation this far "
+                        "above it")
 
 
 def bench_prompts(n: int, seed: int = 0) -> list[str]:
@@ -137,10 +143,7 @@ def group_counts(rewards: list[float], prompt_lens: list[int], completion_lens: 
     (``trained_rows``; default all), with the prompt once per group that has any (``prompt_once``) or once per
     row. Sampled work (generation): every group's prompt once and every sampled token. Each ``*_context`` is
     the causal attention context of those tokens (:func:`causal_context`), for the FLOP count."""
-    useful = {"useful_rows": 0.0, "useful_prompt_tokens": 0.0, "useful_tokens": 0.0, "mixed_groups": 0.0,
-              "groups": 0.0, "trained_rows": 0.0, "trained_prompt_tokens": 0.0, "trained_tokens": 0.0,
-              "useful_context": 0.0, "trained_context": 0.0, "sampled_prompt_tokens": 0.0, "sampled_tokens": 0.0,
-              "sampled_context": 0.0}
+    useful = dict.fromkeys(COUNTS, 0.0)
     trained_rows = trained_rows if trained_rows is not None else [True] * len(rewards)
     for start in range(0, len(rewards), group):
         rows = range(start, start + group)
@@ -160,7 +163,8 @@ def group_counts(rewards: list[float], prompt_lens: list[int], completion_lens: 
         trained = [i for i in rows if trained_rows[i]]
         prompts = min(len(trained), 1) if prompt_once else len(trained)  # how often the prompt is encoded
         useful["trained_rows"] += len(trained)
-        useful["trained_prompt_tokens"] += prompts * p if prompt_once else sum(prompt_lens[i] for i in trained)
+        encoded = prompts * p if prompt_once else sum(prompt_lens[i] for i in trained)
+        useful["trained_prompt_tokens"] += encoded
         useful["trained_tokens"] += sum(completion_lens[i] for i in trained)
         useful["trained_context"] += prompts * causal_context(p, 0) + sum(context[i - start] for i in trained)
     return useful

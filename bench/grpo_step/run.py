@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import PHASES
+from .common import COUNTS, PHASES
 from .machine import (
     busy_reasons,
     cpu_flags,
@@ -47,9 +47,6 @@ TRL_PYTHON = HERE.parent / ".venv-trl" / "bin" / "python"
 WORKERS = {"lit-grpo": "bench.grpo_step.lit_worker", "trl": "bench.grpo_step.trl_worker"}
 DEVICE = {"name": "cpu"}  # where every measuring process trains: --device (the matmul peak stays on the CPU)
 ALL_PARTS = ("peak", "compare", "memory", "scaling", "realistic", "tta")
-COUNTS = ("useful_rows", "useful_prompt_tokens", "useful_tokens", "mixed_groups", "groups", "trained_rows",
-          "trained_prompt_tokens", "trained_tokens", "useful_context", "trained_context",
-          "sampled_prompt_tokens", "sampled_tokens", "sampled_context")
 # Peak RSS (MiB) of a workload's largest trainer process before this run has measured one: TRL's process on
 # ``real`` peaked at 15.7 GiB in the committed run; the memory check uses the larger of this and the largest
 # peak measured so far in the run.
