@@ -2,7 +2,7 @@
 scaling.
 
     bash bench/setup_trl_env.sh               # once: TRL in its own environment, bench/.venv-trl
-    python -m bench.grpo_step --json docs/results/grpo_step.json --write docs/performance.md  # the full report
+    python -m bench.grpo_step --json docs/results/grpo_step.json --write docs/performance.md  # the report
     python -m bench.grpo_step --quick         # a 1-2 minute smoke run of every part
     python -m bench.grpo_step --parts scaling # one part (peak, compare, memory, scaling)
 

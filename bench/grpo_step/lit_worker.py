@@ -59,7 +59,8 @@ def full_logits_engine():
 
 
 def engine(full_logits: bool = False):
-    """The engine of the lit-grpo side: ``HFGenerateEngine`` at its defaults (or :func:`full_logits_engine`)."""
+    """The engine of the lit-grpo side: ``HFGenerateEngine`` at its defaults (or
+    :func:`full_logits_engine`)."""
     from lit_grpo.rollout import HFGenerateEngine
 
     return full_logits_engine() if full_logits else HFGenerateEngine()
@@ -108,10 +109,13 @@ def main() -> None:
             clock.set_phases({p: float(metrics.get(f"perf/{p}", 0.0)) for p in PHASES})
             stats = outputs["rollout"]
             prompt_lens = stats.rollouts.prompt_mask.sum(1).tolist()  # [N]
-            trained = (stats.advantages.reshape(-1) != 0).tolist() if pl_module._elides() else None  # rows run
+            trained = None  # the rows run forward and backward: all, unless the module elides some
+            if pl_module._elides():
+                trained = (stats.advantages.reshape(-1) != 0).tolist()
             clock.add_tokens(int(stats.lengths.sum()), int(sum(prompt_lens)))
-            clock.add_counts(group_counts(stats.rewards.reshape(-1).tolist(), prompt_lens, stats.lengths.tolist(),
-                                          stats.group_size, trained, prompt_once=pl_module.batching.shared_prefix))
+            clock.add_counts(group_counts(stats.rewards.reshape(-1).tolist(), prompt_lens,
+                                          stats.lengths.tolist(), stats.group_size, trained,
+                                          prompt_once=pl_module.batching.shared_prefix))
             clock.end_step()
             step = len(clock.steps)  # steps so far (batch_idx restarts at every epoch)
             if held.due(step):

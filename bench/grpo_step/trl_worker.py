@@ -31,13 +31,14 @@ import tempfile
 from .common import StepClock, add_worker_args, emit, group_counts, rss_mib
 
 #: The ``GRPOConfig`` fields a run records, beside those it sets
-TRL_SETTINGS = ("loss_type", "beta", "num_iterations", "scale_rewards", "gradient_checkpointing", "bf16", "fp16",
-                "use_vllm", "optim", "learning_rate", "max_grad_norm", "temperature", "top_p", "top_k",
-                "max_completion_length", "num_generations", "per_device_train_batch_size")
+TRL_SETTINGS = ("loss_type", "beta", "num_iterations", "scale_rewards", "gradient_checkpointing", "bf16",
+                "fp16", "use_vllm", "optim", "learning_rate", "max_grad_norm", "temperature", "top_p",
+                "top_k", "max_completion_length", "num_generations", "per_device_train_batch_size")
 
 
 def plain(value):
-    """``value`` as JSON can hold it: a number, string, bool or None as it is, anything else (an enum) as text."""
+    """``value`` as JSON can hold it: a number, string, bool or None as it is, anything else (an enum) as
+    text."""
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
@@ -87,7 +88,8 @@ def main() -> None:
                 clock.begin()  # the first step's time excludes the trainer's setup
 
         def on_step_end(self, args_, state, control, **kw):
-            clock.add_counts(group_counts(last["rewards"], last["prompt_lens"], last["completion_lens"], args.group))
+            clock.add_counts(group_counts(last["rewards"], last["prompt_lens"], last["completion_lens"],
+                                          args.group))
             clock.end_step()
             if held.due(state.global_step):
                 if held.after(state.global_step, sum(s["step_s"] for s in clock.steps), kw["model"]):
@@ -167,7 +169,7 @@ def main() -> None:
         original_generate = trainer._generate
 
         def counted_generate(prompts_):
-            clock.start_step(args.seed, [str(p) for p in prompts_])  # as the lit-grpo runner at its step start
+            clock.start_step(args.seed, [str(p) for p in prompts_])  # as lit-grpo's runner at its step start
             result = original_generate(prompts_)
             # completion tokens (EOS included) and prompt tokens
             last["prompt_lens"] = [len(ids) for ids in result[0]]

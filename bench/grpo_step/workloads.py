@@ -11,8 +11,8 @@ settings (lit-grpo's engine at its defaults, whatever they are).
 - ``real``: SmolLM2-135M-Instruct (``lit-grpo models fetch smollm2-135m-instruct``) asked "What is a + b?
   Answer with the number only." (a, b <= 30) in its chat template, scored by :class:`lit_grpo.LastNumber`:
   the workload of ``configs/real/quickstart.yaml``, here as a full fine-tune.
-- ``lora``: the same model, prompts and reward with the real quickstart's LoRA (:data:`LORA`: rank 16, alpha 32,
-  no dropout, on every projection) at its learning rate 3e-4; TRL trains it through ``peft`` with the same
+- ``lora``: the same model, prompts and reward with the real quickstart's LoRA (:data:`LORA`: rank 16, alpha
+  32, no dropout, on every projection) at its learning rate 3e-4; TRL trains it through ``peft`` with the same
   adapter settings.
 - ``quickstart``: the shipped starting policy ``tiny-arith-sft`` on two-digit addition with
   :class:`lit_grpo.ExactMatch`: the workload of ``configs/quickstart.yaml``.
@@ -118,8 +118,8 @@ def reward(workload: str):
 
 def held_out(args) -> HeldOut:
     """The :class:`HeldOut` of a measuring process's options (:func:`.common.add_worker_args`)."""
-    return HeldOut(args.workload, args.model, args.new_tokens, args.eval_every, args.eval_samples, args.target,
-                   args.target_gain)
+    return HeldOut(args.workload, args.model, args.new_tokens, args.eval_every, args.eval_samples,
+                   args.target, args.target_gain)
 
 
 class HeldOut:
@@ -148,8 +148,8 @@ class HeldOut:
         needs none of them)."""
         from transformers import AutoTokenizer
 
-        return source(self.workload, self.model).load("val"), reward(self.workload), AutoTokenizer.from_pretrained(
-            self.model)
+        tokenizer = AutoTokenizer.from_pretrained(self.model)
+        return source(self.workload, self.model).load("val"), reward(self.workload), tokenizer
 
     def __call__(self, policy) -> float:
         import torch
