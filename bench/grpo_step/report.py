@@ -1,4 +1,5 @@
-"""The report of the benchmark: FLOP counts, paired estimates, the markdown tables and writing them into a doc."""
+"""The report of the benchmark: FLOP counts, paired estimates, the markdown tables and writing them into a
+doc."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .machine import describe
 LARGE_VOCAB = 151_936  # Qwen2/2.5's vocabulary size
 
 
-# ---- FLOPs --------------------------------------------------------------------------------------------------
+# ---- FLOPs -------------------------------------------------------------------------------------------------
 def model_config(model: str | dict) -> dict:
     """A model's ``config.json`` (``model``: its directory, or the config itself)."""
     return model if isinstance(model, dict) else json.loads((Path(model) / "config.json").read_text())
@@ -57,7 +58,8 @@ def forward_parts(model: str | dict, prompt_tokens: float, completion_tokens: fl
 
 def forward_flops(model: str | dict, prompt_tokens: float, completion_tokens: float, sequences: int,
                   context: float | None = None) -> float:
-    """Model FLOPs of one forward over a step's real tokens: the sum of :func:`forward_parts` (no adapters)."""
+    """Model FLOPs of one forward over a step's real tokens: the sum of :func:`forward_parts` (no
+    adapters)."""
     return sum(forward_parts(model, prompt_tokens, completion_tokens, sequences, context).values())
 
 
@@ -82,14 +84,28 @@ def useful_flops(model: str | dict, sums: dict[str, float], steps: int, lora: di
     differ) with each prompt once; ``step``: both."""
     if "sampled_context" not in sums:
         return None
-    gen = forward_flops(model, sums["sampled_prompt_tokens"], sums["sampled_tokens"], 0, sums["sampled_context"])
-    train = training_flops(model, sums["useful_prompt_tokens"], sums["useful_tokens"], 0, sums["useful_context"],
-                           lora)
+    gen, train = _generation_flops(model, sums), _counted_training_flops(model, sums, "useful", lora)
     per_step = 1e9 * max(steps, 1)
     return {"generation": gen / per_step, "training": train / per_step, "step": (gen + train) / per_step}
 
 
-def roofline(gflop: dict[str, float], seconds: dict[str, float], peak_gflops: float | None) -> dict[str, dict]:
+def _generation_flops(model: str | dict, counts: dict[str, float]) -> float:
+    """One forward over each group's prompt once and every sampled token (``sampled_*`` of
+    ``group_counts``)."""
+    return forward_flops(model, counts["sampled_prompt_tokens"], counts["sampled_tokens"], 0,
+                         counts["sampled_context"])
+
+
+def _counted_training_flops(model: str | dict, counts: dict[str, float], prefix: str,
+                            lora: dict | None = None) -> float:
+    """:func:`training_flops` over the rows ``group_counts`` counted as ``prefix`` (``useful`` or
+    ``trained``): their prompt and completion tokens and attention context."""
+    return training_flops(model, counts[f"{prefix}_prompt_tokens"], counts[f"{prefix}_tokens"],
+                          counts[f"{prefix}_rows"], counts.get(f"{prefix}_context"), lora)
+
+
+def roofline(gflop: dict[str, float], seconds: dict[str, float], peak_gflops: float | None,
+             ) -> dict[str, dict]:
     """Per phase: useful GFLOP per step, GFLOP/s over the phase's time per step (``generation``:
     ``generate_s``, ``training``: ``forward_s + backward_s``, ``step``: ``step_s``) and the fraction of the
     matmul peak (``None`` without a peak)."""
@@ -103,11 +119,11 @@ def roofline(gflop: dict[str, float], seconds: dict[str, float], peak_gflops: fl
 
 
 FLOP_LABELS = {
-    "every row": "**FLOP/s against the matmul peak** (training = forward + backward FLOPs over their time; step = "
-                 "training plus generation over the whole step; every row counted with its prompt):",
-    "executed": "**FLOP/s against the matmul peak** (training: the forward + backward FLOPs each trainer ran, over "
-                "their time, each prompt counted as often as the trainer encoded it; step: those plus generation's "
-                "useful FLOPs, each prompt once and every sampled token, over the whole step):",
+    "every row": "**FLOP/s against the matmul peak** (training = forward + backward FLOPs over their time; "
+                 "step = training plus generation over the whole step; every row counted with its prompt):",
+    "executed": "**FLOP/s against the matmul peak** (training: the forward + backward FLOPs each trainer "
+                "ran, over their time, each prompt counted as often as the trainer encoded it; step: those plus "
+                "generation's useful FLOPs, each prompt once and every sampled token, over the whole step):",
 }
 
 
@@ -121,9 +137,7 @@ def flop_rates(model_dir: str | dict, row: dict, sequences: int) -> dict[str, fl
     completion, 3 for training and 1 more for generation."""
     executed = "trained_prompt_tokens" in row and "sampled_context" in row
     if executed:
-        train = training_flops(model_dir, row["trained_prompt_tokens"], row["trained_tokens"], row["trained_rows"],
-                               row.get("trained_context"))
-        gen = forward_flops(model_dir, row["sampled_prompt_tokens"], row["sampled_tokens"], 0, row["sampled_context"])
+        train, gen = _counted_training_flops(model_dir, row, "trained"), _generation_flops(model_dir, row)
     else:
         fwd = forward_flops(model_dir, row["prompt_tokens"], row["tokens"], sequences)
         train, gen = 3 * fwd, fwd
@@ -136,23 +150,22 @@ def flop_rates(model_dir: str | dict, row: dict, sequences: int) -> dict[str, fl
     }
 
 
-def work_flops(model_dir: str, sums: dict[str, float], steps: int, lora: dict | None = None) -> dict[str, float]:
+def work_flops(model_dir: str, sums: dict[str, float], steps: int, lora: dict | None = None,
+               ) -> dict[str, float]:
     """Training GFLOP per step (:func:`training_flops`) over the tokens a trainer ran (``executed``) and
     over the useful ones (rows of groups whose rewards differ, each prompt once), from the summed counts of
     ``steps`` steps (with the exact attention context where the run counted it)."""
-    def gflop(prefix: str, rows: str) -> float:
-        flops = training_flops(model_dir, sums[f"{prefix}_prompt_tokens"], sums[f"{prefix}_tokens"], sums[rows],
-                               sums.get(f"{prefix}_context"), lora)
-        return flops / max(steps, 1) / 1e9
+    def gflop(prefix: str) -> float:
+        return _counted_training_flops(model_dir, sums, prefix, lora) / max(steps, 1) / 1e9
 
     return {
-        "executed_gflop": gflop("trained", "trained_rows"),
-        "useful_gflop": gflop("useful", "useful_rows"),
+        "executed_gflop": gflop("trained"),
+        "useful_gflop": gflop("useful"),
         "zero_variance_share": 1 - sums["mixed_groups"] / max(sums["groups"], 1),
     }
 
 
-# ---- the report ---------------------------------------------------------------------------------------------
+# ---- the report --------------------------------------------------------------------------------------------
 def _measured(m: dict) -> str:
     """The line that says when, how and on what a report was measured."""
     return (f"Measured {m['date']} with `{m['command']}` on {m['cpu']}, {m['threads']} threads; torch "
