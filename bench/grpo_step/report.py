@@ -122,8 +122,9 @@ FLOP_LABELS = {
     "every row": "**FLOP/s against the matmul peak** (training = forward + backward FLOPs over their time; "
                  "step = training plus generation over the whole step; every row counted with its prompt):",
     "executed": "**FLOP/s against the matmul peak** (training: the forward + backward FLOPs each trainer "
-                "ran, over their time, each prompt counted as often as the trainer encoded it; step: those plus "
-                "generation's useful FLOPs, each prompt once and every sampled token, over the whole step):",
+                "ran, over their time, each prompt counted as often as the trainer encoded it; step: those "
+                "plus generation's useful FLOPs, each prompt once and every sampled token, over the whole "
+                "step):",
 }
 
 
@@ -170,9 +171,11 @@ def _measured(m: dict) -> str:
     """The line that says when, how and on what a report was measured."""
     return (f"Measured {m['date']} with `{m['command']}` on {m['cpu']}, {m['threads']} threads; torch "
             f"{m['torch']}, transformers {m['transformers']}, TRL {m.get('trl', 'not run')}. Load average "
-            f"(1 min) {m['load_before']} before and {m['load_after']} after; {m['elapsed_min']:.1f} min in all.\n\n"
-            f"Machine at the start: {describe(m.get('machine_start'))}; at the end: {describe(m.get('machine_end'))}. "
-            f"Busy by the rule of `bench/grpo_step/machine.py` (before the run or during a measuring process): "
+            f"(1 min) {m['load_before']} before and {m['load_after']} after; {m['elapsed_min']:.1f} min in "
+            "all.\n\n"
+            f"Machine at the start: {describe(m.get('machine_start'))}; at the end: "
+            f"{describe(m.get('machine_end'))}. Busy by the rule of `bench/grpo_step/machine.py` (before the run "
+            "or during a measuring process): "
             f"{_busy(m)}.")
 
 
@@ -190,8 +193,8 @@ def render(report: dict) -> str:
     peak = report.get("peak")
     if peak:
         lines += [
-            f"Matmul peak (best of `torch.matmul` and `F.linear` on square n = 256..2048): **fp32 {peak['fp32']:.1f} GFLOP/s**, "
-            f"**bf16 {peak['bf16']:.1f} GFLOP/s**.",
+            "Matmul peak (best of `torch.matmul` and `F.linear` on square n = 256..2048): "
+            f"**fp32 {peak['fp32']:.1f} GFLOP/s**, **bf16 {peak['bf16']:.1f} GFLOP/s**.",
             "",
         ]
     if report.get("compare"):
@@ -206,10 +209,12 @@ def render(report: dict) -> str:
         for r in report["compare"]:
             lines.append(
                 f"| {r['size']} ({r['lit']['params'] / 1e6:.1f}M) | {r['precision']} | "
-                f"{r['prompts']} x {r['group']} x {r['new_tokens']} | {_throughput_cells(r)} | {_paired_cells(r)} |"
+                f"{r['prompts']} x {r['group']} x {r['new_tokens']} | {_throughput_cells(r)} | "
+                f"{_paired_cells(r)} |"
             )
         lines += ["", PAIRED_NOTE]
-        lines += ["", "**Phases** (median seconds per step; train = forward + backward; peak RSS of the process):"]
+        lines += ["", "**Phases** (median seconds per step; train = forward + backward; peak RSS of the "
+                  "process):"]
         lines += _phases_table(["model", "precision"], [([r["size"], r["precision"]], name, x)
                                                         for r, name, x in _sides(report["compare"])])
         if peak:
@@ -235,11 +240,11 @@ def render(report: dict) -> str:
         lines += [
             "",
             f"**Memory at a {LARGE_VOCAB:,}-token vocabulary** (the `small` model with that vocabulary, "
-            f"{r0['params'] / 1e6:.0f}M parameters, P = {r0['prompts']} x G = {r0['group']}, {r0['new_tokens']} new "
-            "tokens, "
-            "fp32; peak RSS over the whole process, RSS once the model is loaded; s/step: the median of "
-            f"{r0.get('steps', 1)} timed step(s) after {r0.get('warmup', 0)} warm-up step(s), where the chunked head "
-            "recomputes each chunk's logits in the backward pass, one more LM-head matmul than the whole-logits path):",
+            f"{r0['params'] / 1e6:.0f}M parameters, P = {r0['prompts']} x G = {r0['group']}, "
+            f"{r0['new_tokens']} new tokens, fp32; peak RSS over the whole process, RSS once the model is "
+            f"loaded; s/step: the median of {r0.get('steps', 1)} timed step(s) after {r0.get('warmup', 0)} "
+            "warm-up step(s), where the chunked head recomputes each chunk's logits in the backward pass, one "
+            "more LM-head matmul than the whole-logits path):",
             "",
             "| trainer | peak RSS MiB | RSS after load MiB | peak - load MiB | s/step |",
             "|---|---|---|---|---|",
@@ -309,7 +314,8 @@ TARGETS = (
 
 
 def _targets_table(rows: list[dict]) -> list[str]:
-    """Each target of :data:`TARGETS` whose workload the run measured, its measured figure and whether it is met."""
+    """Each target of :data:`TARGETS` whose workload the run measured, its measured figure and whether it is
+    met."""
     lines = ["", "**Against the targets** (a ratio's target is met when every A/B pair reaches it):", "",
              "| workload | figure | target | measured | met |", "|---|---|---|---|---|"]
     by_name = {r["workload"]: r for r in rows}
@@ -348,28 +354,34 @@ def write_into(path: Path, text: str, name: str = "grpo_step.py") -> None:
 def _tta_table(tta: dict) -> list[str]:
     """One workload's time to accuracy: per seed and trainer the training seconds (and steps) until the
     target, and per seed the paired ratio TRL / lit-grpo with its geometric mean and 95% interval."""
-    kind = f"sampled accuracy ({tta['samples']} completions a prompt)" if tta["samples"] else "greedy accuracy"
+    kind = "greedy accuracy"
+    if tta["samples"]:
+        kind = f"sampled accuracy ({tta['samples']} completions a prompt)"
     goal = f"{tta['gain']:+.2f} over the starting policy's" if "gain" in tta else f"{tta['target']:.2f}"
     seeds = [r["seed"] for r in tta["runs"]["lit-grpo"]]
-    lines = ["", f"**Time to accuracy, {tta['workload']}** (training seconds, evaluations and set-up excluded, until "
-             f"held-out {kind} on the validation prompts first reaches {goal}; evaluated every {tta['eval_every']} "
-             f"steps, at most {tta['max_steps']} steps; the step count in brackets):", "",
+    lines = ["", f"**Time to accuracy, {tta['workload']}** (training seconds, evaluations and set-up excluded, "
+             f"until held-out {kind} on the validation prompts first reaches {goal}; evaluated every "
+             f"{tta['eval_every']} steps, at most {tta['max_steps']} steps; the step count in brackets):", "",
              "| trainer | " + " | ".join(f"seed {s}" for s in seeds) + " | s/step (median) |",
              "|---|" + "---|" * (len(seeds) + 1)]
     for runner, name in (("lit-grpo", "lit-grpo"), ("trl", "TRL")):
         rs = tta["runs"][runner]
-        cells = [f"{r['train_s']:.0f} ({r['step']})" if r["reached"] else f"not reached ({tta['max_steps']})" for r in rs]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {statistics.median(r['step_s'] for r in rs):.3f} |")
+        cells = [f"{r['train_s']:.0f} ({r['step']})" if r["reached"] else f"not reached ({tta['max_steps']})"
+                 for r in rs]
+        median = statistics.median(r["step_s"] for r in rs)
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {median:.3f} |")
     if "gain" in tta:
         starts = [f"{r['evals'][0]['accuracy']:.3f}" for r in tta["runs"]["lit-grpo"]]
         lines.append("| start (lit-grpo's evaluation at step 0) | " + " | ".join(starts) + " | |")
     p = tta["paired"]
     ratios = ", ".join(f"seed {s}: {r:.2f}" for s, r in p["ratios"].items()) or "none"
-    line = (f"Paired by seed, TRL's time / lit-grpo's (seeds where both reached the target: {len(p['ratios'])} of "
-            f"{p['seeds']}; reached: lit-grpo {p['reached']['lit-grpo']}, TRL {p['reached']['trl']}): {ratios}")
+    line = (f"Paired by seed, TRL's time / lit-grpo's (seeds where both reached the target: "
+            f"{len(p['ratios'])} of {p['seeds']}; reached: lit-grpo {p['reached']['lit-grpo']}, TRL "
+            f"{p['reached']['trl']}): {ratios}")
     if p["geomean"] is not None:
         line += f"; geometric mean **{p['geomean']:.2f}x**"
-        line += f", 95% t interval [{p['ci95'][0]:.2f}, {p['ci95'][1]:.2f}]" if p["ci95"] else " (one pair: no interval)"
+        ci = p["ci95"]
+        line += f", 95% t interval [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (one pair: no interval)"
     return lines + ["", line + "."]
 
 
@@ -391,8 +403,9 @@ def _throughput_cells(r: dict) -> str:
     pairs = ", ".join(f"{x:.2f}" for x in ratios)
     if len(ratios) > 1:
         pairs += f" (median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-{max(ratios):.2f})"
-    return (f"{lit['tokens_per_s']:.0f} [{lit['tps_min']:.0f}-{lit['tps_max']:.0f}] | {trl['tokens_per_s']:.0f} "
-            f"[{trl['tps_min']:.0f}-{trl['tps_max']:.0f}] | **{r['ratio']:.2f}x** | {pairs} | {lit['step_s']:.3f} | "
+    return (f"{lit['tokens_per_s']:.0f} [{lit['tps_min']:.0f}-{lit['tps_max']:.0f}] | "
+            f"{trl['tokens_per_s']:.0f} [{trl['tps_min']:.0f}-{trl['tps_max']:.0f}] | **{r['ratio']:.2f}x** | "
+            f"{pairs} | {lit['step_s']:.3f} | "
             f"{trl['step_s']:.3f}")
 
 
