@@ -279,16 +279,18 @@ def render(report: dict) -> str:
 def _roofline_table(rows: list[dict], peak: dict | None) -> list[str]:
     """Useful GFLOP per step of each phase, its GFLOP/s and its share of the matmul peak of the same run."""
     top = f"fp32 {peak['fp32']:.1f} GFLOP/s on {peak['device']}" if peak else "not recorded"
+    adapters = ""
+    if any(r.get("lora") for r in rows):
+        adapters = " (with adapters 2 through the frozen weights and LM head)"
     lines = [
         "",
         "**Roofline** (useful FLOPs per step and their rate over each phase's time, against the matmul peak "
         f"measured in the same run: {top}; generation = a forward over every prompt once and every sampled "
-        "token; training = 3 forwards over the useful rows, each prompt once" + (
-            " (with adapters 2 through the frozen weights and LM head)" if any(r.get("lora") for r in rows) else "")
+        "token; training = 3 forwards over the useful rows, each prompt once" + adapters
         + "; step = both over the whole step):",
         "",
-        "| workload | trainer | generation GFLOP | GFLOP/s | % of peak | training GFLOP | GFLOP/s | % of peak | "
-        "step GFLOP | GFLOP/s | % of peak |",
+        "| workload | trainer | generation GFLOP | GFLOP/s | % of peak | training GFLOP | GFLOP/s | % of peak "
+        "| step GFLOP | GFLOP/s | % of peak |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r, name, x in _sides(rows):
@@ -433,16 +435,16 @@ def _paired(r: dict) -> str:
     return _estimate(r["pair_ratios"])
 
 
-PAIRED_HEADER = ("paired ratio: geometric mean [95% t] | completion tokens a step, lit-grpo / TRL | ratio by step "
-                 "time, TRL / lit-grpo")
-PAIRED_NOTE = ("The paired ratio is the geometric mean of the A/B pairs' tokens/s ratios with its 95% t interval over "
-               "the pairs. Each side's samples are its own, so where their completions differ in length the tokens/s "
-               "ratio and the ratio of the step times differ too: a longer completion spreads a step's fixed costs "
-               "over more tokens. Both are shown; neither alone is the speed of the code.")
+PAIRED_HEADER = ("paired ratio: geometric mean [95% t] | completion tokens a step, lit-grpo / TRL | ratio by "
+                 "step time, TRL / lit-grpo")
+PAIRED_NOTE = ("The paired ratio is the geometric mean of the A/B pairs' tokens/s ratios with its 95% t interval "
+               "over the pairs. Each side's samples are its own, so where their completions differ in length the "
+               "tokens/s ratio and the ratio of the step times differ too: a longer completion spreads a step's "
+               "fixed costs over more tokens. Both are shown; neither alone is the speed of the code.")
 STEP_NOTE = {True: " The ratio by step time is paired the same way (per A/B pair, TRL's median step time over "
                    "lit-grpo's).",
-             False: " The ratio by step time is the ratio of the two sides' median step times (this run did not "
-                    "record it per pair)."}
+             False: " The ratio by step time is the ratio of the two sides' median step times (this run did "
+                    "not record it per pair)."}
 
 
 def _paired_cells(r: dict) -> str:
@@ -463,8 +465,8 @@ def _by_step(r: dict) -> str:
 def _phases_table(keys: list[str], rows: list[tuple[list[str], str, dict]]) -> list[str]:
     """The phases table: per row (its key cells, the trainer, its numbers) the median seconds of each phase
     and the step, the peak RSS and how many steps were timed."""
-    lines = ["", "| " + " | ".join(keys) + " | trainer | generate | score | forward | backward | optimizer | step | "
-             "peak RSS MiB | timed steps |", "|---" * (len(keys) + 9) + "|"]
+    lines = ["", "| " + " | ".join(keys) + " | trainer | generate | score | forward | backward | optimizer | "
+             "step | peak RSS MiB | timed steps |", "|---" * (len(keys) + 9) + "|"]
     for cells, name, x in rows:
         lines.append("| " + " | ".join([*cells, name, *(f"{x[p]:.3f}" for p in [*PHASES, "step_s"])])
                      + f" | {x['peak_rss_mib']:.0f} | {x['steps_timed']} in {x['processes']} processes |")
@@ -487,11 +489,12 @@ def _settings_table(rows: list[dict]) -> list[str]:
         return ", ".join(f"{k} {v}" for k, v in x.items()) if x else "not recorded"
 
     if not any(r.get("cpu_flags") or r["lit"].get("dtype") or r["lit"].get("engine") for r in rows):
-        return ["", "Settings (the CPU's flags, each side's dtype, lit-grpo's engine, TRL's settings): not recorded "
-                "by this run."]
-    lines = ["", "**Settings** (the CPU's flags from /proc/cpuinfo; each side's weights and autocast; lit-grpo's "
-             "engine at its defaults, as the run found them; TRL's settings beyond the workload's):", "",
-             "| workload | CPU flags | lit-grpo dtype | TRL dtype | lit-grpo engine | TRL |", "|---|---|---|---|---|---|"]
+        return ["", "Settings (the CPU's flags, each side's dtype, lit-grpo's engine, TRL's settings): not "
+                "recorded by this run."]
+    lines = ["", "**Settings** (the CPU's flags from /proc/cpuinfo; each side's weights and autocast; "
+             "lit-grpo's engine at its defaults, as the run found them; TRL's settings beyond the workload's):",
+             "", "| workload | CPU flags | lit-grpo dtype | TRL dtype | lit-grpo engine | TRL |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['workload']} | {flags(r)} | {dtype(r['lit'])} | {dtype(r['trl'])} | "
                      f"{options(r['lit'].get('engine'))} | {options(r['trl'].get('trl_settings'))} |")
@@ -512,25 +515,27 @@ def render_realistic(report: dict) -> str:
     if rows:
         lines += [
             "**Throughput** (completion tokens per second over whole steps; median, range of the per-process "
-            "medians in brackets; the ratio of the medians, and per A/B pair the ratio of the pair's two process "
-            "medians with their median and range):",
+            "medians in brackets; the ratio of the medians, and per A/B pair the ratio of the pair's two "
+            "process medians with their median and range):",
             "",
-            "| workload | P x G x new tokens | lit-grpo tokens/s | TRL tokens/s | ratio | ratio per A/B pair | "
-            "lit-grpo s/step | TRL s/step | " + PAIRED_HEADER + " |",
+            "| workload | P x G x new tokens | lit-grpo tokens/s | TRL tokens/s | ratio | ratio per A/B pair "
+            "| lit-grpo s/step | TRL s/step | " + PAIRED_HEADER + " |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             lines.append(
-                f"| {r['workload']}: {r['model']} ({r['lit']['params'] / 1e6:.1f}M{_adapters(r)}) | {r['prompts']} x "
-                f"{r['group']} x {r['new_tokens']} | {_throughput_cells(r)} | {_paired_cells(r)} |"
+                f"| {r['workload']}: {r['model']} ({r['lit']['params'] / 1e6:.1f}M{_adapters(r)}) | "
+                f"{r['prompts']} x {r['group']} x {r['new_tokens']} | {_throughput_cells(r)} | "
+                f"{_paired_cells(r)} |"
             )
         lines += ["", PAIRED_NOTE + STEP_NOTE[all(r.get("pair_step_ratios") for r in rows)]]
         lines += _settings_table(rows)
         agree = {True: "yes", False: "**no**", None: "not recorded"}
         lines += [
             "",
-            "The same prompts at every step in every process of both sides (each step's generation from the same "
-            "torch seed): " + ", ".join(f"{r['workload']} {agree[r.get('same_prompts')]}" for r in rows) + ".",
+            "The same prompts at every step in every process of both sides (each step's generation from the "
+            "same torch seed): " + ", ".join(f"{r['workload']} {agree[r.get('same_prompts')]}" for r in rows)
+            + ".",
         ]
         lines += ["", "**Phases** (median seconds per step; peak RSS of the process):"]
         lines += _phases_table(["workload"], [([r["workload"]], name, x) for r, name, x in _sides(rows)])
