@@ -174,8 +174,8 @@ def _measured(m: dict) -> str:
             f"(1 min) {m['load_before']} before and {m['load_after']} after; {m['elapsed_min']:.1f} min in "
             "all.\n\n"
             f"Machine at the start: {describe(m.get('machine_start'))}; at the end: "
-            f"{describe(m.get('machine_end'))}. Busy by the rule of `bench/grpo_step/machine.py` (before the run "
-            "or during a measuring process): "
+            f"{describe(m.get('machine_end'))}. Busy by the rule of `bench/grpo_step/machine.py` (before the "
+            "run or during a measuring process): "
             f"{_busy(m)}.")
 
 
@@ -243,8 +243,8 @@ def render(report: dict) -> str:
             f"{r0['params'] / 1e6:.0f}M parameters, P = {r0['prompts']} x G = {r0['group']}, "
             f"{r0['new_tokens']} new tokens, fp32; peak RSS over the whole process, RSS once the model is "
             f"loaded; s/step: the median of {r0.get('steps', 1)} timed step(s) after {r0.get('warmup', 0)} "
-            "warm-up step(s), where the chunked head recomputes each chunk's logits in the backward pass, one "
-            "more LM-head matmul than the whole-logits path):",
+            "warm-up step(s), where the chunked head recomputes each chunk's logits in the backward pass, "
+            "one more LM-head matmul than the whole-logits path):",
             "",
             "| trainer | peak RSS MiB | RSS after load MiB | peak - load MiB | s/step |",
             "|---|---|---|---|---|",
@@ -289,8 +289,8 @@ def _roofline_table(rows: list[dict], peak: dict | None) -> list[str]:
         "token; training = 3 forwards over the useful rows, each prompt once" + adapters
         + "; step = both over the whole step):",
         "",
-        "| workload | trainer | generation GFLOP | GFLOP/s | % of peak | training GFLOP | GFLOP/s | % of peak "
-        "| step GFLOP | GFLOP/s | % of peak |",
+        "| workload | trainer | generation GFLOP | GFLOP/s | % of peak | training GFLOP | GFLOP/s "
+        "| % of peak | step GFLOP | GFLOP/s | % of peak |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r, name, x in _sides(rows):
@@ -361,9 +361,10 @@ def _tta_table(tta: dict) -> list[str]:
         kind = f"sampled accuracy ({tta['samples']} completions a prompt)"
     goal = f"{tta['gain']:+.2f} over the starting policy's" if "gain" in tta else f"{tta['target']:.2f}"
     seeds = [r["seed"] for r in tta["runs"]["lit-grpo"]]
-    lines = ["", f"**Time to accuracy, {tta['workload']}** (training seconds, evaluations and set-up excluded, "
-             f"until held-out {kind} on the validation prompts first reaches {goal}; evaluated every "
-             f"{tta['eval_every']} steps, at most {tta['max_steps']} steps; the step count in brackets):", "",
+    lines = ["", f"**Time to accuracy, {tta['workload']}** (training seconds, evaluations and set-up "
+             f"excluded, until held-out {kind} on the validation prompts first reaches {goal}; evaluated "
+             f"every {tta['eval_every']} steps, at most {tta['max_steps']} steps; the step count in "
+             "brackets):", "",
              "| trainer | " + " | ".join(f"seed {s}" for s in seeds) + " | s/step (median) |",
              "|---|" + "---|" * (len(seeds) + 1)]
     for runner, name in (("lit-grpo", "lit-grpo"), ("trl", "TRL")):
@@ -406,8 +407,8 @@ def _throughput_cells(r: dict) -> str:
     if len(ratios) > 1:
         pairs += f" (median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-{max(ratios):.2f})"
     return (f"{lit['tokens_per_s']:.0f} [{lit['tps_min']:.0f}-{lit['tps_max']:.0f}] | "
-            f"{trl['tokens_per_s']:.0f} [{trl['tps_min']:.0f}-{trl['tps_max']:.0f}] | **{r['ratio']:.2f}x** | "
-            f"{pairs} | {lit['step_s']:.3f} | "
+            f"{trl['tokens_per_s']:.0f} [{trl['tps_min']:.0f}-{trl['tps_max']:.0f}] | "
+            f"**{r['ratio']:.2f}x** | {pairs} | {lit['step_s']:.3f} | "
             f"{trl['step_s']:.3f}")
 
 
@@ -437,12 +438,13 @@ def _paired(r: dict) -> str:
 
 PAIRED_HEADER = ("paired ratio: geometric mean [95% t] | completion tokens a step, lit-grpo / TRL | ratio by "
                  "step time, TRL / lit-grpo")
-PAIRED_NOTE = ("The paired ratio is the geometric mean of the A/B pairs' tokens/s ratios with its 95% t interval "
-               "over the pairs. Each side's samples are its own, so where their completions differ in length the "
-               "tokens/s ratio and the ratio of the step times differ too: a longer completion spreads a step's "
-               "fixed costs over more tokens. Both are shown; neither alone is the speed of the code.")
-STEP_NOTE = {True: " The ratio by step time is paired the same way (per A/B pair, TRL's median step time over "
-                   "lit-grpo's).",
+PAIRED_NOTE = ("The paired ratio is the geometric mean of the A/B pairs' tokens/s ratios with its 95% t "
+               "interval over the pairs. Each side's samples are its own, so where their completions differ "
+               "in length the tokens/s ratio and the ratio of the step times differ too: a longer completion "
+               "spreads a step's fixed costs over more tokens. Both are shown; neither alone is the speed of "
+               "the code.")
+STEP_NOTE = {True: " The ratio by step time is paired the same way (per A/B pair, TRL's median step time "
+                   "over lit-grpo's).",
              False: " The ratio by step time is the ratio of the two sides' median step times (this run did "
                     "not record it per pair)."}
 
@@ -492,7 +494,8 @@ def _settings_table(rows: list[dict]) -> list[str]:
         return ["", "Settings (the CPU's flags, each side's dtype, lit-grpo's engine, TRL's settings): not "
                 "recorded by this run."]
     lines = ["", "**Settings** (the CPU's flags from /proc/cpuinfo; each side's weights and autocast; "
-             "lit-grpo's engine at its defaults, as the run found them; TRL's settings beyond the workload's):",
+             "lit-grpo's engine at its defaults, as the run found them; TRL's settings beyond the "
+             "workload's):",
              "", "| workload | CPU flags | lit-grpo dtype | TRL dtype | lit-grpo engine | TRL |",
              "|---|---|---|---|---|---|"]
     for r in rows:
@@ -539,16 +542,18 @@ def render_realistic(report: dict) -> str:
         ]
         lines += ["", "**Phases** (median seconds per step; peak RSS of the process):"]
         lines += _phases_table(["workload"], [([r["workload"]], name, x) for r, name, x in _sides(rows)])
+        adapters = ""
+        if any(r.get("lora") for r in rows):
+            adapters = (", with adapters 2 forwards through the frozen weights and LM head and 3 through "
+                        "attention and the adapters")
         lines += [
             "",
-            "**Work done against work needed** (per timed step, mean: rows trained and their tokens; useful = the "
-            "rows of groups whose rewards differ, the only rows with a non-zero advantage, with each prompt "
-            "once; training GFLOP = 3 forwards over those tokens" + (
-                ", with adapters 2 forwards through the frozen weights and LM head and 3 through attention and the "
-                "adapters" if any(r.get("lora") for r in rows) else "") + "):",
+            "**Work done against work needed** (per timed step, mean: rows trained and their tokens; "
+            "useful = the rows of groups whose rewards differ, the only rows with a non-zero advantage, with "
+            "each prompt once; training GFLOP = 3 forwards over those tokens" + adapters + "):",
             "",
-            "| workload | trainer | groups of equal rewards | rows trained | prompt + completion tokens trained | "
-            "useful tokens | training GFLOP executed | useful | executed / useful |",
+            "| workload | trainer | groups of equal rewards | rows trained | prompt + completion tokens "
+            "trained | useful tokens | training GFLOP executed | useful | executed / useful |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for r, name, x in _sides(rows):
