@@ -1,5 +1,6 @@
-"""The counting and reporting of the GRPO step benchmark (``python -m bench.grpo_step``): useful against executed
-work, paired estimates, and the tables of docs/performance.md recomputed from the committed run data."""
+"""The counting and reporting of the GRPO step benchmark (``python -m bench.grpo_step``): useful against
+executed work, paired estimates, and the tables of docs/performance.md recomputed from the committed run
+data."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ from bench.grpo_step.report import (  # noqa: E402
     useful_flops,
 )
 
-# one layer, H = 4, two query heads and one key-value head of dim 2, F = 8, V = 10: per token through the block
-# 2 x (q 4x4 + k 2x4 + v 2x4 + o 4x4 + gate, up, down 3 x 4x8) = 2 x 144 FLOPs; LM head 2 x 40 a completion token;
-# attention 4 x L x (heads x head dim) = 16 a key attended
+# one layer, H = 4, two query heads and one key-value head of dim 2, F = 8, V = 10: per token through the
+# block 2 x (q 4x4 + k 2x4 + v 2x4 + o 4x4 + gate, up, down 3 x 4x8) = 2 x 144 FLOPs; LM head 2 x 40 a
+# completion token; attention 4 x L x (heads x head dim) = 16 a key attended
 TINY = {"hidden_size": 4, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
         "intermediate_size": 8, "vocab_size": 10}
 
@@ -60,7 +61,8 @@ def test_executed_work_counts_the_trained_rows_and_each_prompt_once_when_shared(
 
 def test_the_docs_tables_are_the_committed_run_rendered():
     doc = (ROOT / "docs" / "performance.md").read_text()
-    # each realistic block and its data: grpo_step.py:realistic[:NAMES] <- docs/results/grpo_step_realistic[-NAMES].json
+    # each realistic block and its data:
+    # grpo_step.py:realistic[:NAMES] <- docs/results/grpo_step_realistic[-NAMES].json
     names = re.findall(r"<!-- grpo_step\.py:realistic(:[\w+]+)?:begin -->", doc)
     assert "" in names, "docs/performance.md lost its realistic block (<!-- grpo_step.py:realistic:begin -->)"
     for name in names:
@@ -103,7 +105,8 @@ def test_training_flops_by_hand_with_and_without_adapters():
     # one sequence, 3 prompt + 2 completion tokens, 15 keys attended: weights 1440, head 160, attention 240
     assert training_flops(TINY, 3, 2, 1, context=15) == 3 * (1440 + 160 + 240)
     lora = {"r": 1, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
-    # adapters: 2 x r x (in + out) a token: (4+4) + (4+2) + (4+2) + (4+4) + (4+8) + (4+8) + (8+4) = 64, x 2 x 5 tokens
+    # adapters: 2 x r x (in + out) a token: (4+4) + (4+2) + (4+2) + (4+4) + (4+8) + (4+8) + (8+4) = 64,
+    # x 2 x 5 tokens
     assert forward_parts(TINY, 3, 2, 1, context=15, lora=lora)["adapters"] == 640
     assert forward_parts(TINY, 3, 2, 1, context=15, lora={"r": 2, "target_modules": ["q_proj"]})["adapters"] == 160
     # frozen weights and head: forward + the activations' gradients; attention and adapters: 3 forwards
@@ -118,7 +121,8 @@ def test_useful_flops_of_generation_and_training_by_hand():
     assert counts["useful_context"] == 6 + 9 + 4
     assert counts["trained_context"] == 2 * 6 + 9 + 4 + 2 * 3 + 3 + 3  # every row with its own prompt
     gflop = useful_flops(TINY, counts, steps=1)
-    # generation: 2 x 144 x (5 + 5) + 2 x 40 x 5 + 16 x 28; training: 3 x (2 x 144 x (3 + 3) + 2 x 40 x 3 + 16 x 19)
+    # generation: 2 x 144 x (5 + 5) + 2 x 40 x 5 + 16 x 28;
+    # training: 3 x (2 x 144 x (3 + 3) + 2 x 40 x 3 + 16 x 19)
     assert gflop["generation"] * 1e9 == pytest.approx(2880 + 400 + 448)
     assert gflop["training"] * 1e9 == pytest.approx(3 * (1728 + 240 + 304))
     assert gflop["step"] == pytest.approx(gflop["generation"] + gflop["training"])
@@ -127,7 +131,8 @@ def test_useful_flops_of_generation_and_training_by_hand():
 
 
 def test_the_compare_rates_count_what_each_trainer_ran_and_generation_once():
-    # the same two groups: lit-grpo encodes each prompt once a group, TRL once a row (its attention context too)
+    # the same two groups: lit-grpo encodes each prompt once a group, TRL once a row (its attention context
+    # too)
     counts = group_counts([1.0, 0.0, 0.0, 0.0], [3, 3, 2, 2], [2, 1, 1, 1], group=2)
     times = {"forward_s": 1.0, "backward_s": 2.0, "step_s": 4.0}
     lit = {**counts, **times, "trained_prompt_tokens": 5, "trained_context": counts["sampled_context"]}
@@ -203,8 +208,8 @@ def test_a_report_with_the_new_fields_renders_them():
 
 
 def test_a_headline_ratio_states_its_paired_estimate_and_its_step_time_ratio():
-    """The geometric mean of the pairs' ratios with its t interval, and TRL's step time over lit-grpo's beside the
-    tokens/s ratio (they differ where the sides' completions differ in length)."""
+    """The geometric mean of the pairs' ratios with its t interval, and TRL's step time over lit-grpo's
+    beside the tokens/s ratio (they differ where the sides' completions differ in length)."""
     gm, (low, high) = paired_ratio([2.0, 8.0])
     assert gm == pytest.approx(4.0) and low * high == pytest.approx(16.0)  # symmetric around the mean of the logs
     assert paired_ratio([3.0]) == (pytest.approx(3.0), None)
@@ -354,8 +359,8 @@ def test_each_run_of_the_realistic_or_tta_part_names_a_block_of_its_own():
 
 
 def test_the_lit_grpo_side_samples_with_the_engine_at_its_defaults_on_every_workload():
-    """The benchmark sets none of the engine's options: it measures whatever HFGenerateEngine's defaults are, and
-    records them."""
+    """The benchmark sets none of the engine's options: it measures whatever HFGenerateEngine's defaults
+    are, and records them."""
     from bench.grpo_step.lit_worker import ENGINE_SETTINGS, engine, engine_settings
     from lit_grpo.rollout import HFGenerateEngine
 
@@ -366,8 +371,9 @@ def test_the_lit_grpo_side_samples_with_the_engine_at_its_defaults_on_every_work
 
 
 def test_the_realistic_prose_says_what_the_committed_run_measured():
-    """The sentences of docs/performance.md that read the realistic run (generation's share of lit-grpo's step and
-    its share of the peak against TRL's; the trajectories' differences) hold for the committed data."""
+    """The sentences of docs/performance.md that read the realistic run (generation's share of lit-grpo's
+    step and its share of the peak against TRL's; the trajectories' differences) hold for the committed
+    data."""
     doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
     runs = {r["workload"]: r for r in json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
             ["realistic"]}
@@ -457,8 +463,8 @@ def test_the_comparison_and_scaling_prose_says_what_the_committed_run_measured()
 
 
 def test_the_lora_time_to_accuracy_prose_says_where_the_runs_reached_the_target():
-    """The sentence that reads the lora time to accuracy as a ratio of 5 steps' time holds only while every run of
-    both trainers reached the target at the first evaluation."""
+    """The sentence that reads the lora time to accuracy as a ratio of 5 steps' time holds only while every
+    run of both trainers reached the target at the first evaluation."""
     doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
     tta = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic-tta_lora.json").read_text())["tta"][0]
     first = all(r["reached"] and r["step"] == tta["eval_every"] for runs in tta["runs"].values() for r in runs)
@@ -473,7 +479,8 @@ def _process(tokens_per_s: float, step_s: float) -> dict:
 
 
 def test_each_ab_pair_gives_a_tokens_per_s_ratio_and_a_step_time_ratio():
-    # pair 1: lit-grpo 300 tokens/s at 2 s a step, TRL 100 at 4 s (its completions shorter); pair 2: 200 at 3, 100 at 3
+    # pair 1: lit-grpo 300 tokens/s at 2 s a step, TRL 100 at 4 s (its completions shorter); pair 2: 200 at 3,
+    # 100 at 3
     runs = {"lit-grpo": [_process(300.0, 2.0), _process(200.0, 3.0)], "trl": [_process(100.0, 4.0), _process(100.0, 3.0)]}
     out = run.pair_ratios(runs)
     assert out["pair_ratios"] == [3.0, 2.0] and out["pair_step_ratios"] == [2.0, 1.0]  # TRL's time over lit-grpo's
@@ -525,8 +532,9 @@ def test_the_settings_a_run_recorded_are_rendered_beside_the_throughput():
 
 
 def test_the_headline_rows_of_the_doc_are_their_json_as_paired_estimates():
-    """Each headline row against TRL (realistic, LoRA, quickstart) in docs/performance.md states its tokens/s ratio,
-    its paired estimate and its step-time ratio as the committed JSON gives them, recomputed here from the pairs."""
+    """Each headline row against TRL (realistic, LoRA, quickstart) in docs/performance.md states its
+    tokens/s ratio, its paired estimate and its step-time ratio as the committed JSON gives them,
+    recomputed here from the pairs."""
     import math
 
     from lit_grpo.experiments.stats import t_quantile

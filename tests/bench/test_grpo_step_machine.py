@@ -1,5 +1,6 @@
-"""The machine-state record and the refusal rule of the GRPO step benchmark (``bench/grpo_step/machine.py``), on
-fabricated ``/proc`` text: nothing here depends on this machine's state."""
+"""The machine-state record and the refusal rule of the GRPO step benchmark
+(``bench/grpo_step/machine.py``), on fabricated ``/proc`` text: nothing here depends on this machine's
+state."""
 
 from __future__ import annotations
 
