@@ -68,8 +68,10 @@ def test_the_docs_tables_are_the_committed_run_rendered():
     for name in names:
         data = ROOT / "docs" / "results" / f"grpo_step_realistic{name.replace(':', '-')}.json"
         if not data.exists():
-            pytest.fail(f"{data.relative_to(ROOT)} is missing: the grpo_step.py:realistic{name} tables have no data")
-        begin, end = f"<!-- grpo_step.py:realistic{name}:begin -->\n", f"<!-- grpo_step.py:realistic{name}:end -->"
+            pytest.fail(f"{data.relative_to(ROOT)} is missing: the grpo_step.py:realistic{name} tables have "
+                        "no data")
+        marker = f"<!-- grpo_step.py:realistic{name}"
+        begin, end = f"{marker}:begin -->\n", f"{marker}:end -->"
         block = doc[doc.index(begin) + len(begin) : doc.index(end)]
         report = json.loads(data.read_text())
         assert report["meta"].get("block", "grpo_step.py:realistic") == f"grpo_step.py:realistic{name}"
@@ -86,7 +88,8 @@ def test_the_main_block_is_the_committed_run_rendered():
     report = json.loads(data.read_text())
     assert {"peak", "compare", "memory", "scaling"} <= set(report), "the main block's run lacks a part"
     assert block == render(report), (
-        "docs/performance.md differs from its data: python -m bench.grpo_step --render docs/results/grpo_step.json "
+        "docs/performance.md differs from its data: python -m bench.grpo_step --render "
+        "docs/results/grpo_step.json "
         "--write docs/performance.md")
 
 
@@ -244,9 +247,10 @@ def test_unknown_realistic_workloads_are_refused_with_the_known_ones():
     import subprocess
 
     for args in (["--parts", "realistic", "--workloads", "lora,nope"], ["--workloads", "lora"]):
-        proc = subprocess.run([sys.executable, "-m", "bench.grpo_step", *args], capture_output=True, text=True,
-                              cwd=ROOT)
-        assert proc.returncode == 2 and "needs --parts realistic or tta and names of quickstart, real, lora" in proc.stderr
+        proc = subprocess.run([sys.executable, "-m", "bench.grpo_step", *args], capture_output=True,
+                              text=True, cwd=ROOT)
+        assert proc.returncode == 2
+        assert "needs --parts realistic or tta and names of quickstart, real, lora" in proc.stderr
 
 
 def test_the_realistic_plan_times_at_least_ten_steps_a_process():
@@ -364,7 +368,8 @@ def test_the_lit_grpo_side_samples_with_the_engine_at_its_defaults_on_every_work
     from bench.grpo_step.lit_worker import ENGINE_SETTINGS, engine, engine_settings
     from lit_grpo.rollout import HFGenerateEngine
 
-    assert all(not hasattr(w, "engine") for w in workloads.WORKLOADS.values())  # no workload picks engine options
+    # no workload picks engine options
+    assert all(not hasattr(w, "engine") for w in workloads.WORKLOADS.values())
     default = HFGenerateEngine()
     assert engine_settings(engine()) == {key: getattr(default, key) for key in ENGINE_SETTINGS}
     assert type(engine()) is HFGenerateEngine
@@ -481,9 +486,11 @@ def _process(tokens_per_s: float, step_s: float) -> dict:
 def test_each_ab_pair_gives_a_tokens_per_s_ratio_and_a_step_time_ratio():
     # pair 1: lit-grpo 300 tokens/s at 2 s a step, TRL 100 at 4 s (its completions shorter); pair 2: 200 at 3,
     # 100 at 3
-    runs = {"lit-grpo": [_process(300.0, 2.0), _process(200.0, 3.0)], "trl": [_process(100.0, 4.0), _process(100.0, 3.0)]}
+    runs = {"lit-grpo": [_process(300.0, 2.0), _process(200.0, 3.0)],
+            "trl": [_process(100.0, 4.0), _process(100.0, 3.0)]}
     out = run.pair_ratios(runs)
-    assert out["pair_ratios"] == [3.0, 2.0] and out["pair_step_ratios"] == [2.0, 1.0]  # TRL's time over lit-grpo's
+    assert out["pair_ratios"] == [3.0, 2.0]
+    assert out["pair_step_ratios"] == [2.0, 1.0]  # TRL's step time over lit-grpo's
     assert out["pair_ratio"] == {"median": 2.5, "min": 2.0, "max": 3.0, "pairs": 2}
 
 
@@ -513,22 +520,24 @@ def test_a_run_that_recorded_its_pairs_step_times_renders_the_step_ratio_paired(
         r.setdefault("pair_step_ratios", [1.5, 1.6, 1.55])
     gm, (low, high) = paired_ratio([3.6, 4.0, 3.9])
     text = render_realistic(report)
-    assert f"| {lora['lit']['tokens']:.0f} / {lora['trl']['tokens']:.0f} | {gm:.2f}x [{low:.2f}, {high:.2f}] |" in text
+    tokens = f"| {lora['lit']['tokens']:.0f} / {lora['trl']['tokens']:.0f} |"
+    assert f"{tokens} {gm:.2f}x [{low:.2f}, {high:.2f}] |" in text
     assert f"; by step time {gm:.2f}x [{low:.2f}, {high:.2f}] | yes |" in text
     assert "The ratio by step time is paired the same way" in text
 
 
 def test_the_settings_a_run_recorded_are_rendered_beside_the_throughput():
     report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
-    assert "Settings (the CPU's flags, each side's dtype, lit-grpo's engine, TRL's settings): not recorded" in \
-        render_realistic(report)
+    assert ("Settings (the CPU's flags, each side's dtype, lit-grpo's engine, TRL's settings): not recorded"
+            in render_realistic(report))
     for r in report["realistic"]:
         r["cpu_flags"] = {"avx2": True, "avx512_bf16": True, "amx_bf16": False, "amx_tile": False}
-        r["lit"].update(dtype="float32", autocast=None, engine={"decoder": "own", "shrink": True, "sampler": "inverse_cdf"})
+        r["lit"].update(dtype="float32", autocast=None,
+                        engine={"decoder": "own", "shrink": True, "sampler": "inverse_cdf"})
         r["trl"].update(dtype="float32", autocast="bf16", trl_settings={"loss_type": "dapo", "beta": 0.0})
     text = render_realistic(report)
-    assert ("| lora | avx2 yes, avx512_bf16 yes, amx_bf16 no, amx_tile no | float32 | float32 (bf16 autocast) | "
-            "decoder own, shrink True, sampler inverse_cdf | loss_type dapo, beta 0.0 |") in text
+    assert ("| lora | avx2 yes, avx512_bf16 yes, amx_bf16 no, amx_tile no | float32 | float32 (bf16 autocast) "
+            "| decoder own, shrink True, sampler inverse_cdf | loss_type dapo, beta 0.0 |") in text
 
 
 def test_the_headline_rows_of_the_doc_are_their_json_as_paired_estimates():
@@ -548,9 +557,11 @@ def test_the_headline_rows_of_the_doc_are_their_json_as_paired_estimates():
         step = r.get("pair_step_ratios")
         by_step = f"{r['trl']['step_s'] / r['lit']['step_s']:.2f}x" if step is None else (
             f"{paired_ratio(step)[0]:.2f}x")
-        line = (f"{r['ratio']:.2f}x (A/B pairs {min(r['pair_ratios']):.2f}-{max(r['pair_ratios']):.2f}); paired "
-                f"{math.exp(mean):.2f}x [{math.exp(mean - half):.2f}, {math.exp(mean + half):.2f}]; by step time "
-                f"{by_step}")
+        pairs = f"{min(r['pair_ratios']):.2f}-{max(r['pair_ratios']):.2f}"
+        interval = f"[{math.exp(mean - half):.2f}, {math.exp(mean + half):.2f}]"
+        line = (f"{r['ratio']:.2f}x (A/B pairs {pairs}); paired {math.exp(mean):.2f}x {interval}; by step "
+                f"time {by_step}")
         assert f"| {r['workload']} | completion tokens/s" in doc and line in doc, (
-            f"docs/performance.md's {r['workload']} headline disagrees with docs/results/grpo_step_realistic.json: "
-            f"python -m bench.grpo_step --render docs/results/grpo_step_realistic.json --write docs/performance.md")
+            f"docs/performance.md's {r['workload']} headline disagrees with "
+            "docs/results/grpo_step_realistic.json: python -m bench.grpo_step --render "
+            "docs/results/grpo_step_realistic.json --write docs/performance.md")

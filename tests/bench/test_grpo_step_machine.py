@@ -130,7 +130,8 @@ def test_the_refusal_says_how_to_override_and_old_reports_say_not_recorded():
 def test_the_cpu_flags_and_name_are_read_from_cpuinfo():
     from bench.grpo_step.machine import cpu_flags, cpu_name
 
-    info = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx2 avx512f avx512_bf16\n\nprocessor\t: 1\n"
+    info = ("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx2 avx512f avx512_bf16\n\n"
+            "processor\t: 1\n")
     assert cpu_flags(info) == {"avx2": True, "avx512_bf16": True, "amx_bf16": False, "amx_tile": False}
     assert cpu_flags("") == {"avx2": False, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False}
     assert cpu_name(info).startswith("AMD EPYC (")
