@@ -212,7 +212,7 @@ def render(report: dict) -> str:
                 f"{r['prompts']} x {r['group']} x {r['new_tokens']} | {_throughput_cells(r)} | "
                 f"{_paired_cells(r)} |"
             )
-        lines += ["", PAIRED_NOTE]
+        lines += ["", PAIRED_NOTE + STEP_NOTE[all(r.get("pair_step_ratios") for r in report["compare"])]]
         lines += ["", "**Phases** (median seconds per step; train = forward + backward; peak RSS of the "
                   "process):"]
         lines += _phases_table(["model", "precision"], [([r["size"], r["precision"]], name, x)
