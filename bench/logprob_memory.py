@@ -2,7 +2,7 @@
 
     python bench/logprob_memory.py            # needs a CUDA device; prints one JSON object
 
-The ``small`` tiny model with Qwen2's vocabulary size (``bench/grpo_step.py``), 64 completions of 16
+The ``small`` tiny model with Qwen2's vocabulary size (``bench/grpo_step``), 64 completions of 16
 tokens. Measured with ``torch.cuda.max_memory_allocated`` above what was allocated before each call:
 
 - ``train_*``: ``sequence_logprobs`` forward with entropy plus backward, with the LM head in chunks
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.grpo_step
 
 
 def main() -> None:
@@ -29,12 +29,11 @@ def main() -> None:
 
     if not torch.cuda.is_available():
         raise SystemExit(
-            "bench/logprob_memory.py needs a CUDA device; on the CPU use python bench/grpo_step.py "
+            "bench/logprob_memory.py needs a CUDA device; on the CPU use python -m bench.grpo_step "
             "--parts memory (peak RSS of whole steps)"
         )
-    from grpo_step import build_large_vocab_model
-    from grpo_step_lit import full_logits_engine
-
+    from bench.grpo_step.lit_worker import full_logits_engine
+    from bench.grpo_step.run import build_large_vocab_model
     from lit_grpo import logprobs as logprobs_mod
     from lit_grpo.logprobs import sequence_logprobs
     from lit_grpo.models.loading import load_policy, load_tokenizer

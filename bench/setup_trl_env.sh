@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create bench/.venv-trl: the benchmark's own environment with Hugging Face TRL, the peer trainer that
-# bench/grpo_step.py compares against. TRL is never a dependency of lit-grpo; it lives only here.
+# bench/grpo_step (python -m bench.grpo_step) compares against. TRL is never a dependency of lit-grpo; it lives only here.
 #
 #   bash bench/setup_trl_env.sh                      a clean environment: torch 2.13.0 (CPU), lit-grpo, trl 1.16.0
 #   bash bench/setup_trl_env.sh --share .venv        faster: reuse the packages of an existing lit-grpo

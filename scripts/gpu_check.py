@@ -78,7 +78,7 @@ def tensorboard_scalars(runs: Path) -> dict:
 
 
 def bench_numbers(path: Path) -> dict:
-    """Tokens/s and seconds per step of each side, per row of ``bench/grpo_step.py --json``."""
+    """Tokens/s and seconds per step of each side, per row of ``python -m bench.grpo_step --json``."""
     report = json.loads(path.read_text())
     rows = []
     for row in report.get("compare", []):

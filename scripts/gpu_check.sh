@@ -14,7 +14,7 @@
 #            has no vLLM); TensorBoard events in the work directory                                   150
 #   trl_env  bench/.venv-trl reused, or made by bench/setup_trl_env.sh; skipped, with the reason, if TRL
 #            cannot be installed                                                                        45
-#   bench    python bench/grpo_step.py --quick --parts compare --device cuda (lit-grpo against TRL); without
+#   bench    python -m bench.grpo_step --quick --parts compare --device cuda (lit-grpo against TRL); without
 #            TRL, --parts scaling (lit-grpo alone)                                                     120
 # The exit status is nonzero if a part failed or timed out (a dry run: if a check failed).
 # Environment: PYTHON (default .venv/bin/python, else python3); GPU_CHECK_CONFIG (the GPU overlay, default
@@ -84,8 +84,8 @@ check() {  # check NAME WHAT COMMAND...: a dry run's check of a part; the comman
     echo "[$name] FAILED: $what" >&2
   fi
 }
-help_lists() {  # help_lists SCRIPT WORD...: SCRIPT --help (run by this Python) mentions every WORD
-  local help word; help="$("$py" "$1" --help)" || return 1; shift
+help_lists() {  # help_lists MODULE WORD...: python -m MODULE --help (run by this Python) mentions every WORD
+  local help word; help="$("$py" -m "$1" --help)" || return 1; shift
   for word in "$@"; do grep -qe "$word" <<< "$help" || { echo "--help does not list '$word'"; return 1; }; done
 }
 limit() { local var="GPU_CHECK_TIMEOUT_$1"; echo "${!var:-$2}"; }
@@ -174,13 +174,13 @@ part_trl_env() {
   fi
 }
 part_bench() {
-  run bench "$(limit BENCH 120)" -- "$py" bench/grpo_step.py --quick --parts "$bench_parts" --device cuda --threads 4 \
+  run bench "$(limit BENCH 120)" -- "$py" -m bench.grpo_step --quick --parts "$bench_parts" --device cuda --threads 4 \
     --json "$work/bench.json"
   (( dry_run )) || return 0
-  check bench "bench/grpo_step.py accepts the options passed (and --parts scaling without TRL)" \
-    help_lists bench/grpo_step.py --quick --parts --device --threads --json "'compare'" "'scaling'" cuda
-  check bench "bench/grpo_step_lit.py takes --device" help_lists bench/grpo_step_lit.py --device
-  check bench "bench/grpo_step_trl.py takes --device" help_lists bench/grpo_step_trl.py --device
+  check bench "python -m bench.grpo_step accepts the options passed (and --parts scaling without TRL)" \
+    help_lists bench.grpo_step --quick --parts --device --threads --json "'compare'" "'scaling'" cuda
+  check bench "bench.grpo_step.lit_worker takes --device" help_lists bench.grpo_step.lit_worker --device
+  check bench "bench.grpo_step.trl_worker takes --device" help_lists bench.grpo_step.trl_worker --device
 }
 
 # ---- the parts, then one JSON --------------------------------------------------------------------------------

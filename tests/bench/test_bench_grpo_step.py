@@ -1,5 +1,6 @@
-"""The counting and reporting of ``bench/grpo_step.py``'s realistic workloads: useful against executed work, and
-the tables of docs/performance.md recomputed from the committed run data."""
+"""The counting and reporting of the GRPO step benchmark (``python -m bench.grpo_step``): useful against
+executed work, paired estimates, and the tables of docs/performance.md recomputed from the committed run
+data."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
 
-from grpo_step_common import causal_context, group_counts  # noqa: E402
-from grpo_step_report import (  # noqa: E402
+from bench.grpo_step import run, workloads  # noqa: E402
+from bench.grpo_step.common import causal_context, group_counts  # noqa: E402
+from bench.grpo_step.report import (  # noqa: E402
     flop_rates,
     forward_flops,
     forward_parts,
+    paired_ratio,
     render,
     render_realistic,
     roofline,
@@ -26,9 +29,9 @@ from grpo_step_report import (  # noqa: E402
     useful_flops,
 )
 
-# one layer, H = 4, two query heads and one key-value head of dim 2, F = 8, V = 10: per token through the block
-# 2 x (q 4x4 + k 2x4 + v 2x4 + o 4x4 + gate, up, down 3 x 4x8) = 2 x 144 FLOPs; LM head 2 x 40 a completion token;
-# attention 4 x L x (heads x head dim) = 16 a key attended
+# one layer, H = 4, two query heads and one key-value head of dim 2, F = 8, V = 10: per token through the
+# block 2 x (q 4x4 + k 2x4 + v 2x4 + o 4x4 + gate, up, down 3 x 4x8) = 2 x 144 FLOPs; LM head 2 x 40 a
+# completion token; attention 4 x L x (heads x head dim) = 16 a key attended
 TINY = {"hidden_size": 4, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
         "intermediate_size": 8, "vocab_size": 10}
 
@@ -58,19 +61,22 @@ def test_executed_work_counts_the_trained_rows_and_each_prompt_once_when_shared(
 
 def test_the_docs_tables_are_the_committed_run_rendered():
     doc = (ROOT / "docs" / "performance.md").read_text()
-    # each realistic block and its data: grpo_step.py:realistic[:NAMES] <- docs/results/grpo_step_realistic[-NAMES].json
+    # each realistic block and its data:
+    # grpo_step.py:realistic[:NAMES] <- docs/results/grpo_step_realistic[-NAMES].json
     names = re.findall(r"<!-- grpo_step\.py:realistic(:[\w+]+)?:begin -->", doc)
     assert "" in names, "docs/performance.md lost its realistic block (<!-- grpo_step.py:realistic:begin -->)"
     for name in names:
         data = ROOT / "docs" / "results" / f"grpo_step_realistic{name.replace(':', '-')}.json"
         if not data.exists():
-            pytest.fail(f"{data.relative_to(ROOT)} is missing: the grpo_step.py:realistic{name} tables have no data")
-        begin, end = f"<!-- grpo_step.py:realistic{name}:begin -->\n", f"<!-- grpo_step.py:realistic{name}:end -->"
+            pytest.fail(f"{data.relative_to(ROOT)} is missing: the grpo_step.py:realistic{name} tables have "
+                        "no data")
+        marker = f"<!-- grpo_step.py:realistic{name}"
+        begin, end = f"{marker}:begin -->\n", f"{marker}:end -->"
         block = doc[doc.index(begin) + len(begin) : doc.index(end)]
         report = json.loads(data.read_text())
         assert report["meta"].get("block", "grpo_step.py:realistic") == f"grpo_step.py:realistic{name}"
         assert block == render_realistic(report), (
-            f"docs/performance.md differs from its data: python bench/grpo_step.py --render "
+            f"docs/performance.md differs from its data: python -m bench.grpo_step --render "
             f"{data.relative_to(ROOT)} --write docs/performance.md")
 
 
@@ -82,7 +88,8 @@ def test_the_main_block_is_the_committed_run_rendered():
     report = json.loads(data.read_text())
     assert {"peak", "compare", "memory", "scaling"} <= set(report), "the main block's run lacks a part"
     assert block == render(report), (
-        "docs/performance.md differs from its data: python bench/grpo_step.py --render docs/results/grpo_step.json "
+        "docs/performance.md differs from its data: python -m bench.grpo_step --render "
+        "docs/results/grpo_step.json "
         "--write docs/performance.md")
 
 
@@ -101,7 +108,8 @@ def test_training_flops_by_hand_with_and_without_adapters():
     # one sequence, 3 prompt + 2 completion tokens, 15 keys attended: weights 1440, head 160, attention 240
     assert training_flops(TINY, 3, 2, 1, context=15) == 3 * (1440 + 160 + 240)
     lora = {"r": 1, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
-    # adapters: 2 x r x (in + out) a token: (4+4) + (4+2) + (4+2) + (4+4) + (4+8) + (4+8) + (8+4) = 64, x 2 x 5 tokens
+    # adapters: 2 x r x (in + out) a token: (4+4) + (4+2) + (4+2) + (4+4) + (4+8) + (4+8) + (8+4) = 64,
+    # x 2 x 5 tokens
     assert forward_parts(TINY, 3, 2, 1, context=15, lora=lora)["adapters"] == 640
     assert forward_parts(TINY, 3, 2, 1, context=15, lora={"r": 2, "target_modules": ["q_proj"]})["adapters"] == 160
     # frozen weights and head: forward + the activations' gradients; attention and adapters: 3 forwards
@@ -116,7 +124,8 @@ def test_useful_flops_of_generation_and_training_by_hand():
     assert counts["useful_context"] == 6 + 9 + 4
     assert counts["trained_context"] == 2 * 6 + 9 + 4 + 2 * 3 + 3 + 3  # every row with its own prompt
     gflop = useful_flops(TINY, counts, steps=1)
-    # generation: 2 x 144 x (5 + 5) + 2 x 40 x 5 + 16 x 28; training: 3 x (2 x 144 x (3 + 3) + 2 x 40 x 3 + 16 x 19)
+    # generation: 2 x 144 x (5 + 5) + 2 x 40 x 5 + 16 x 28;
+    # training: 3 x (2 x 144 x (3 + 3) + 2 x 40 x 3 + 16 x 19)
     assert gflop["generation"] * 1e9 == pytest.approx(2880 + 400 + 448)
     assert gflop["training"] * 1e9 == pytest.approx(3 * (1728 + 240 + 304))
     assert gflop["step"] == pytest.approx(gflop["generation"] + gflop["training"])
@@ -125,7 +134,8 @@ def test_useful_flops_of_generation_and_training_by_hand():
 
 
 def test_the_compare_rates_count_what_each_trainer_ran_and_generation_once():
-    # the same two groups: lit-grpo encodes each prompt once a group, TRL once a row (its attention context too)
+    # the same two groups: lit-grpo encodes each prompt once a group, TRL once a row (its attention context
+    # too)
     counts = group_counts([1.0, 0.0, 0.0, 0.0], [3, 3, 2, 2], [2, 1, 1, 1], group=2)
     times = {"forward_s": 1.0, "backward_s": 2.0, "step_s": 4.0}
     lit = {**counts, **times, "trained_prompt_tokens": 5, "trained_context": counts["sampled_context"]}
@@ -201,10 +211,8 @@ def test_a_report_with_the_new_fields_renders_them():
 
 
 def test_a_headline_ratio_states_its_paired_estimate_and_its_step_time_ratio():
-    """The geometric mean of the pairs' ratios with its t interval, and TRL's step time over lit-grpo's beside the
-    tokens/s ratio (they differ where the sides' completions differ in length)."""
-    from grpo_step_report import paired_ratio
-
+    """The geometric mean of the pairs' ratios with its t interval, and TRL's step time over lit-grpo's
+    beside the tokens/s ratio (they differ where the sides' completions differ in length)."""
     gm, (low, high) = paired_ratio([2.0, 8.0])
     assert gm == pytest.approx(4.0) and low * high == pytest.approx(16.0)  # symmetric around the mean of the logs
     assert paired_ratio([3.0]) == (pytest.approx(3.0), None)
@@ -218,8 +226,6 @@ def test_a_headline_ratio_states_its_paired_estimate_and_its_step_time_ratio():
 
 
 def test_an_adapter_workload_says_what_it_trains_and_is_held_to_its_own_target():
-    from grpo_step_workloads import LORA
-
     def without_adapters() -> dict:  # the committed run, its adapter workload left out
         report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
         report["realistic"] = [r for r in report["realistic"] if not r.get("lora")]
@@ -228,7 +234,7 @@ def test_an_adapter_workload_says_what_it_trains_and_is_held_to_its_own_target()
     assert "with adapters" not in render_realistic(without_adapters())
     report = without_adapters()
     real = next(r for r in report["realistic"] if r["workload"] == "real")
-    real.update(workload="lora", lora=LORA, pair_ratios=[4.5, 3.9], ratio=4.2)
+    real.update(workload="lora", lora=workloads.LORA, pair_ratios=[4.5, 3.9], ratio=4.2)
     real["lit"]["trainable"] = 4_884_480
     text = render_realistic(report)
     assert f"| lora: smollm2-135m-instruct ({real['lit']['params'] / 1e6:.1f}M, LoRA r16 on 7 projections: 4.9M " \
@@ -241,36 +247,32 @@ def test_unknown_realistic_workloads_are_refused_with_the_known_ones():
     import subprocess
 
     for args in (["--parts", "realistic", "--workloads", "lora,nope"], ["--workloads", "lora"]):
-        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "grpo_step.py"), *args], capture_output=True,
-                              text=True)
-        assert proc.returncode == 2 and "needs --parts realistic or tta and names of quickstart, real, lora" in proc.stderr
+        proc = subprocess.run([sys.executable, "-m", "bench.grpo_step", *args], capture_output=True,
+                              text=True, cwd=ROOT)
+        assert proc.returncode == 2
+        assert "needs --parts realistic or tta and names of quickstart, real, lora" in proc.stderr
 
 
 def test_the_realistic_plan_times_at_least_ten_steps_a_process():
-    import grpo_step
-
-    assert all(steps >= 10 and pairs >= 2 for _, pairs, _, steps in grpo_step.plan(False)["realistic"])
+    assert all(steps >= 10 and pairs >= 2 for _, pairs, _, steps in run.plan(False)["realistic"])
 
 
 def test_publishing_a_report_recorded_busy_is_refused_unless_allowed(tmp_path, monkeypatch):
-    import grpo_step
-
     report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
     report["meta"]["busy"] = ["trl smollm2 (real): other processes hold 9000 MiB resident"]
     doc = tmp_path / "performance.md"
-    monkeypatch.setitem(grpo_step.RUN, "allow_busy", False)
+    monkeypatch.setitem(run.RUN, "allow_busy", False)
     with pytest.raises(SystemExit, match="(?s)refusing to write into .*9000 MiB.*--allow-busy"):
-        grpo_step.publish(report, ["realistic", "tta"], doc, tmp_path / "saved.json")
+        run.publish(report, ["realistic", "tta"], doc, tmp_path / "saved.json")
     assert (tmp_path / "saved.json").exists() and not doc.exists()  # the data is kept, the docs untouched
-    monkeypatch.setitem(grpo_step.RUN, "allow_busy", True)
-    grpo_step.publish(report, ["realistic", "tta"], doc, None)
+    monkeypatch.setitem(run.RUN, "allow_busy", True)
+    run.publish(report, ["realistic", "tta"], doc, None)
     assert "1 times (published with --allow-busy)" not in doc.read_text()  # not forced: allow_busy not in meta
     assert "other processes hold 9000 MiB" in doc.read_text()
 
 
 def test_the_trl_runner_reads_the_prompts_in_the_order_lit_grpo_draws_them(monkeypatch):
     """train_order against the batches a Lightning fit of the same data module draws, across data epochs."""
-    import grpo_step_workloads
     import lightning as L
     import torch
 
@@ -282,7 +284,7 @@ def test_the_trl_runner_reads_the_prompts_in_the_order_lit_grpo_draws_them(monke
             return [{"prompt": f"{split} {i}", "reference": str(i), "id": f"{split}-{i}", "columns": {}}
                     for i in range(10 if split == "train" else 0)]
 
-    monkeypatch.setattr(grpo_step_workloads, "source", lambda workload, model: Ten())
+    monkeypatch.setattr(workloads, "source", lambda workload, model: Ten())
     seen: list[str] = []
 
     class Record(L.LightningModule):
@@ -300,7 +302,7 @@ def test_the_trl_runner_reads_the_prompts_in_the_order_lit_grpo_draws_them(monke
     trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, accelerator="cpu")
     trainer.fit(Record(), datamodule=PromptDataModule(Ten(), prompts_per_step=4, seed=3))
-    order = grpo_step_workloads.train_order("any", "any", prompts=4, steps=5, seed=3)
+    order = workloads.train_order("any", "any", prompts=4, steps=5, seed=3)
     assert len(seen) == 20 and [r["prompt"] for r in order] == seen  # 2 batches an epoch: 3 data epochs
 
 
@@ -312,16 +314,14 @@ def _tta_run(seed, reached, train_s, step, start=0.2):
 def test_time_to_accuracy_pairs_the_seeds_both_trainers_finished():
     import math
 
-    import grpo_step
-
     runs = {"lit-grpo": [_tta_run(0, True, 10.0, 5), _tta_run(1, True, 20.0, 10), _tta_run(2, True, 5.0, 5)],
             "trl": [_tta_run(0, True, 40.0, 5), _tta_run(1, True, 20.0, 5), _tta_run(2, False, None, None)]}
-    p = grpo_step.paired_ratios(runs)
+    p = run.paired_ratios(runs)
     assert p["ratios"] == {0: 4.0, 1: 1.0} and p["reached"] == {"lit-grpo": 3, "trl": 2} and p["seeds"] == 3
     assert p["geomean"] == pytest.approx(2.0)  # exp(mean(log 4, log 1))
     half = 12.7062047 * math.log(4) / math.sqrt(2) / math.sqrt(2)  # t(0.975, 1) x sd(log ratios) / sqrt(2)
     assert p["ci95"] == pytest.approx([2.0 * math.exp(-half), 2.0 * math.exp(half)], rel=1e-6)
-    one = grpo_step.paired_ratios({side: rs[:1] for side, rs in runs.items()})
+    one = run.paired_ratios({side: rs[:1] for side, rs in runs.items()})
     assert one["geomean"] == pytest.approx(4.0) and one["ci95"] is None
     report = {"tta": [{"workload": "lora", "seeds": [0, 1, 2], "max_steps": 60, "eval_every": 5, "gain": 0.1,
                        "samples": 4, "runs": runs, "paired": p}]}
@@ -335,7 +335,7 @@ def test_time_to_accuracy_pairs_the_seeds_both_trainers_finished():
 
 
 def test_held_out_targets_the_start_plus_the_gain_and_evaluates_when_due():
-    from grpo_step_workloads import HeldOut
+    from bench.grpo_step.workloads import HeldOut
 
     accuracies = iter([0.25, 0.30, 0.36])
     held = HeldOut("lora", "unused", 32, every=5, samples=4, gain=0.1)
@@ -351,7 +351,7 @@ def test_held_out_targets_the_start_plus_the_gain_and_evaluates_when_due():
 
 
 def test_each_run_of_the_realistic_or_tta_part_names_a_block_of_its_own():
-    from grpo_step import block_name
+    from bench.grpo_step.run import block_name
 
     assert block_name(["realistic"], None) == "grpo_step.py:realistic"
     assert block_name(["realistic", "tta"], None) == "grpo_step.py:realistic"
@@ -362,20 +362,23 @@ def test_each_run_of_the_realistic_or_tta_part_names_a_block_of_its_own():
     assert re.fullmatch(r"grpo_step\.py:realistic(:[\w+]+)?", block_name(["tta"], ("quickstart", "lora")))
 
 
-def test_the_smollm2_workloads_sample_with_the_fast_engine_and_the_quickstart_with_the_default():
-    from grpo_step_workloads import WORKLOADS
-
+def test_the_lit_grpo_side_samples_with_the_engine_at_its_defaults_on_every_workload():
+    """The benchmark sets none of the engine's options: it measures whatever HFGenerateEngine's defaults
+    are, and records them."""
+    from bench.grpo_step.lit_worker import ENGINE_SETTINGS, engine, engine_settings
     from lit_grpo.rollout import HFGenerateEngine
 
-    for name in ("real", "lora"):
-        engine = HFGenerateEngine(**dict(WORKLOADS[name].engine))
-        assert (engine.shrink, engine.sampler) == (True, "inverse_cdf")
-    assert WORKLOADS["quickstart"].engine == ()
+    # no workload picks engine options
+    assert all(not hasattr(w, "engine") for w in workloads.WORKLOADS.values())
+    default = HFGenerateEngine()
+    assert engine_settings(engine()) == {key: getattr(default, key) for key in ENGINE_SETTINGS}
+    assert type(engine()) is HFGenerateEngine
 
 
 def test_the_realistic_prose_says_what_the_committed_run_measured():
-    """The sentences of docs/performance.md that read the realistic run (generation's share of lit-grpo's step and
-    its share of the peak against TRL's; the trajectories' differences) hold for the committed data."""
+    """The sentences of docs/performance.md that read the realistic run (generation's share of lit-grpo's
+    step and its share of the peak against TRL's; the trajectories' differences) hold for the committed
+    data."""
     doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
     runs = {r["workload"]: r for r in json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
             ["realistic"]}
@@ -465,11 +468,100 @@ def test_the_comparison_and_scaling_prose_says_what_the_committed_run_measured()
 
 
 def test_the_lora_time_to_accuracy_prose_says_where_the_runs_reached_the_target():
-    """The sentence that reads the lora time to accuracy as a ratio of 5 steps' time holds only while every run of
-    both trainers reached the target at the first evaluation."""
+    """The sentence that reads the lora time to accuracy as a ratio of 5 steps' time holds only while every
+    run of both trainers reached the target at the first evaluation."""
     doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
     tta = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic-tta_lora.json").read_text())["tta"][0]
     first = all(r["reached"] and r["step"] == tta["eval_every"] for runs in tta["runs"].values() for r in runs)
     says = (f"In (c) every seed of both trainers reached the target at the first evaluation (step "
             f"{tta['eval_every']})") in doc
     assert says == first, "performance.md's reading of the lora time to accuracy disagrees with its data"
+
+
+def _process(tokens_per_s: float, step_s: float) -> dict:
+    """A measuring process's result with two timed steps of the given rates (its medians)."""
+    return {"steps": [{"tokens_per_s": tokens_per_s, "step_s": step_s}] * 2}
+
+
+def test_each_ab_pair_gives_a_tokens_per_s_ratio_and_a_step_time_ratio():
+    # pair 1: lit-grpo 300 tokens/s at 2 s a step, TRL 100 at 4 s (its completions shorter); pair 2: 200 at 3,
+    # 100 at 3
+    runs = {"lit-grpo": [_process(300.0, 2.0), _process(200.0, 3.0)],
+            "trl": [_process(100.0, 4.0), _process(100.0, 3.0)]}
+    out = run.pair_ratios(runs)
+    assert out["pair_ratios"] == [3.0, 2.0]
+    assert out["pair_step_ratios"] == [2.0, 1.0]  # TRL's step time over lit-grpo's
+    assert out["pair_ratio"] == {"median": 2.5, "min": 2.0, "max": 3.0, "pairs": 2}
+
+
+def test_paired_ratio_is_the_geometric_mean_with_a_t_interval_on_the_logs():
+    import math
+
+    ratios = [6.32, 6.22, 6.69]
+    logs = [math.log(r) for r in ratios]
+    mean, sd = sum(logs) / 3, statistics.stdev(logs)
+    half = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, 2 degrees of freedom)
+    gm, (low, high) = paired_ratio(ratios)
+    assert gm == pytest.approx(math.exp(mean)) and (low, high) == pytest.approx((math.exp(mean - half),
+                                                                                  math.exp(mean + half)))
+    with pytest.raises(ValueError, match="positive ratios"):
+        paired_ratio([2.0, 0.0])
+    with pytest.raises(ValueError, match="positive ratios"):
+        paired_ratio([])
+
+
+def test_a_run_that_recorded_its_pairs_step_times_renders_the_step_ratio_paired():
+    report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+    old = render_realistic(report)
+    assert "ratio of the two sides' median step times (this run did not record it per pair)" in old
+    lora = next(r for r in report["realistic"] if r["workload"] == "lora")
+    lora["pair_step_ratios"] = [3.6, 4.0, 3.9]
+    for r in report["realistic"]:
+        r.setdefault("pair_step_ratios", [1.5, 1.6, 1.55])
+    gm, (low, high) = paired_ratio([3.6, 4.0, 3.9])
+    text = render_realistic(report)
+    tokens = f"| {lora['lit']['tokens']:.0f} / {lora['trl']['tokens']:.0f} |"
+    assert f"{tokens} {gm:.2f}x [{low:.2f}, {high:.2f}] |" in text
+    assert f"; by step time {gm:.2f}x [{low:.2f}, {high:.2f}] | yes |" in text
+    assert "The ratio by step time is paired the same way" in text
+
+
+def test_the_settings_a_run_recorded_are_rendered_beside_the_throughput():
+    report = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())
+    assert ("Settings (the CPU's flags, each side's dtype, lit-grpo's engine, TRL's settings): not recorded"
+            in render_realistic(report))
+    for r in report["realistic"]:
+        r["cpu_flags"] = {"avx2": True, "avx512_bf16": True, "amx_bf16": False, "amx_tile": False}
+        r["lit"].update(dtype="float32", autocast=None,
+                        engine={"decoder": "own", "shrink": True, "sampler": "inverse_cdf"})
+        r["trl"].update(dtype="float32", autocast="bf16", trl_settings={"loss_type": "dapo", "beta": 0.0})
+    text = render_realistic(report)
+    assert ("| lora | avx2 yes, avx512_bf16 yes, amx_bf16 no, amx_tile no | float32 | float32 (bf16 autocast) "
+            "| decoder own, shrink True, sampler inverse_cdf | loss_type dapo, beta 0.0 |") in text
+
+
+def test_the_headline_rows_of_the_doc_are_their_json_as_paired_estimates():
+    """Each headline row against TRL (realistic, LoRA, quickstart) in docs/performance.md states its
+    tokens/s ratio, its paired estimate and its step-time ratio as the committed JSON gives them,
+    recomputed here from the pairs."""
+    import math
+
+    from lit_grpo.experiments.stats import t_quantile
+
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    rows = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())["realistic"]
+    for r in rows:
+        logs = [math.log(x) for x in r["pair_ratios"]]
+        mean, n = statistics.fmean(logs), len(logs)
+        half = t_quantile(0.975, n - 1) * statistics.stdev(logs) / math.sqrt(n)
+        step = r.get("pair_step_ratios")
+        by_step = f"{r['trl']['step_s'] / r['lit']['step_s']:.2f}x" if step is None else (
+            f"{paired_ratio(step)[0]:.2f}x")
+        pairs = f"{min(r['pair_ratios']):.2f}-{max(r['pair_ratios']):.2f}"
+        interval = f"[{math.exp(mean - half):.2f}, {math.exp(mean + half):.2f}]"
+        line = (f"{r['ratio']:.2f}x (A/B pairs {pairs}); paired {math.exp(mean):.2f}x {interval}; by step "
+                f"time {by_step}")
+        assert f"| {r['workload']} | completion tokens/s" in doc and line in doc, (
+            f"docs/performance.md's {r['workload']} headline disagrees with "
+            "docs/results/grpo_step_realistic.json: python -m bench.grpo_step --render "
+            "docs/results/grpo_step_realistic.json --write docs/performance.md")

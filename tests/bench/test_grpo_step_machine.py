@@ -1,5 +1,6 @@
-"""The machine-state record and the refusal rule of ``bench/grpo_step.py`` (``bench/grpo_step_machine.py``), on
-fabricated ``/proc`` text: nothing here depends on this machine's state."""
+"""The machine-state record and the refusal rule of the GRPO step benchmark
+(``bench/grpo_step/machine.py``), on fabricated ``/proc`` text: nothing here depends on this machine's
+state."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
 
-from grpo_step_machine import (  # noqa: E402
+from bench.grpo_step.machine import (  # noqa: E402
     busy_reasons,
     cpu_ticks,
     describe,
@@ -51,7 +52,7 @@ def test_meminfo_is_read_in_mib():
 
 
 def test_the_bench_tree_is_left_out_and_the_others_are_ranked_by_rss():
-    from grpo_step_machine import parse_status
+    from bench.grpo_step.machine import parse_status
 
     assert own_tree([parse_status(s) for s in PROCESSES], 100) == {100, 101, 102}
     state = machine_state("2.50 1.86 1.55 5/115 7766", MEMINFO, PROCESSES, own_pid=100, top=2)
@@ -124,3 +125,13 @@ def test_the_refusal_says_how_to_override_and_old_reports_say_not_recorded():
     assert "refusing to write into docs/performance.md" in text and "--allow-busy" in text and "2.50" in text
     assert describe(None) == "not recorded"
     assert describe(state(20, others_gib=2, load=0.25)).startswith("load 0.25/0.00/0.00, MemAvailable 20.0 of 24.0 GiB")
+
+
+def test_the_cpu_flags_and_name_are_read_from_cpuinfo():
+    from bench.grpo_step.machine import cpu_flags, cpu_name
+
+    info = ("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx2 avx512f avx512_bf16\n\n"
+            "processor\t: 1\n")
+    assert cpu_flags(info) == {"avx2": True, "avx512_bf16": True, "amx_bf16": False, "amx_tile": False}
+    assert cpu_flags("") == {"avx2": False, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False}
+    assert cpu_name(info).startswith("AMD EPYC (")

@@ -245,7 +245,7 @@ def test_the_bf16_rows_are_read_as_what_was_timed():
 
 
 def test_the_lora_headline_states_its_step_time_ratio():
-    from grpo_step_report import paired_ratio
+    from bench.grpo_step.report import paired_ratio
 
     lora = next(r for r in json.loads((RESULTS / "grpo_step_realistic.json").read_text())["realistic"]
                 if r["workload"] == "lora")  # fmt: skip
@@ -260,7 +260,7 @@ def test_the_lora_headline_states_its_step_time_ratio():
 
 
 def test_the_fp32_ratios_are_quoted_with_their_paired_intervals():
-    from grpo_step_report import paired_ratio
+    from bench.grpo_step.report import paired_ratio
 
     rows = {(r["size"], r["precision"]): r for r in json.loads((RESULTS / "grpo_step.json").read_text())["compare"]}
     values = [v for size in ("small", "medium") for gm, ci in [paired_ratio(rows[size, "fp32"]["pair_ratios"])]

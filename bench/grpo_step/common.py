@@ -1,7 +1,8 @@
-"""What both runners of ``bench/grpo_step.py`` share: their options, the prompts, the step clock, the result.
+"""What both measuring processes of the benchmark share: their options, the prompts, the step clock, the
+result.
 
-Imported by ``bench/grpo_step_lit.py`` (lit-grpo's environment) and ``bench/grpo_step_trl.py`` (TRL's), so
-it imports nothing beyond the standard library.
+Imported by :mod:`.lit_worker` (lit-grpo's environment) and :mod:`.trl_worker` (TRL's), so it imports nothing
+beyond the standard library.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PHASES = ["generate_s", "score_s", "forward_s", "backward_s", "optimizer_s"]
+#: The counts of a step's rows (:func:`group_counts`)
+COUNTS = ("useful_rows", "useful_prompt_tokens", "useful_tokens", "mixed_groups", "groups", "trained_rows",
+          "trained_prompt_tokens", "trained_tokens", "useful_context", "trained_context",
+          "sampled_prompt_tokens", "sampled_tokens", "sampled_context")
 
 
 def add_worker_args(parser: argparse.ArgumentParser) -> None:
@@ -30,20 +35,23 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", type=int, default=8, help="G")
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the policy trains and generates")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the policy trains and generates")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workload", choices=["zero", "real", "lora", "quickstart"], default="zero",
-                        help="prompts, reward and held-out set (bench/grpo_step_workloads.py)")
+                        help="prompts, reward and held-out set (bench/grpo_step/workloads.py)")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--eval-every", type=int, default=0,
                         help="held-out accuracy every this many steps (0: never); its time is not counted")
     parser.add_argument("--eval-samples", type=int, default=0,
-                        help="0: greedy accuracy (one completion a prompt); N: sampled, N completions a prompt")
+                        help="0: greedy accuracy (one completion a prompt); N: sampled, N completions a "
+                        "prompt")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--target", type=float, default=None,
                         help="stop at the first evaluation whose held-out accuracy reaches this")
     target.add_argument("--target-gain", type=float, default=None,
-                        help="evaluate the starting policy too and stop at the first evaluation this far above it")
+                        help="evaluate the starting policy too and stop at the first evaluation this far "
+                        "above it")
 
 
 def bench_prompts(n: int, seed: int = 0) -> list[str]:
@@ -68,9 +76,18 @@ class StepClock:
         self._open: dict[str, float] = {}
         self._tokens = self._prompt_tokens = 0
         self._last = time.perf_counter()
+        self.prompts: list[str] = []  # per step, the digest of its distinct prompts (:func:`prompts_digest`)
 
     def begin(self) -> None:
         self._last = time.perf_counter()
+
+    def start_step(self, seed: int, prompts: list[str]) -> None:
+        """Before a step's generation: record its prompts' digest and reseed torch with :func:`step_seed`, so
+        that both runners sample each step from the same random state whatever either consumed before."""
+        import torch
+
+        torch.manual_seed(step_seed(seed, len(self.steps)))
+        self.prompts.append(prompts_digest(prompts))
 
     def start(self, phase: str) -> None:
         self._open[phase] = time.perf_counter()
@@ -126,10 +143,7 @@ def group_counts(rewards: list[float], prompt_lens: list[int], completion_lens: 
     (``trained_rows``; default all), with the prompt once per group that has any (``prompt_once``) or once per
     row. Sampled work (generation): every group's prompt once and every sampled token. Each ``*_context`` is
     the causal attention context of those tokens (:func:`causal_context`), for the FLOP count."""
-    useful = {"useful_rows": 0.0, "useful_prompt_tokens": 0.0, "useful_tokens": 0.0, "mixed_groups": 0.0,
-              "groups": 0.0, "trained_rows": 0.0, "trained_prompt_tokens": 0.0, "trained_tokens": 0.0,
-              "useful_context": 0.0, "trained_context": 0.0, "sampled_prompt_tokens": 0.0, "sampled_tokens": 0.0,
-              "sampled_context": 0.0}
+    useful = dict.fromkeys(COUNTS, 0.0)
     trained_rows = trained_rows if trained_rows is not None else [True] * len(rewards)
     for start in range(0, len(rewards), group):
         rows = range(start, start + group)
@@ -147,9 +161,10 @@ def group_counts(rewards: list[float], prompt_lens: list[int], completion_lens: 
             useful["useful_tokens"] += sum(completion_lens[i] for i in rows)
             useful["useful_context"] += causal_context(p, 0) + sum(context)
         trained = [i for i in rows if trained_rows[i]]
-        prompts = (1 if trained else 0) if prompt_once else len(trained)  # how often the prompt is encoded
+        prompts = min(len(trained), 1) if prompt_once else len(trained)  # how often the prompt is encoded
         useful["trained_rows"] += len(trained)
-        useful["trained_prompt_tokens"] += (p if trained else 0) if prompt_once else sum(prompt_lens[i] for i in trained)
+        encoded = prompts * p if prompt_once else sum(prompt_lens[i] for i in trained)
+        useful["trained_prompt_tokens"] += encoded
         useful["trained_tokens"] += sum(completion_lens[i] for i in trained)
         useful["trained_context"] += prompts * causal_context(p, 0) + sum(context[i - start] for i in trained)
     return useful
@@ -173,7 +188,8 @@ def peak_rss_mib() -> float:
 
 
 def emit(clock: StepClock, args: argparse.Namespace, **info) -> None:
-    """Print the measurement of one process as a ``RESULT {json}`` line (timed steps only)."""
+    """Print the measurement of one process as a ``RESULT {json}`` line (timed steps only), with the step
+    prompts' digests (``clock.prompts``) and the settings both runners report."""
     result = {
         "steps": clock.steps[args.warmup :],
         "threads": args.threads,
@@ -181,7 +197,9 @@ def emit(clock: StepClock, args: argparse.Namespace, **info) -> None:
         "prompts": args.prompts,
         "group": args.group,
         "new_tokens": args.new_tokens,
+        "workload": args.workload,
         "peak_rss_mib": peak_rss_mib(),
+        "step_prompts": clock.prompts,
         **info,
     }
     print("RESULT " + json.dumps(result), flush=True)

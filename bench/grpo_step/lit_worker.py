@@ -1,39 +1,30 @@
-"""The lit-grpo runner of ``bench/grpo_step.py``: GRPO steps of ``GRPOModule`` through ``lightning.Trainer``.
+"""The lit-grpo measuring process: GRPO steps of ``GRPOModule`` through ``lightning.Trainer``.
 
-    python bench/grpo_step_lit.py --model DIR --steps 6 --warmup 2 [--precision bf16] [--full-logits]
+    python -m bench.grpo_step.lit_worker --model DIR --steps 6 --warmup 2 [--precision bf16] [--full-logits]
 
-Same settings as ``bench/grpo_step_trl.py`` (see ``bench/grpo_step.py``): HF generate engine, the prompts and
-reward of ``--workload`` (``bench/grpo_step_workloads.py``; torch reseeded with ``step_seed`` at the start of
-every step, the digest of each step's prompts reported as ``step_prompts``) with ``filter_degenerate`` off (no batch is skipped);
-on the ``zero`` workload ``elide_zero_advantage`` off (every completion is trained, as TRL does;
-``--module-options`` may turn it on), elsewhere the module's defaults. Token-mean loss, ``beta=0``,
-``num_iterations=1``, AdamW at a constant learning rate, clipping at 1, ``precision="bf16-mixed"`` for
-``--precision bf16``; on the ``lora`` workload the adapters of ``grpo_step_workloads.LORA``; the HF engine with
-the workload's options (``Workload.engine``). Phase times are the module's own ``perf/*`` metrics; ``step_s`` is the wall time
-between the ends of consecutive steps. ``--full-logits`` restores the previous log-prob paths (the
-training forward's whole ``[N, T, V]`` logits, and generation keeping every step's logits) for the
-memory comparison. Prints one ``RESULT {json}`` line.
-"""
+Same settings as :mod:`.trl_worker` (see the package's docstring): the HF generate engine at its defaults
+(the benchmark sets none of its options, so it measures whatever they are, and reports them as ``engine``),
+the prompts and reward of ``--workload`` (:mod:`.workloads`; torch reseeded with ``step_seed`` at the start
+of every step, the digest of each step's prompts reported as ``step_prompts``) with ``filter_degenerate``
+off (no batch is skipped); on the ``zero`` workload ``elide_zero_advantage`` off (every completion is
+trained, as TRL does; ``--module-options`` may turn it on), elsewhere the module's defaults. Token-mean
+loss, ``beta=0``, ``num_iterations=1``, AdamW at a constant learning rate, clipping at 1,
+``precision="bf16-mixed"`` for ``--precision bf16``; on the ``lora`` workload the adapters of
+:data:`.workloads.LORA`. Phase times are the module's own ``perf/*`` metrics; ``step_s`` is the wall time
+between the ends of consecutive steps. ``--full-logits`` restores the previous log-prob paths (the training
+forward's whole ``[N, T, V]`` logits, and generation keeping every step's logits) for the memory
+comparison. Prints one ``RESULT {json}`` line."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step_common import (  # noqa: E402
-    PHASES,
-    StepClock,
-    add_worker_args,
-    emit,
-    group_counts,
-    prompts_digest,
-    rss_mib,
-    step_seed,
-)
+from .common import PHASES, StepClock, add_worker_args, emit, group_counts, rss_mib
+
+#: The ``HFGenerateEngine`` options a run records
+ENGINE_SETTINGS = ("decoder", "shrink", "sampler", "shared_prefill", "use_cache", "batch_size", "merge_lora")
 
 
 def full_logits_engine():
@@ -67,56 +58,68 @@ def full_logits_engine():
     return FullLogitsEngine()
 
 
+def engine(full_logits: bool = False):
+    """The engine of the lit-grpo side: ``HFGenerateEngine`` at its defaults (or
+    :func:`full_logits_engine`)."""
+    from lit_grpo.rollout import HFGenerateEngine
+
+    return full_logits_engine() if full_logits else HFGenerateEngine()
+
+
+def engine_settings(engine) -> dict:
+    """What the engine that ran was set to (the report prints them): its decoder, ``shrink``, ``sampler``
+    and the other options a user may set."""
+    return {key: getattr(engine, key, None) for key in ENGINE_SETTINGS}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_worker_args(parser)
     parser.add_argument("--full-logits", action="store_true", help="the previous, [N, T, V] log-prob paths")
-    parser.add_argument("--module-options", default="", help="extra GRPOModule arguments as JSON, settings groups nested: {\"batching\": {\"shared_prefix\": false}}")
+    parser.add_argument("--module-options", default="", help="extra GRPOModule arguments as JSON, settings "
+                        "groups nested: {\"batching\": {\"shared_prefix\": false}}")
     args = parser.parse_args()
 
     import lightning as L
     import torch
 
     from lit_grpo import GRPOModule, PromptDataModule, logprobs
+    from lit_grpo.lora import LoraSettings
     from lit_grpo.settings import Algorithm, Batching, Optim, Sampling
 
+    from .workloads import LORA, WORKLOADS, held_out, reward, source
+
     torch.set_num_threads(args.threads)
-    from grpo_step_workloads import LORA, WORKLOADS, HeldOut, reward, source
-
-    from lit_grpo.lora import LoraSettings
-    from lit_grpo.rollout import HFGenerateEngine
-
     clock = StepClock()
-    held_out = HeldOut(args.workload, args.model, args.new_tokens, args.eval_every, args.eval_samples, args.target,
-                       args.target_gain)
-
-    step_prompts: list[str] = []
+    held = held_out(args)
 
     class Collect(L.Callback):
         def on_train_start(self, trainer, pl_module):
-            held_out.start(pl_module.policy)
+            held.start(pl_module.policy)
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if batch_idx == 0:
                 clock.begin()  # the first step's time excludes the trainer's setup
-            torch.manual_seed(step_seed(args.seed, len(clock.steps)))  # the step's generation starts from here
-            step_prompts.append(prompts_digest(batch.prompts))
+            clock.start_step(args.seed, batch.prompts)  # the step's generation starts from here
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             metrics = trainer.callback_metrics
             clock.set_phases({p: float(metrics.get(f"perf/{p}", 0.0)) for p in PHASES})
             stats = outputs["rollout"]
             prompt_lens = stats.rollouts.prompt_mask.sum(1).tolist()  # [N]
-            trained = (stats.advantages.reshape(-1) != 0).tolist() if pl_module._elides() else None  # rows run
+            trained = None  # the rows run forward and backward: all, unless the module elides some
+            if pl_module._elides():
+                trained = (stats.advantages.reshape(-1) != 0).tolist()
             clock.add_tokens(int(stats.lengths.sum()), int(sum(prompt_lens)))
-            clock.add_counts(group_counts(stats.rewards.reshape(-1).tolist(), prompt_lens, stats.lengths.tolist(),
-                                          stats.group_size, trained, prompt_once=pl_module.batching.shared_prefix))
+            clock.add_counts(group_counts(stats.rewards.reshape(-1).tolist(), prompt_lens,
+                                          stats.lengths.tolist(), stats.group_size, trained,
+                                          prompt_once=pl_module.batching.shared_prefix))
             clock.end_step()
             step = len(clock.steps)  # steps so far (batch_idx restarts at every epoch)
-            if held_out.due(step):
-                if held_out.after(step, sum(s["step_s"] for s in clock.steps), pl_module.policy):
+            if held.due(step):
+                if held.after(step, sum(s["step_s"] for s in clock.steps), pl_module.policy):
                     trainer.should_stop = True
                 clock.begin()  # the evaluation is not training time
 
@@ -130,7 +133,7 @@ def main() -> None:
         model=args.model,
         reward=reward(args.workload),
         group_size=args.group,
-        engine=full_logits_engine() if args.full_logits else HFGenerateEngine(**dict(WORKLOADS[args.workload].engine)),
+        engine=engine(args.full_logits),
         sampling=Sampling(temperature=1.0, max_new_tokens=args.new_tokens, val_samples=0),
         optim=Optim(lr=args.lr, max_grad_norm=1.0),
         algorithm=Algorithm(num_iterations=1, aggregation="token-mean", filter_degenerate=False),
@@ -163,11 +166,12 @@ def main() -> None:
         trainable=sum(p.numel() for p in module.policy.parameters() if p.requires_grad),
         load_rss_mib=load_rss,
         torch=torch.__version__,
-        workload=args.workload,
         options=options,
-        evals=held_out.evals,
-        target=held_out.target,
-        step_prompts=step_prompts,
+        engine=engine_settings(module.engine),
+        dtype=str(next(module.policy.parameters()).dtype).removeprefix("torch."),
+        autocast="bf16" if args.precision == "bf16" else None,
+        evals=held.evals,
+        target=held.target,
     )
 
 

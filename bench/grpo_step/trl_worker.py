@@ -1,20 +1,21 @@
-"""The peer runner of ``bench/grpo_step.py``: GRPO steps of Hugging Face TRL's ``GRPOTrainer``.
+"""The peer's measuring process: GRPO steps of Hugging Face TRL's ``GRPOTrainer``.
 
-Run by ``bench/grpo_step.py`` in TRL's own environment (``bench/setup_trl_env.sh`` creates
-``bench/.venv-trl``); TRL is not a dependency of lit-grpo. By hand:
+Run by the benchmark in TRL's own environment (``bench/setup_trl_env.sh`` creates ``bench/.venv-trl``); TRL is
+not a dependency of lit-grpo. By hand, from the repository root:
 
-    bench/.venv-trl/bin/python bench/grpo_step_trl.py --model DIR --steps 6 --warmup 2
+    bench/.venv-trl/bin/python -m bench.grpo_step.trl_worker --model DIR --steps 6 --warmup 2
 
-Settings match the lit-grpo side of the benchmark: one optimizer step = ``P`` prompts x ``G``
-completions generated in one batch with ``transformers`` ``generate`` (no vLLM), temperature 1, no KL
-(``beta=0``), one update per batch (``num_iterations=1``), token-mean loss over the batch
-(``loss_type="dapo"``: the masked token losses summed and divided by the batch's completion tokens), the
-prompts and reward of ``--workload`` (``bench/grpo_step_workloads.py``, the same code as the lit-grpo side; the
-prompts in the order lit-grpo draws them, unshuffled, and torch reseeded with ``step_seed`` before each step's
-generation), TRL's default optimizer (fused
-AdamW, as lit-grpo's) at a constant learning rate, gradient clipping at 1, no gradient checkpointing (TRL's default turns it on; lit-grpo's is off),
-``bf16`` autocast only for ``--precision bf16``, on the ``lora`` workload ``peft`` adapters with the settings of
-``grpo_step_workloads.LORA`` (``peft_config``), no logging or saving during the run.
+Settings match the lit-grpo side of the benchmark: one optimizer step = ``P`` prompts x ``G`` completions
+generated in one batch with ``transformers`` ``generate`` (no vLLM), temperature 1, no KL (``beta=0``), one
+update per batch (``num_iterations=1``), token-mean loss over the batch (``loss_type="dapo"``: the masked
+token losses summed and divided by the batch's completion tokens), the prompts and reward of ``--workload``
+(:mod:`.workloads`, the same code as the lit-grpo side; the prompts in the order lit-grpo draws them,
+unshuffled, and torch reseeded with ``step_seed`` before each step's generation), TRL's default optimizer
+(fused AdamW, as lit-grpo's) at a constant learning rate, gradient clipping at 1, no gradient checkpointing
+(TRL's default turns it on; lit-grpo's is off), ``bf16`` autocast only for ``--precision bf16``, on the
+``lora`` workload ``peft`` adapters with the settings of :data:`.workloads.LORA` (``peft_config``), no logging
+or saving during the run. Everything else at TRL's defaults; the settings that ran are reported
+(``trl_settings``).
 
 Per phase, on the same clock as the lit-grpo runner: ``generate_s`` (TRL's generation call),
 ``score_s`` (the reward function), ``forward_s`` (the loss forward), ``backward_s``,
@@ -25,20 +26,20 @@ optimizer steps. Prints one ``RESULT {json}`` line.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step_common import (  # noqa: E402
-    StepClock,
-    add_worker_args,
-    emit,
-    group_counts,
-    prompts_digest,
-    rss_mib,
-    step_seed,
-)
+from .common import StepClock, add_worker_args, emit, group_counts, rss_mib
+
+#: The ``GRPOConfig`` fields a run records, beside those it sets
+TRL_SETTINGS = ("loss_type", "beta", "num_iterations", "scale_rewards", "gradient_checkpointing", "bf16",
+                "fp16", "use_vllm", "optim", "learning_rate", "max_grad_norm", "temperature", "top_p",
+                "top_k", "max_completion_length", "num_generations", "per_device_train_batch_size")
+
+
+def plain(value):
+    """``value`` as JSON can hold it: a number, string, bool or None as it is, anything else (an enum) as
+    text."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
 def main() -> None:
@@ -49,21 +50,19 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-
-    torch.set_num_threads(args.threads)
     import transformers
     import trl
     from datasets import Dataset
-    from grpo_step_workloads import LORA, WORKLOADS, HeldOut, reward, train_order
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from .workloads import LORA, WORKLOADS, held_out, reward, train_order
+
+    torch.set_num_threads(args.threads)
     clock = StepClock()
-    held_out = HeldOut(args.workload, args.model, args.new_tokens, args.eval_every, args.eval_samples, args.target,
-                       args.target_gain)
+    held = held_out(args)
     scorer = reward(args.workload)
     last: dict[str, list] = {}  # the current step's rows: prompt and completion lengths, rewards
-    step_prompts: list[str] = []
 
     class TimedGRPOTrainer(GRPOTrainer):
         def _generate_single_turn(self, *a, **kw):
@@ -82,17 +81,18 @@ def main() -> None:
             clock.stop("optimizer_s")
 
         def on_train_begin(self, args_, state, control, **kw):
-            held_out.start(kw["model"])
+            held.start(kw["model"])
 
         def on_step_begin(self, args, state, control, **kw):
             if state.global_step == 0:
                 clock.begin()  # the first step's time excludes the trainer's setup
 
         def on_step_end(self, args_, state, control, **kw):
-            clock.add_counts(group_counts(last["rewards"], last["prompt_lens"], last["completion_lens"], args.group))
+            clock.add_counts(group_counts(last["rewards"], last["prompt_lens"], last["completion_lens"],
+                                          args.group))
             clock.end_step()
-            if held_out.due(state.global_step):
-                if held_out.after(state.global_step, sum(s["step_s"] for s in clock.steps), kw["model"]):
+            if held.due(state.global_step):
+                if held.after(state.global_step, sum(s["step_s"] for s in clock.steps), kw["model"]):
                     control.should_training_stop = True
                 clock.begin()  # the evaluation is not training time
 
@@ -169,8 +169,7 @@ def main() -> None:
         original_generate = trainer._generate
 
         def counted_generate(prompts_):
-            torch.manual_seed(step_seed(args.seed, len(clock.steps)))  # as the lit-grpo runner at its step start
-            step_prompts.append(prompts_digest([str(p) for p in prompts_]))
+            clock.start_step(args.seed, [str(p) for p in prompts_])  # as lit-grpo's runner at its step start
             result = original_generate(prompts_)
             # completion tokens (EOS included) and prompt tokens
             last["prompt_lens"] = [len(ids) for ids in result[0]]
@@ -193,10 +192,11 @@ def main() -> None:
         trl=trl.__version__,
         transformers=transformers.__version__,
         torch=torch.__version__,
-        workload=args.workload,
-        evals=held_out.evals,
-        target=held_out.target,
-        step_prompts=step_prompts,
+        trl_settings={key: plain(getattr(config, key, None)) for key in TRL_SETTINGS},
+        dtype=str(model.dtype).removeprefix("torch."),
+        autocast="bf16" if config.bf16 else None,
+        evals=held.evals,
+        target=held.target,
     )
 
 

@@ -1,16 +1,18 @@
-"""The workloads of ``bench/grpo_step.py``: prompts, references, reward and held-out evaluation, the same for
-both runners (``grpo_step_lit.py`` and ``grpo_step_trl.py`` import this; TRL's environment has lit-grpo
-installed, so both sides score with the same reward code and read the same prompts). Both sides also take the
-same prompts in the same order step by step: lit-grpo draws them through ``PromptDataModule``, and TRL reads
-them, unshuffled, in that order (:func:`train_order`).
+"""The workloads of the benchmark: prompts, references, reward and held-out evaluation, the same for both
+runners (:mod:`.lit_worker` and :mod:`.trl_worker` import this; TRL's environment has lit-grpo installed, so
+both sides score with the same reward code and read the same prompts). Both sides also take the same prompts
+in the same order step by step: lit-grpo draws them through ``PromptDataModule``, and TRL reads them,
+unshuffled, in that order (:func:`train_order`). A workload fixes what both sides compute (model, prompts,
+reward, P, G, new tokens, learning rate, adapters); how each trainer computes it is left at that trainer's
+settings (lit-grpo's engine at its defaults, whatever they are).
 
 - ``zero``: two-digit addition prompts (``"12+34="``) and a reward that is always 0, so every advantage is 0
   and no trainer can skip anything: the same arithmetic on both sides.
 - ``real``: SmolLM2-135M-Instruct (``lit-grpo models fetch smollm2-135m-instruct``) asked "What is a + b?
   Answer with the number only." (a, b <= 30) in its chat template, scored by :class:`lit_grpo.LastNumber`:
   the workload of ``configs/real/quickstart.yaml``, here as a full fine-tune.
-- ``lora``: the same model, prompts and reward with the real quickstart's LoRA (:data:`LORA`: rank 16, alpha 32,
-  no dropout, on every projection) at its learning rate 3e-4; TRL trains it through ``peft`` with the same
+- ``lora``: the same model, prompts and reward with the real quickstart's LoRA (:data:`LORA`: rank 16, alpha
+  32, no dropout, on every projection) at its learning rate 3e-4; TRL trains it through ``peft`` with the same
   adapter settings.
 - ``quickstart``: the shipped starting policy ``tiny-arith-sft`` on two-digit addition with
   :class:`lit_grpo.ExactMatch`: the workload of ``configs/quickstart.yaml``.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from grpo_step_common import bench_prompts
+from .common import bench_prompts
 
 
 @dataclass(frozen=True)
@@ -32,21 +34,16 @@ class Workload:
     new_tokens: int
     lr: float
     lora: bool = False  # train the adapters of :data:`LORA` instead of every weight
-    engine: tuple[tuple[str, object], ...] = ()  # lit-grpo's HFGenerateEngine options, other than its defaults
 
 
 #: The adapters of ``configs/real/quickstart.yaml`` (lit-grpo's ``LoraSettings``; TRL: ``peft.LoraConfig``).
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0,
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
 
-#: The engine of the SmolLM2 workloads: finished rows leave the batch, one uniform number a row instead of one per
-#: vocabulary entry (49,152): the same distribution as the default engine's, other samples for the same seed
-FAST = (("shrink", True), ("sampler", "inverse_cdf"))
-
 WORKLOADS = {
     "zero": Workload(None, 8, 8, 16, 1e-5),
-    "real": Workload("smollm2-135m-instruct", 8, 8, 32, 1e-5, engine=FAST),
-    "lora": Workload("smollm2-135m-instruct", 8, 8, 32, 3e-4, lora=True, engine=FAST),
+    "real": Workload("smollm2-135m-instruct", 8, 8, 32, 1e-5),
+    "lora": Workload("smollm2-135m-instruct", 8, 8, 32, 3e-4, lora=True),
     "quickstart": Workload("tiny-arith-sft", 16, 8, 6, 1e-4),
 }
 
@@ -119,15 +116,22 @@ def reward(workload: str):
     return {"zero": ZeroReward, "real": LastNumber, "lora": LastNumber, "quickstart": ExactMatch}[workload]()
 
 
-class HeldOut:
-    """Held-out accuracy of a model during training, and when a run has reached its target: the workload's ``val``
-    prompts through lit-grpo's HF engine, scored by the workload's reward; ``samples`` 0 for one greedy completion
-    a prompt, else that many completions a prompt at temperature 1, drawn from a fixed seed inside a forked RNG (the
-    training's random stream is left as it was). Both runners call this on their live model, so both are judged by
-    the same code.
+def held_out(args) -> HeldOut:
+    """The :class:`HeldOut` of a measuring process's options (:func:`.common.add_worker_args`)."""
+    return HeldOut(args.workload, args.model, args.new_tokens, args.eval_every, args.eval_samples,
+                   args.target, args.target_gain)
 
-    The target is ``target`` (an accuracy), or with ``gain`` the accuracy of the starting policy (:meth:`start`)
-    plus ``gain``. ``evals`` records each evaluation (step, training seconds so far, accuracy)."""
+
+class HeldOut:
+    """Held-out accuracy of a model during training, and when a run has reached its target: the workload's
+    ``val`` prompts through lit-grpo's HF engine, scored by the workload's reward; ``samples`` 0 for one
+    greedy completion a prompt, else that many completions a prompt at temperature 1, drawn from a fixed seed
+    inside a forked RNG (the training's random stream is left as it was). Both runners call this on their live
+    model, so both are judged by the same code.
+
+    The target is ``target`` (an accuracy), or with ``gain`` the accuracy of the starting policy
+    (:meth:`start`) plus ``gain``. ``evals`` records each evaluation (step, training seconds so far,
+    accuracy)."""
 
     EVAL_SEED = 1234
 
@@ -144,8 +148,8 @@ class HeldOut:
         needs none of them)."""
         from transformers import AutoTokenizer
 
-        return source(self.workload, self.model).load("val"), reward(self.workload), AutoTokenizer.from_pretrained(
-            self.model)
+        tokenizer = AutoTokenizer.from_pretrained(self.model)
+        return source(self.workload, self.model).load("val"), reward(self.workload), tokenizer
 
     def __call__(self, policy) -> float:
         import torch

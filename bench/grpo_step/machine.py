@@ -1,12 +1,11 @@
-"""The machine's state around ``bench/grpo_step.py``'s measurements, and the rule that refuses to publish them.
+"""The machine's state around the benchmark's measurements, and the rule that refuses to publish them.
 
 Recorded once at the start and the end of a run and before every measuring process: the load averages,
 ``MemAvailable`` and ``MemTotal`` (``/proc/meminfo``) and the resident set size (``VmRSS``) of the largest
 processes outside the benchmark's own process tree (the bench and its children, from ``/proc/*/status``).
 
 The rule (:func:`busy_reasons`), given ``need_mib``, the peak RSS of the largest trainer process the run
-will start (the largest measured so far in this run, at least the workload's prior in
-``bench/grpo_step.py``):
+will start (the largest measured so far in this run, at least the workload's prior, ``run.NEED_MIB``):
 
 1. **memory the trainers need**: ``MemAvailable - need_mib < margin_mib`` (default margin: 1 GiB or 5% of
    ``MemTotal``, whichever is larger). ``MemAvailable`` is what the kernel can hand out without swapping;
@@ -32,9 +31,13 @@ still saves it, with the reasons). ``--allow-busy`` overrides both. Everything h
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 TOP = 5  # other processes recorded, largest RSS first
+#: The CPU flags a run records: native bf16 matmuls (``avx512_bf16``; AMX's tiles, ``amx_bf16``, ``amx_tile``)
+#: and the AVX2 baseline; together they say whether the bf16 rows can run fast on this CPU
+CPU_FLAGS = ("avx2", "avx512_bf16", "amx_bf16", "amx_tile")
 
 
 def parse_meminfo(text: str) -> dict[str, float]:
@@ -45,7 +48,8 @@ def parse_meminfo(text: str) -> dict[str, float]:
         parts = value.split()
         if key in ("MemTotal", "MemAvailable") and parts:
             fields[key] = float(parts[0]) / 1024  # kB
-    return {"mem_total_mib": fields.get("MemTotal", 0.0), "mem_available_mib": fields.get("MemAvailable", 0.0)}
+    return {"mem_total_mib": fields.get("MemTotal", 0.0),
+            "mem_available_mib": fields.get("MemAvailable", 0.0)}
 
 
 def parse_status(text: str) -> dict:
@@ -91,7 +95,8 @@ def machine_state(loadavg: str, meminfo: str, statuses: list[str], own_pid: int,
         "load": [float(x) for x in loadavg.split()[:3]],
         **parse_meminfo(meminfo),
         "others_rss_mib": sum(p["rss_mib"] for p in others),
-        "top_others": [{"pid": p["pid"], "name": p["name"], "rss_mib": round(p["rss_mib"], 1)} for p in others[:top]],
+        "top_others": [{"pid": p["pid"], "name": p["name"], "rss_mib": round(p["rss_mib"], 1)}
+                       for p in others[:top]],
     }
 
 
@@ -155,8 +160,9 @@ def busy_reasons(state: dict, need_mib: float, threads: int, cpus: int, check_lo
     left = state["mem_available_mib"] - need_mib
     if left < margin:
         reasons.append(
-            f"MemAvailable {state['mem_available_mib']:.0f} MiB leaves {left:.0f} MiB after the trainers' peak RSS "
-            f"of {need_mib:.0f} MiB, under the margin of {margin:.0f} MiB; largest other processes: {holders or 'none'}")
+            f"MemAvailable {state['mem_available_mib']:.0f} MiB leaves {left:.0f} MiB after the trainers' "
+            f"peak RSS of {need_mib:.0f} MiB, under the margin of {margin:.0f} MiB; largest other processes: "
+            f"{holders or 'none'}")
     if state["others_rss_mib"] > max_other:
         reasons.append(
             f"other processes hold {state['others_rss_mib']:.0f} MiB resident, over {max_other:.0f} MiB "
@@ -165,16 +171,16 @@ def busy_reasons(state: dict, need_mib: float, threads: int, cpus: int, check_lo
         reasons.append(f"other processes used {other_cpu:.1f} CPU s during the {wall_s:.0f} s measurement "
                        f"({other_cpu / wall_s:.2f} of a core on average, over {max_other_cpu})")
     if check_load and state["load"][0] > bound:
-        reasons.append(f"1-minute load average {state['load'][0]:.2f} over {bound:.2f} ({cpus} CPUs, {threads} "
-                       "threads for the bench)")
+        reasons.append(f"1-minute load average {state['load'][0]:.2f} over {bound:.2f} ({cpus} CPUs, "
+                       f"{threads} threads for the bench)")
     return reasons
 
 
 def refusal(reasons: list[str], what: str) -> str:
     """The error a refusing run stops with."""
     return (f"refusing to {what}: the machine is busy\n  - " + "\n  - ".join(reasons)
-            + "\nStop those processes (or wait for the load to fall), or pass --allow-busy to measure and publish "
-            "anyway; the report then records the state.")
+            + "\nStop those processes (or wait for the load to fall), or pass --allow-busy to measure and "
+            "publish anyway; the report then records the state.")
 
 
 def describe(state: dict | None) -> str:
@@ -183,5 +189,34 @@ def describe(state: dict | None) -> str:
         return "not recorded"
     others = ", ".join(f"{p['name']} {p['rss_mib'] / 1024:.1f} GiB" for p in state["top_others"][:3])
     return (f"load {'/'.join(f'{x:.2f}' for x in state['load'])}, MemAvailable "
-            f"{state['mem_available_mib'] / 1024:.1f} of {state['mem_total_mib'] / 1024:.1f} GiB, other processes "
-            f"{state['others_rss_mib'] / 1024:.1f} GiB resident" + (f" (largest: {others})" if others else ""))
+            f"{state['mem_available_mib'] / 1024:.1f} of {state['mem_total_mib'] / 1024:.1f} GiB, other "
+            f"processes {state['others_rss_mib'] / 1024:.1f} GiB resident"
+            + (f" (largest: {others})" if others else ""))
+
+
+def cpu_flags(cpuinfo: str, wanted: tuple[str, ...] = CPU_FLAGS) -> dict[str, bool]:
+    """Which of ``wanted`` the first ``flags`` line of a ``/proc/cpuinfo`` text lists (all False without
+    one)."""
+    line = next((x for x in cpuinfo.splitlines() if x.startswith("flags")), "")
+    have = set(line.partition(":")[2].split())
+    return {flag: flag in have for flag in wanted}
+
+
+def cpu_name(cpuinfo: str) -> str:
+    """The CPU's model name with the logical CPU count: ``AMD EPYC (2 logical CPUs)``."""
+    name = next((x.split(":", 1)[1].strip() for x in cpuinfo.splitlines() if x.startswith("model name")),
+                platform.processor() or "unknown CPU")
+    return f"{name} ({os.cpu_count()} logical CPUs)"
+
+
+def read_cpuinfo(proc: Path = Path("/proc")) -> str:
+    """This machine's ``/proc/cpuinfo`` (empty where there is none)."""
+    try:
+        return (proc / "cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def load_1min(proc: Path = Path("/proc")) -> float:
+    """The 1-minute load average."""
+    return float((proc / "loadavg").read_text().split()[0])
