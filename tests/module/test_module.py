@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import lit_grpo.losses.ppo_clip as ppo_clip_mod
 import lit_grpo.module as module_mod
 from lit_grpo import GRPO, RLOO, MaxRL, RewardFunction, Sign, SoftmaxGRPO
-from lit_grpo.losses import AGGREGATIONS, LossOutput, PolicyLoss, PPOClip
+from lit_grpo.losses import AGGREGATIONS, LossOutput, PolicyLoss, PPOClip, TruncatedIS
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.types import RewardOutput
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
@@ -119,7 +119,7 @@ def _first_step(tmp_path, model_path, **kwargs):
 def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_model_path, shift, tis, tis_cap, scale):
     plain, metrics = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift))
     weighted, _ = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift),
-                              loss=PPOClip(tis=tis, tis_cap=tis_cap))
+                              loss=PPOClip(correction=TruncatedIS(tis, tis_cap)))
     assert any(g.abs().sum() > 0 for g in plain.values())
     for k in plain:
         torch.testing.assert_close(weighted[k], scale * plain[k], atol=1e-6, rtol=1e-4)
@@ -131,7 +131,7 @@ def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_mode
 
 def test_matching_engine_has_no_mismatch_and_tis_changes_nothing(tmp_path, sft_model_path):
     plain, metrics = _first_step(tmp_path, sft_model_path)
-    weighted, _ = _first_step(tmp_path, sft_model_path, loss=PPOClip(tis="token"))
+    weighted, _ = _first_step(tmp_path, sft_model_path, loss=PPOClip(correction=TruncatedIS("token")))
     for k in plain:
         torch.testing.assert_close(weighted[k], plain[k], atol=1e-5, rtol=1e-3)
     assert 0 <= metrics["rollout/logp_diff_mean"].item() < 1e-4
@@ -314,10 +314,10 @@ def test_bad_options_are_rejected_with_the_option_named(sft_model_path):
         tiny_module(sft_model_path, temperature=0)
     with pytest.raises(ValueError, match="tau"):
         SoftmaxGRPO(tau=0)
-    with pytest.raises(ValueError, match="tis='tokens' is not known"):
-        tiny_module(sft_model_path, loss=PPOClip(tis="tokens"))
+    with pytest.raises(ValueError, match="level='tokens' is not known"):
+        tiny_module(sft_model_path, loss=PPOClip(correction=TruncatedIS("tokens")))
     with pytest.raises(ValueError, match="tis_cap=0"):
-        tiny_module(sft_model_path, loss=PPOClip(tis="token", tis_cap=0))
+        tiny_module(sft_model_path, loss=PPOClip(correction=TruncatedIS("token", 0)))
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path):
