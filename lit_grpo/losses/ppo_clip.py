@@ -1,4 +1,5 @@
-"""PPOClip: the clipped surrogate of PPO and GRPO, with dual clip, a KL penalty and an importance correction."""
+"""PPOClip: the clipped surrogate of PPO and GRPO, with dual clip, a KL penalty and an importance
+correction."""
 
 from __future__ import annotations
 
@@ -46,10 +47,12 @@ class PPOClip(PolicyLoss):
         require(tis is None and tis_cap is None, _removed_tis(tis, tis_cap))
         require(0 <= eps_low < 1 and eps_high >= 0,
                 f"eps_low={eps_low}, eps_high={eps_high}: need 0 <= eps_low < 1 and eps_high >= 0")
-        require(dual_clip is None or dual_clip > 1, f"dual_clip={dual_clip} must be > 1 (typically 3) or null")
+        require(dual_clip is None or dual_clip > 1, f"dual_clip={dual_clip} must be > 1 (typically 3) or "
+                                                    "null")
         require(beta >= 0, f"beta={beta} must be >= 0")
         require(kl_estimator in get_args(KLEstimator),
-                f"kl_estimator={kl_estimator!r} is not known; choose one of {', '.join(get_args(KLEstimator))}")
+                f"kl_estimator={kl_estimator!r} is not known; choose one of "
+                f"{', '.join(get_args(KLEstimator))}")
         self.eps_low, self.eps_high, self.dual_clip = eps_low, eps_high, dual_clip
         self.beta, self.kl_estimator = beta, kl_estimator
         self.correction = correction
@@ -61,7 +64,8 @@ class PPOClip(PolicyLoss):
     @property
     def zero_advantage_inert(self) -> bool:
         """Without the KL term: ``-min(w 0, clip(w) 0) = 0`` (the dual clip acts only for ``A < 0``, an
-        importance correction multiplies by a constant), so a row with ``A = 0`` has zero loss and gradient."""
+        importance correction multiplies by a constant), so a row with ``A = 0`` has zero loss and
+        gradient."""
         return self.beta == 0
 
     def __call__(self, batch: LossInputs) -> LossOutput:
@@ -76,7 +80,8 @@ class PPOClip(PolicyLoss):
 
 
 def _removed_tis(tis: Any, tis_cap: Any) -> str:
-    """The error for a config that still sets ``PPOClip``'s removed ``tis`` or ``tis_cap``: what replaces them."""
+    """The error for a config that still sets ``PPOClip``'s removed ``tis`` or ``tis_cap``: what replaces
+    them."""
     level = tis if tis not in (None, "off") else "token"
     cap = tis_cap if tis_cap is not None else 2.0
     return (f"PPOClip: tis={tis!r}, tis_cap={tis_cap!r}: these options were removed; the same correction is "

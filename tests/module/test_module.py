@@ -111,15 +111,15 @@ def _first_step(tmp_path, model_path, **kwargs):
     return capture.grads, trainer.callback_metrics
 
 
-@pytest.mark.parametrize(("shift", "tis", "tis_cap", "scale"), [
+@pytest.mark.parametrize(("shift", "level", "cap", "scale"), [
     (math.log(1.5), "token", 2.0, 1.5),  # each token weighted by its ratio
     (math.log(3.0), "token", 2.0, 2.0),  # ... truncated at the cap
     (math.log(3.0), "sequence", 2.0, 2.0),  # the completion's product 3^L, truncated at the cap
 ])
-def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_model_path, shift, tis, tis_cap, scale):
+def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_model_path, shift, level, cap, scale):
     plain, metrics = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift))
     weighted, _ = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift),
-                              loss=PPOClip(correction=TruncatedIS(tis, tis_cap)))
+                              loss=PPOClip(correction=TruncatedIS(level, cap)))
     assert any(g.abs().sum() > 0 for g in plain.values())
     for k in plain:
         torch.testing.assert_close(weighted[k], scale * plain[k], atol=1e-6, rtol=1e-4)
@@ -296,7 +296,7 @@ def test_nonfinite_loss_skips_the_step_and_counts(tmp_path, sft_model_path):
     with mock.patch.object(ppo_clip_mod, "clipped_policy_loss",
                            side_effect=_nan_loss):
         tiny_trainer(tmp_path, max_steps=2).fit(module, datamodule=tiny_data())
-    assert module.nonfinite_steps == 2
+    assert module.counts.nonfinite_steps == 2
     assert all(torch.equal(before[k], v) for k, v in _params(module).items())
     raising = tiny_module(sft_model_path, on_nonfinite="raise")
     with mock.patch.object(ppo_clip_mod, "clipped_policy_loss",
