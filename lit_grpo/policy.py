@@ -1,5 +1,4 @@
-"""The base LightningModule: a causal-LM policy with a rollout engine and a reward, scored on held-out
-prompts."""
+"""The base LightningModule: a causal-LM policy with a rollout engine and a reward, held-out scoring."""
 
 from __future__ import annotations
 
@@ -87,8 +86,7 @@ class PolicyModule(LightningModule):
 
     def configure_optimizers(self):
         """AdamW over the trained parameters (the adapters only, with LoRA) with a linear warm-up; the fused
-        kernel where every parameter is a plain CPU or CUDA tensor (FSDP2's DTensors keep the default
-        loop)."""
+        kernel where every parameter is a plain CPU or CUDA tensor (FSDP2's DTensors: the default loop)."""
         params = [p for p in self.policy.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=self.optim.lr, betas=self.optim.betas,
                                 weight_decay=self.optim.weight_decay, fused=_fused_adamw_ok(params))
@@ -177,8 +175,7 @@ class PolicyModule(LightningModule):
 
 
 def _fused_adamw_ok(params: list[Tensor]) -> bool:
-    """Whether the fused AdamW kernel (one pass over each tensor) applies: plain CPU or CUDA tensors, no
-    DTensor."""
+    """Whether the fused AdamW kernel (one pass a tensor) applies: plain CPU or CUDA tensors, no DTensor."""
     from torch.distributed.tensor import DTensor
 
     return bool(params) and all(p.device.type in ("cpu", "cuda") and not isinstance(p, DTensor)

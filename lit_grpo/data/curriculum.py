@@ -17,8 +17,7 @@ from lit_grpo.checks import require
 
 
 class PromptCurriculum:
-    """Retires prompts whose running pass rate is ``>= retire_above`` (solved) or ``<= retire_below``
-    (hopeless).
+    """Retires a prompt once its running pass rate is ``>= retire_above`` or ``<= retire_below``.
 
     After each visit (one group of completions) of a prompt, its rate becomes ``r`` on the first visit and
     ``(1 - smoothing) * rate + smoothing * r`` after, where ``r`` is the group's mean reward over its scorable

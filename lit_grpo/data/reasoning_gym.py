@@ -115,8 +115,7 @@ def check_dataset(name: str, config: dict[str, Any], owner: str = "ReasoningGymS
 
 @lru_cache(maxsize=64)
 def dataset_of(source: str):
-    """The generator described by an ``rg_source`` JSON string (cached: every completion of a run shares
-    it)."""
+    """The generator an ``rg_source`` JSON string describes (cached: a run's completions all share it)."""
     spec = json.loads(source)
     rg = reasoning_gym("ReasoningGymScore")
     return rg.create_dataset(spec["dataset"], seed=spec["seed"], size=spec["size"], **spec["config"])
@@ -318,8 +317,7 @@ class ReasoningGymScore(PooledScorer, RewardFunction):
         return text.strip() or None
 
     def entry(self, reference: str, rg_source: str, rg_index: int, rg_entry: str, rg_exact: bool) -> dict:
-        """The entry ``score_answer`` reads: from the columns when they rebuild it exactly, else
-        regenerated."""
+        """The entry ``score_answer`` reads: from the columns where they rebuild it exactly, else anew."""
         entry = json.loads(rg_entry) if rg_exact else regenerated_entry(rg_source, int(rg_index))
         require(str(entry["answer"]) == reference,
                 f"item {rg_index} of {rg_source} regenerated with answer {entry['answer']!r}, not the "
@@ -338,8 +336,7 @@ class ReasoningGymScore(PooledScorer, RewardFunction):
         return score if self.partial_credit or score != score else float(score == 1.0)  # score != score: NaN
 
     def __call__(self, completions: list[str], references: list[str], **columns: Any) -> RewardOutput:
-        """``completions [N]``, ``references [N]`` and the records' ``rg_*`` columns -> scores ``[N]`` in [0,
-        1]."""
+        """``completions [N]``, ``references [N]`` and ``rg_*`` columns -> scores ``[N]`` in [0, 1]."""
         missing = [c for c in COLUMNS if c not in columns]
         require(not missing,
                 f"ReasoningGymScore needs the columns {', '.join(COLUMNS)} that ReasoningGymSource records "

@@ -46,8 +46,7 @@ class PromptSource(ABC):
 
     @abstractmethod
     def load(self, split: Split) -> list[Record]:
-        """The records of ``split``: dicts with "prompt", "reference", "id" ("<split>-<row>") and
-        "columns"."""
+        """The records of ``split``: dicts of "prompt", "reference", "id" ("<split>-<row>"), "columns"."""
 
     def stream(self, split: Split, on_bad_row: OnBadRow | None = None) -> Iterator[Record]:
         """The records of ``split`` one at a time, in a fixed order; a bad row raises

@@ -39,8 +39,7 @@ def _check_problem_space(owner: str, sizes: dict[str, int], max_operand: int, op
 
 
 def _drawn(seed: int, code: int, stream: int, low: int, high: int) -> int:
-    """An integer in ``low..high`` drawn for problem ``code`` (``stream`` keeps the draws of one source
-    apart)."""
+    """An integer in ``low..high`` drawn for problem ``code`` (``stream`` keeps a source's draws apart)."""
     return int(np.random.default_rng([seed, code, stream]).integers(low, high + 1))
 
 

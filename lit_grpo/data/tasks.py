@@ -53,8 +53,7 @@ def last_boxed(text: str) -> str | None:
 
 
 def with_format_bonus(reward, style: str):
-    """``reward``, plus 0.1 × :class:`~lit_grpo.rewards.Format` when the prompts ask for the ``think``
-    shape."""
+    """``reward``, plus 0.1 × :class:`~lit_grpo.rewards.Format` where the prompts ask for ``think``."""
     from lit_grpo.rewards import Format, WeightedSum
 
     return WeightedSum([reward, Format()], weights=[1.0, 0.1]) if style == "think" else reward

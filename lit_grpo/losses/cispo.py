@@ -21,8 +21,8 @@ class CISPO(PolicyLoss):
     Args:
         eps_low: The weight's lower bound is ``1 - eps_low`` (null = no lower bound, the paper's choice).
         eps_high: The weight's upper bound is ``1 + eps_high``.
-        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``), or
-            null.
+        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``;
+            null: none).
     """
 
     def __init__(self, eps_low: float | None = None, eps_high: float = 4.0,

@@ -31,8 +31,7 @@ class Correction:
 
 
 class ImportanceCorrection(ABC):
-    """Weights ``[n, T]`` from the trainer's pre-update log-probs and the engine's, both of the sampled
-    tokens."""
+    """Weights ``[n, T]`` from the trainer's pre-update log-probs and the engine's of the sampled tokens."""
 
     @abstractmethod
     def __call__(self, train_logp: Tensor, engine_logp: Tensor, mask: Tensor) -> Correction:
@@ -78,8 +77,8 @@ class MaskedIS(ImportanceCorrection):
     rejection sampling). Logs ``train/is_masked_frac`` (share of tokens, or of completions, masked).
 
     Args:
-        level: ``token``, ``sequence`` (product of the completion's ratios) or ``geometric`` (its geometric
-            mean).
+        level: ``token``, ``sequence`` (product of the completion's ratios) or ``geometric`` (their
+            geometric mean).
         low: Lower end of the band (0 = no lower end).
         high: Upper end of the band.
     """

@@ -22,8 +22,8 @@ class GMPO(PolicyLoss):
     Args:
         eps_low: Lower clip of the token log ratio (ratio ``e^-eps_low``).
         eps_high: Upper clip of the token log ratio (ratio ``e^eps_high``).
-        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``), or
-            null.
+        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``;
+            null: none).
     """
 
     def __init__(self, eps_low: float = 0.4, eps_high: float = 0.4,

@@ -22,8 +22,8 @@ class GSPO(PolicyLoss):
     Args:
         eps_low: Lower clip range of the sequence ratio (the paper: 3e-4).
         eps_high: Upper clip range of the sequence ratio (the paper: 4e-4).
-        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``), or
-            null.
+        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``;
+            null: none).
     """
 
     def __init__(self, eps_low: float = 3e-4, eps_high: float = 4e-4,

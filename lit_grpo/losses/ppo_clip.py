@@ -1,5 +1,4 @@
-"""PPOClip: the clipped surrogate of PPO and GRPO, with dual clip, a KL penalty and an importance
-correction."""
+"""PPOClip: PPO's and GRPO's clipped surrogate, with dual clip, a KL penalty and an importance correction."""
 
 from __future__ import annotations
 
@@ -64,8 +63,7 @@ class PPOClip(PolicyLoss):
     @property
     def zero_advantage_inert(self) -> bool:
         """Without the KL term: ``-min(w 0, clip(w) 0) = 0`` (the dual clip acts only for ``A < 0``, an
-        importance correction multiplies by a constant), so a row with ``A = 0`` has zero loss and
-        gradient."""
+        importance correction multiplies by a constant): a row with ``A = 0`` has no loss and no gradient."""
         return self.beta == 0
 
     def __call__(self, batch: LossInputs) -> LossOutput:
@@ -80,8 +78,7 @@ class PPOClip(PolicyLoss):
 
 
 def _removed_tis(tis: Any, tis_cap: Any) -> str:
-    """The error for a config that still sets ``PPOClip``'s removed ``tis`` or ``tis_cap``: what replaces
-    them."""
+    """The error for a config that still sets ``PPOClip``'s removed ``tis`` or ``tis_cap``: the fix."""
     level = tis if tis not in (None, "off") else "token"
     cap = tis_cap if tis_cap is not None else 2.0
     return (f"PPOClip: tis={tis!r}, tis_cap={tis_cap!r}: these options were removed; the same correction is "

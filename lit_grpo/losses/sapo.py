@@ -21,8 +21,8 @@ class SAPO(PolicyLoss):
     Args:
         tau_pos: Gate temperature for tokens with a positive advantage.
         tau_neg: Gate temperature for the others.
-        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``), or
-            null.
+        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``;
+            null: none).
     """
 
     def __init__(self, tau_pos: float = 1.0, tau_neg: float = 1.05,
