@@ -4,8 +4,8 @@ resume, config checks.
 A resumed run reproduces the uninterrupted one exactly on the CPU: parameters, optimizer and scheduler
 (Lightning), the data position (``PromptDataModule.state_dict``), callback state (Lightning), and the
 randomness, because :meth:`GRPOModule.on_train_batch_start` reseeds torch, numpy and ``random`` from
-``(rollout seed, step, rank)`` before every step (:func:`~lit_grpo.parallel.seed_step`) and saves the rollout seed, its counters
-and the random states in :meth:`GRPOModule.on_save_checkpoint` with the helpers below.
+``(rollout seed, step, rank)`` before every step (:func:`~lit_grpo.parallel.seed_step`) and saves the rollout
+seed, its counters and the random states in :meth:`GRPOModule.on_save_checkpoint` with the helpers below.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lit_grpo.checks import differences, require_folder
+from lit_grpo.checks import differences, require, require_folder
 from lit_grpo.models.sources import bundled_model
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         _fsync_dir(target.parent)
 
 
-    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(self, path: Any, map_location: Any = None,
+                        weights_only: bool | None = None) -> dict[str, Any]:
         """Lightning's reader, with an error naming the file, what is wrong and the fix for a damaged one."""
         kwargs = {} if map_location is None else {"map_location": map_location}
         try:
@@ -126,16 +127,16 @@ class SaveOnInterrupt(Callback):
 
     The checkpoint is written between steps, so it is as clean as a scheduled one and a run resumed from
     it (``ckpt_path=last``) goes on exactly. After a signal no further validation runs: not the one Lightning
-    runs when a run is told to stop, nor one due at that step. A signal during a validation pass lets that pass
-    finish (its metrics cover the whole validation set), then writes the checkpoint and stops: no new training
-    step. A signal during a checkpoint write lets the write finish and takes effect at the end of the next
-    training step. A second Ctrl-C interrupts at once (no new checkpoint; exit status 1), a second SIGTERM ends
-    the process at once (status 143); either way the checkpoints already on disk, the interrupt's own among
-    them if its write had finished, stay whole (:class:`AtomicCheckpointIO`). Signals that arrive before training starts (while the
-    model loads) have their default effect. With several processes the ranks agree to stop after the same
-    step. The handlers are installed for ``fit`` only and the previous ones restored after it; they replace
-    Lightning's own SIGTERM handling (which stops without a checkpoint and exits 0) and its Slurm
-    auto-requeue on SIGUSR1 (requeue on exit status 75 instead). Writes no metrics.
+    runs when a run is told to stop, nor one due at that step. A signal during a validation pass lets that
+    pass finish (its metrics cover the whole validation set), then writes the checkpoint and stops: no new
+    training step. A signal during a checkpoint write lets the write finish and takes effect at the end of the
+    next training step. A second Ctrl-C interrupts at once (no new checkpoint; exit status 1), a second
+    SIGTERM ends the process at once (status 143); either way the checkpoints already on disk, the interrupt's
+    own among them if its write had finished, stay whole (:class:`AtomicCheckpointIO`). Signals that arrive
+    before training starts (while the model loads) have their default effect. With several processes the ranks
+    agree to stop after the same step. The handlers are installed for ``fit`` only and the previous ones
+    restored after it; they replace Lightning's own SIGTERM handling (which stops without a checkpoint and
+    exits 0) and its Slurm auto-requeue on SIGUSR1 (requeue on exit status 75 instead). Writes no metrics.
 
     Args:
         dirpath: Where ``last.ckpt`` is written; null: the folder of the trainer's ``ModelCheckpoint``,
@@ -149,8 +150,7 @@ class SaveOnInterrupt(Callback):
     ) -> None:
         names = list(STOP_SIGNALS if signals is None else signals)
         unknown = [n for n in names if not isinstance(getattr(signal, n, None), signal.Signals)]
-        if unknown:
-            raise ValueError(f"SaveOnInterrupt: signals={names}: unknown {unknown}; use names like 'SIGTERM'")
+        require(not unknown, f"SaveOnInterrupt: signals={names}: unknown {unknown}; use names like 'SIGTERM'")
         self.dirpath, self.filename = dirpath, filename
         self.signals = [getattr(signal, n) for n in names]
         self.requested = False
@@ -199,8 +199,9 @@ class SaveOnInterrupt(Callback):
         self._save_and_stop(trainer, f"after the validation of step {trainer.global_step}")
 
     def _save_and_stop(self, trainer: Trainer, when: str) -> bool:
-        """When any rank received a signal and no interrupt checkpoint is written yet: write it and stop the run."""
-        if self.saved_path is not None or not trainer.strategy.reduce_boolean_decision(self.requested, all=False):
+        """When any rank received a signal and no interrupt checkpoint exists yet: write it, stop the run."""
+        asked = trainer.strategy.reduce_boolean_decision(self.requested, all=False)
+        if self.saved_path is not None or not asked:
             return False
         path = self._path(trainer)
         trainer.save_checkpoint(path)
@@ -228,8 +229,8 @@ class SaveOnInterrupt(Callback):
 def check_outputs(trainer: Trainer) -> None:
     """Before a run starts, every folder it will write in can be made and written: the trainer's
     ``default_root_dir``, each logger's ``save_dir`` and each callback's ``dirpath`` (checkpoints, exports). A
-    regular file in the way or a folder without write permission is named with its option now, not as an OS error
-    after the first training step. Nothing is created."""
+    regular file in the way or a folder without write permission is named with its option now, not as an OS
+    error after the first training step. Nothing is created."""
     require_folder("trainer.default_root_dir", trainer.default_root_dir)
     for log in trainer.loggers:
         if getattr(log, "save_dir", None):
@@ -240,9 +241,9 @@ def check_outputs(trainer: Trainer) -> None:
 
 
 def new_log_dirs(trainer: Trainer) -> list[Path]:
-    """The folders of the trainer's TensorBoard and CSV loggers that do not exist yet: the run will create them
-    (``runs/<name>/version_N``). Read before the run starts, so that a failed start can remove what it left
-    (:func:`remove_unused_log_dirs`)."""
+    """The folders of the trainer's TensorBoard and CSV loggers that do not exist yet: the run will create
+    them (``runs/<name>/version_N``). Read before the run starts, so that a failed start can remove what it
+    left (:func:`remove_unused_log_dirs`)."""
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     dirs = {log.log_dir for log in trainer.loggers if isinstance(log, TensorBoardLogger | CSVLogger)}
@@ -274,7 +275,8 @@ def remove_unused_log_dirs(dirs: list[Path]) -> list[Path]:
 
 def _header_only(path: Path) -> bool:
     """Whether a TensorBoard event file holds no record past its first, the file-version header every writer
-    starts with (TFRecord framing: an 8-byte length, a 4-byte CRC, the data and its 4-byte CRC). Reads 8 bytes."""
+    starts with (TFRecord framing: an 8-byte length, a 4-byte CRC, the data and its 4-byte CRC). Reads 8
+    bytes."""
     with path.open("rb") as f:
         head = f.read(8)
     return len(head) < 8 or path.stat().st_size <= 8 + 4 + int.from_bytes(head, "little") + 4
@@ -293,7 +295,8 @@ def rng_states() -> dict[str, Any]:
     name, keys, pos, has_gauss, gauss = np.random.get_state()
     states: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": (name, keys.tolist(), int(pos), int(has_gauss), float(gauss)),  # plain types: weights_only loads
+        # plain types: weights_only loads them
+        "numpy": (name, keys.tolist(), int(pos), int(has_gauss), float(gauss)),
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -313,26 +316,24 @@ def set_rng_states(states: dict[str, Any]) -> None:
 
 def model_identity(model: str) -> str:
     """A local model directory as its absolute, resolved path (symbolic links followed), a model shipped with
-    lit-grpo (``tiny-arith-sft``) as the path of its folder, so that either spelling of it is the same model; a
-    hub id as it is."""
+    lit-grpo (``tiny-arith-sft``) as the path of its folder, so that either spelling of it is the same model;
+    a hub id as it is."""
     path = bundled_model(model) or Path(model).expanduser()
     return str(path.resolve()) if path.is_dir() else model
 
 
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], also: Sequence[str] = ()) -> None:
     """Raise a ``ValueError`` naming every setting that differs between a checkpoint and this run (settings
-    only one of them has are not compared: older checkpoints lack newer ones), and the differences ``also`` found
-    elsewhere (the data position's settings), so that one refusal lists them all."""
+    only one of them has are not compared: older checkpoints lack newer ones), and the differences ``also``
+    found elsewhere (the data position's settings), so that one refusal lists them all."""
     if isinstance(saved.get("model"), str):  # written as given by checkpoints of earlier versions
         saved = {**saved, "model": model_identity(saved["model"])}
     differ = [*differences(saved, current), *also]
-    if differ:
-        raise ValueError(
+    require(not differ,
             "the checkpoint was written with a different configuration, so its state does not fit this run: "
             + "; ".join(differ)
             + ". Resume with the checkpoint's settings, or start a new run from exported weights "
-            "(lit_grpo.callbacks.SavePretrained) to change them."
-        )
+            "(lit_grpo.callbacks.SavePretrained) to change them.")
 
 
 def gather_objects(obj: Any) -> list[Any]:
@@ -342,3 +343,29 @@ def gather_objects(obj: Any) -> list[Any]:
     out: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(out, obj)
     return out
+
+
+def run_state(fingerprint: dict[str, Any], counters: dict[str, Any]) -> dict[str, Any]:
+    """What a training module saves beside Lightning's state: its ``fingerprint`` (:func:`check_fingerprint`),
+    its ``counters`` and every rank's random states (gathered on every rank)."""
+    return {"fingerprint": fingerprint, **counters, "rng": gather_objects(rng_states())}
+
+
+def restore_run_state(state: dict[str, Any], fingerprint: dict[str, Any], data: Any, saved_data: Any,
+                      rank: int) -> dict[str, Any]:
+    """Raise when ``state`` (:func:`run_state`) was written with another ``fingerprint`` or the DataModule
+    ``data`` holds its saved position ``saved_data`` with other settings, naming them all (Lightning restores
+    the module before the DataModule); else restore rank ``rank``'s random states and return the counters."""
+    differ = []
+    if saved_data and hasattr(data, "position_differences"):
+        differ = data.position_differences(saved_data)
+    if "fingerprint" in state:
+        check_fingerprint(state["fingerprint"], fingerprint, also=differ)
+    if rng := state.get("rng"):
+        set_rng_states(of_rank(rng, rank))
+    return {k: v for k, v in state.items() if k not in ("fingerprint", "rng")}
+
+
+def of_rank(items: list[Any], rank: int) -> Any:
+    """Rank ``rank``'s entry of a list gathered over ranks (the first, for a rank the saving run lacked)."""
+    return items[rank] if rank < len(items) else items[0]

@@ -2,7 +2,8 @@
 
 Every rank is a data-parallel rank: it holds its own prompts (the DataModule deals them out), computes
 the advantages of its own groups and its share of the loss, whose divisors are summed over all ranks
-(``GRPOModule._global_counts``), so the averaged gradient is the one-process gradient of the global batch.
+(``lit_grpo.batching.Ranks.global_counts``), so the averaged gradient is the one-process gradient of the
+global batch.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The base LightningModule: a causal-LM policy with a rollout engine and a reward, scored on held-out prompts."""
+"""The base LightningModule: a causal-LM policy with a rollout engine and a reward, held-out scoring."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from lit_grpo.lora import LoraSettings, apply_lora, base_model, is_peft, meta_co
 from lit_grpo.models.loading import DType, load_policy, load_tokenizer
 from lit_grpo.parallel import is_fsdp1, shard_policy, wrap_fsdp1
 from lit_grpo.rewards.base import RewardFunction
-from lit_grpo.rewards.scoring import DEFAULT_REWARD_TIMEOUT_S, RewardGuard
+from lit_grpo.rewards.scoring import RewardGuard
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.hf import HFGenerateEngine
-from lit_grpo.settings import Optim, Sampling
+from lit_grpo.settings import Batching, Guards, Optim, Sampling
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
 
 
@@ -39,14 +39,14 @@ class PolicyModule(LightningModule):
         sampling: Rollout and held-out sampling (:class:`~lit_grpo.settings.Sampling`).
         optim: AdamW, warm-up and clipping (:class:`~lit_grpo.settings.Optim`).
         lora: Train LoRA adapters (peft) instead of all weights (null = full fine-tuning).
-        gradient_checkpointing: Recompute each block's activations in the backward pass instead of
-            storing them (less memory, about a third more compute); generation keeps its KV cache.
-        reward_timeout_s: Wall-clock limit of one reward call (all completions of a step), in seconds; a
-            call past it scores NaN, counted in ``reward/timeouts``, and the run goes on (null: no limit).
-            See :class:`~lit_grpo.rewards.scoring.RewardGuard`.
+        batching: How the update is computed (:class:`~lit_grpo.settings.Batching`); read here:
+            ``gradient_checkpointing``.
+        guards: What a failing step does (:class:`~lit_grpo.settings.Guards`); read here: ``reward_timeout_s``
+            (:class:`~lit_grpo.rewards.scoring.RewardGuard` enforces it).
     """
 
-    metrics: ClassVar[tuple[str, ...]] = ("val/accuracy", "test/accuracy", "val/reward_mean", "reward/timeouts")
+    metrics: ClassVar[tuple[str, ...]] = (
+        "val/accuracy", "test/accuracy", "val/reward_mean", "reward/timeouts")
 
     def __init__(
         self,
@@ -60,28 +60,33 @@ class PolicyModule(LightningModule):
         sampling: Sampling = Sampling(),
         optim: Optim = Optim(),
         lora: LoraSettings | None = None,
-        gradient_checkpointing: bool = False,
-        reward_timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S,
+        batching: Batching = Batching(),
+        guards: Guards = Guards(),
     ) -> None:
         super().__init__()
         self.model_name = model
         self.reward = reward
-        self.reward_guard = RewardGuard(reward_timeout_s)  # every reward call: time limit, checks, counters
+        self.reward_guard = RewardGuard(guards.reward_timeout_s)  # every reward call: time limit, checks
         self.engine = engine if engine is not None else HFGenerateEngine()
         self.dtype_name, self.from_scratch, self.seed = dtype, from_scratch, seed
         self.sampling = sampling.params()  # what the engine reads
         self.val_samples = sampling.val_samples
         self.optim = optim
-        self.lora, self.gradient_checkpointing = lora, gradient_checkpointing
+        self.lora, self.batching, self.guards = lora, batching, guards
         self.policy: nn.Module | None = None
         self.tokenizer = None
         self.eval_metrics = nn.ModuleDict({
             "accuracy": MeanMetric(nan_strategy="ignore"), "reward_mean": MeanMetric(nan_strategy="ignore"),
         })
 
+    @property
+    def gradient_checkpointing(self) -> bool:
+        """Whether the policy recomputes block activations in the backward pass (``batching``)."""
+        return self.batching.gradient_checkpointing
+
     def configure_optimizers(self):
         """AdamW over the trained parameters (the adapters only, with LoRA) with a linear warm-up; the fused
-        kernel where every parameter is a plain CPU or CUDA tensor (FSDP2's DTensors keep the default loop)."""
+        kernel where every parameter is a plain CPU or CUDA tensor (FSDP2's DTensors: the default loop)."""
         params = [p for p in self.policy.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=self.optim.lr, betas=self.optim.betas,
                                 weight_decay=self.optim.weight_decay, fused=_fused_adamw_ok(params))
@@ -120,18 +125,19 @@ class PolicyModule(LightningModule):
     # ---- scoring ---------------------------------------------------------------------------------
     def score(self, batch: PromptBatch, rollouts: Rollouts, training: bool = False):
         """Rewards ``[P, G]`` of group-major rollouts, with the reward's output for logging. Episodes whose
-        environment owns the reward (``Episode.reward`` set) take it instead of the reward function's score. An
-        episode dropped from training (``truncated_reward: drop``: unanswered, NaN) is unscorable in a training
-        step (``training``) and scores 0 in held-out scoring, where it is a wrong answer."""
+        environment owns the reward (``Episode.reward`` set) take it instead of the reward function's score.
+        An episode dropped from training (``truncated_reward: drop``: unanswered, NaN) is unscorable in a
+        training step (``training``) and scores 0 in held-out scoring, where it is a wrong answer."""
         g = rollouts.group_size
         expanded = batch.repeat(g)
         out = self.reward_guard(self.reward, rollouts.texts, expanded.references, **expanded.columns)
         scores = out.scores.float()
-        if rollouts.episodes is not None:  # an owned NaN (a dropped episode) stays NaN in training: unscorable
-            owns = torch.tensor([e.reward is not None for e in rollouts.episodes], device=scores.device)
-            owned = torch.tensor([float("nan") if e.reward is None else float(e.reward) for e in rollouts.episodes])
+        if rollouts.episodes is not None:  # an owned NaN (a dropped episode) stays NaN in training
+            episodes = rollouts.episodes
+            owns = torch.tensor([e.reward is not None for e in episodes], device=scores.device)
+            owned = torch.tensor([float("nan") if e.reward is None else float(e.reward) for e in episodes])
             if not training:
-                dropped = torch.tensor([not getattr(e, "answered", True) for e in rollouts.episodes]) & owned.isnan()
+                dropped = torch.tensor([not getattr(e, "answered", True) for e in episodes]) & owned.isnan()
                 owned = owned.masked_fill(dropped, 0.0)
             scores = torch.where(owns, owned.to(scores.device), scores)
         return scores.view(len(batch), g), out
@@ -169,10 +175,11 @@ class PolicyModule(LightningModule):
 
 
 def _fused_adamw_ok(params: list[Tensor]) -> bool:
-    """Whether the fused AdamW kernel (one pass over each tensor) applies: plain CPU or CUDA tensors, no DTensor."""
+    """Whether the fused AdamW kernel (one pass a tensor) applies: plain CPU or CUDA tensors, no DTensor."""
     from torch.distributed.tensor import DTensor
 
-    return bool(params) and all(p.device.type in ("cpu", "cuda") and not isinstance(p, DTensor) for p in params)
+    return bool(params) and all(p.device.type in ("cpu", "cuda") and not isinstance(p, DTensor)
+                                for p in params)
 
 
 def enable_gradient_checkpointing(policy: nn.Module) -> None:

@@ -15,7 +15,7 @@ from lit_grpo.lora import LoraSettings
 from lit_grpo.policy import DType, PolicyModule
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rollout.base import RolloutEngine
-from lit_grpo.settings import Optim, Sampling
+from lit_grpo.settings import Batching, Optim, Sampling
 from lit_grpo.types import PromptBatch
 
 
@@ -26,9 +26,9 @@ class SFTModule(PolicyModule):
     ``GRPOModule`` (``val/accuracy``, ``val/reward_mean``), so an ``EarlyStopping`` on ``val/accuracy``
     with a ``stopping_threshold`` stops at a chosen starting accuracy for RL. Logs ``train/loss``.
 
-    With an :class:`~lit_grpo.envs.EpisodeEngine` and ``turns``, each row is a demonstration episode instead: the
-    given assistant turns played through the engine's environment (its tools really run), only the turns trained
-    (:mod:`lit_grpo.envs.demonstrations`); held-out scoring then runs whole episodes.
+    With an :class:`~lit_grpo.envs.EpisodeEngine` and ``turns``, each row is a demonstration episode instead:
+    the given assistant turns played through the engine's environment (its tools really run), only the turns
+    trained (:mod:`lit_grpo.envs.demonstrations`); held-out scoring then runs whole episodes.
 
     Args:
         model: Hub id or local directory (with ``from_scratch``, only its config and tokenizer are used).
@@ -38,14 +38,16 @@ class SFTModule(PolicyModule):
         seed: Seed of the random initialisation.
         target_template: ``str.format`` template over ``reference`` giving the trained completion.
         turns: The assistant turns of a demonstration episode, ``str.format`` templates over the record's
-            ``prompt``, ``reference``, ``id`` and columns (needs an ``EpisodeEngine``; replaces ``target_template``).
+            ``prompt``, ``reference``, ``id`` and columns (needs an ``EpisodeEngine``; replaces
+            ``target_template``).
         optim: AdamW, warm-up and clipping (:class:`~lit_grpo.settings.Optim`; here lr 1e-4, betas (0.9, 0.98)
             and no clipping by default; ``max_grad_norm`` clips the global gradient norm when set).
         dtype: Parameter dtype of the policy.
         sampling: Held-out sampling (``temperature``, ``max_new_tokens``, ``val_samples``;
             :class:`~lit_grpo.settings.Sampling`).
         lora: Train LoRA adapters (peft) instead of all weights.
-        gradient_checkpointing: Recompute block activations in the backward pass to save memory.
+        gradient_checkpointing: ``Batching.gradient_checkpointing`` (:class:`~lit_grpo.settings.Batching`),
+            an option of its own here.
     """
 
     #: Scalars it logs besides PolicyModule's; ``lit-grpo compare`` checks the names an experiment reads.
@@ -64,16 +66,19 @@ class SFTModule(PolicyModule):
         dtype: DType = "float32",
         sampling: Sampling = Sampling(),
         lora: LoraSettings | None = None,
-        gradient_checkpointing: bool = False,
+        gradient_checkpointing: bool = Batching.gradient_checkpointing,
     ) -> None:
         super().__init__(model, reward, engine=engine, dtype=dtype, from_scratch=from_scratch, seed=seed,
-                         sampling=sampling, optim=optim, lora=lora, gradient_checkpointing=gradient_checkpointing)
+                         sampling=sampling, optim=optim, lora=lora,
+                         batching=Batching(gradient_checkpointing=gradient_checkpointing))
         require(turns is None or (isinstance(self.engine, EpisodeEngine) and len(turns) >= 1),
                 "SFTModule: turns (a demonstration episode) need a non-empty list and an engine of class "
-                f"lit_grpo.envs.EpisodeEngine, whose environment answers them; got {type(self.engine).__name__}")
+                "lit_grpo.envs.EpisodeEngine, whose environment answers them; got "
+                f"{type(self.engine).__name__}")
         self.target_template, self.turns = target_template, turns
 
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
+                                    gradient_clip_algorithm=None) -> None:
         if self.optim.max_grad_norm is not None:  # optim.max_grad_norm, else the Trainer's gradient_clip_val
             gradient_clip_val, gradient_clip_algorithm = self.optim.max_grad_norm, "norm"
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
@@ -85,12 +90,13 @@ class SFTModule(PolicyModule):
         return loss
 
     def encode(self, batch: PromptBatch):
-        """Right-padded ``prompt + target + EOS`` ids (or demonstration episodes), labels with everything but the
-        trained tokens masked (-100), and the attention mask."""
+        """Right-padded ``prompt + target + EOS`` ids (or demonstration episodes), labels with everything but
+        the trained tokens masked (-100), and the attention mask."""
         tok = self.tokenizer
         if self.turns is not None:
             eos = tok.eos_token_id
-            rows = [demonstration_row(self.engine.environment, self.engine.chat, r, render_turns(self.turns, r), eos)
+            env, chat = self.engine.environment, self.engine.chat
+            rows = [demonstration_row(env, chat, r, render_turns(self.turns, r), eos)
                     for r in records_of(batch)]
         else:
             targets = [self.target_template.format(reference=r) for r in batch.references]

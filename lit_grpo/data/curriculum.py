@@ -17,13 +17,13 @@ from lit_grpo.checks import require
 
 
 class PromptCurriculum:
-    """Retires prompts whose running pass rate is ``>= retire_above`` (solved) or ``<= retire_below`` (hopeless).
+    """Retires a prompt once its running pass rate is ``>= retire_above`` or ``<= retire_below``.
 
     After each visit (one group of completions) of a prompt, its rate becomes ``r`` on the first visit and
     ``(1 - smoothing) * rate + smoothing * r`` after, where ``r`` is the group's mean reward over its scorable
     completions (the pass rate for 0/1 rewards; a group with none scorable is not a visit). A prompt with at
-    least ``min_visits`` visits is retired when its rate crosses a threshold, for the rest of the run. Logged as
-    ``rollout/retired_prompts`` (retired so far) and ``rollout/skipped_prompts`` (retired prompts drawn and
+    least ``min_visits`` visits is retired when its rate crosses a threshold, for the rest of the run. Logged
+    as ``rollout/retired_prompts`` (retired so far) and ``rollout/skipped_prompts`` (retired prompts drawn and
     skipped this step).
 
     Args:
@@ -42,9 +42,10 @@ class PromptCurriculum:
         smoothing: float = 0.5,
     ) -> None:
         require(retire_above is not None or retire_below is not None,
-                "PromptCurriculum: set retire_above (e.g. 0.95) or retire_below (e.g. 0.0), or drop the curriculum")
-        if retire_above is not None and retire_below is not None and not retire_below < retire_above:
-            raise ValueError(f"PromptCurriculum: retire_below={retire_below} must be < retire_above={retire_above}")
+                "PromptCurriculum: set retire_above (e.g. 0.95) or retire_below (e.g. 0.0), or drop the "
+                "curriculum")
+        require(retire_above is None or retire_below is None or retire_below < retire_above,
+                f"PromptCurriculum: retire_below={retire_below} must be < retire_above={retire_above}")
         require(min_visits >= 1, f"PromptCurriculum: min_visits={min_visits} must be >= 1")
         require(0 < smoothing <= 1, f"PromptCurriculum: smoothing={smoothing} must be in (0, 1]")
         self.retire_above, self.retire_below = retire_above, retire_below

@@ -117,7 +117,7 @@ class PromptDataModule(L.LightningDataModule):
             self.source.bind_tokenizer(module.model_name)
 
     def setup(self, stage: str | None = None) -> None:
-        self.bind_policy(getattr(self.trainer, "lightning_module", None) if self.trainer is not None else None)
+        self.bind_policy(None if self.trainer is None else getattr(self.trainer, "lightning_module", None))
         wanted: list[Split] = {
             "fit": ["train", "val"],
             "validate": ["val"],
@@ -138,21 +138,23 @@ class PromptDataModule(L.LightningDataModule):
             self._check_size(0)
 
     def _check_size(self, size: int) -> None:
-        if size < self.prompts_per_step:
-            skipped = self._skipped.counts.get("train", 0)
-            why = f" ({skipped} bad rows were skipped: skip_bad_rows is set; the warnings above name them)" if skipped else ""
-            raise ValueError(
+        skipped = self._skipped.counts.get("train", 0)
+        why = ""
+        if skipped:
+            why = f" ({skipped} bad rows were skipped: skip_bad_rows is set; the warnings above name them)"
+        require(size >= self.prompts_per_step,
                 f"PromptDataModule: the training split has {size} prompts{why}, fewer than "
-                f"prompts_per_step={self.prompts_per_step}; lower prompts_per_step or add prompts"
-            )
+                f"prompts_per_step={self.prompts_per_step}; lower prompts_per_step or add prompts")
 
     def train_dataset(
         self, rank: int | None = None, world_size: int | None = None, salt: int = 0
     ) -> PromptStream:
         """The training stream of ``rank`` of ``world_size`` (default: the trainer's, else 0 of 1)."""
         trainer = self.trainer
-        rank = rank if rank is not None else (trainer.global_rank if trainer else 0)
-        world_size = world_size if world_size is not None else (trainer.world_size if trainer else 1)
+        if rank is None:
+            rank = trainer.global_rank if trainer else 0
+        if world_size is None:
+            world_size = trainer.world_size if trainer else 1
         if self.streaming:
             on_bad = self._skipped.callback("train") if self.skip_bad_rows else None
             records: Any = partial(self.source.stream, "train", on_bad)
@@ -230,8 +232,8 @@ class PromptDataModule(L.LightningDataModule):
                 "PromptDataModule: the checkpoint's data position was saved with other data settings, so it "
                 "does not point at the same prompts in this run: " + "; ".join(differ) + ". Resume with the "
                 "checkpoint's settings (the same seed, data and streaming options; streamed, the same number "
-                "of processes), or start a new run from exported weights (lit_grpo.callbacks.SavePretrained) to "
-                "change them.")
+                "of processes), or start a new run from exported weights (lit_grpo.callbacks.SavePretrained) "
+                "to change them.")
         self._epoch = int(state_dict.get("epoch", 0))
         # checkpoints written before the position was counted in prompts hold batches of prompts_per_step
         prompts = int(state_dict.get("prompts", state_dict.get("batches", 0) * self.prompts_per_step))
@@ -239,7 +241,8 @@ class PromptDataModule(L.LightningDataModule):
         self._prompts, again = divmod(prompts * saved_world, world)
         if again:
             logger.warning(
-                "resuming on %d processes a data position saved on %d: %d prompts of this epoch are seen again",
+                "resuming on %d processes a data position saved on %d: %d prompts of this epoch are seen "
+                "again",
                 world, saved_world, again)
         self._resume = True
         refill = state_dict["refill_drawn"]

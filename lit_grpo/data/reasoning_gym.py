@@ -2,22 +2,24 @@
 
 `reasoning-gym <https://github.com/open-thought/reasoning-gym>`_ (the optional extra
 ``pip install 'lit-grpo[reasoning]'``) has 100+ generators (``chain_sum``, ``basic_arithmetic``,
-``spell_backward``, ...), each with a config dataclass of difficulty knobs and a ``score_answer(answer, entry)``
-in [0, 1]. :class:`ReasoningGymSource` turns one generator into train / val / test records, and
+``spell_backward``, ...), each with a config dataclass of difficulty knobs and a ``score_answer(answer,
+entry)`` in [0, 1]. :class:`ReasoningGymSource` turns one generator into train / val / test records, and
 :class:`ReasoningGymScore` scores completions with that generator's ``score_answer``.
 
-Splits. A generator draws item ``i`` of a dataset with seed ``s`` from ``Random(s + i)`` (almost all of them), so
-the datasets of seeds ``s`` and ``s + 1`` share all but one item: splits from "seed, seed+1, seed+2" would overlap.
-The source builds one dataset of ``num_val + num_test + num_train`` items with ``seed`` and gives val the first
-``num_val`` indices, test the next ``num_test`` and train the rest (as :mod:`lit_grpo.data.synthetic` does), so the
-splits are disjoint items and the hold-out sets do not move when ``num_train`` changes. A generator with a small
-problem space can still draw the same question at two indices; train drops any question that val or test holds.
+Splits. A generator draws item ``i`` of a dataset with seed ``s`` from ``Random(s + i)`` (almost all of them),
+so the datasets of seeds ``s`` and ``s + 1`` share all but one item: splits from "seed, seed+1, seed+2" would
+overlap. The source builds one dataset of ``num_val + num_test + num_train`` items with ``seed`` and gives val
+the first ``num_val`` indices, test the next ``num_test`` and train the rest (as
+:mod:`lit_grpo.data.synthetic` does), so the splits are disjoint items and the hold-out sets do not move when
+``num_train`` changes. A generator with a small problem space can still draw the same question at two indices;
+train drops any question that val or test holds.
 
 Records carry the columns the reward needs: ``rg_source`` (a JSON string of the dataset name, config, seed and
-size: enough to rebuild the generator), ``rg_index`` (the item's index in it), ``rg_entry`` (the entry: question,
-answer and metadata, as JSON; tuples become lists, other values their ``repr``) and ``rg_exact`` (whether that JSON
-rebuilds the entry exactly). The reward rebuilds the entry from the columns when ``rg_exact``, and otherwise regenerates it by index
-(deterministic; most generators record tuples in their metadata, so most regenerate).
+size: enough to rebuild the generator), ``rg_index`` (the item's index in it), ``rg_entry`` (the entry:
+question, answer and metadata, as JSON; tuples become lists, other values their ``repr``) and ``rg_exact``
+(whether that JSON rebuilds the entry exactly). The reward rebuilds the entry from the columns when
+``rg_exact``, and otherwise regenerates it by index (deterministic; most generators record tuples in their
+metadata, so most regenerate).
 """
 
 from __future__ import annotations
@@ -50,10 +52,10 @@ INSTALL = "pip install 'lit-grpo[reasoning]'"
 #: tasks are written for ("when an example is provided, follow the format of the output in that example").
 DEFAULT_INSTRUCTION = (
     "Given a problem, your task is to answer the question by thinking step-by-step in a clear and specific "
-    "manner.\nOnce you have thought about the reasoning process, provide the answer in the following format:\n"
-    "<answer>answer here</answer>\nDo not explain your reasoning inside the answer tags, provide only the final "
-    "answer. When an example is provided, you should strictly follow the format of the output/answer in that "
-    "example."
+    "manner.\nOnce you have thought about the reasoning process, provide the answer in the following "
+    "format:\n<answer>answer here</answer>\nDo not explain your reasoning inside the answer tags, provide "
+    "only the final answer. When an example is provided, you should strictly follow the format of the "
+    "output/answer in that example."
 )
 #: The columns a record carries for :class:`ReasoningGymScore`.
 COLUMNS = ("rg_source", "rg_index", "rg_entry", "rg_exact")
@@ -81,29 +83,25 @@ def _registry(owner: str) -> dict[str, tuple[type, type]]:
 
 
 def check_dataset(name: str, config: dict[str, Any], owner: str = "ReasoningGymSource") -> None:
-    """Checks ``name`` against reasoning-gym's registry and ``config`` against that generator's config dataclass
-    (its fields and its own ``validate``); errors name the dataset, close names and the fix."""
+    """Checks ``name`` against reasoning-gym's registry and ``config`` against that generator's config
+    dataclass (its fields and its own ``validate``); errors name the dataset, close names and the fix."""
     datasets = _registry(owner)
-    if name not in datasets:
-        close = difflib.get_close_matches(name, list(datasets), n=5, cutoff=0.5)
-        hint = f"close names: {', '.join(close)}" if close else "no close name"
-        raise ValueError(
+    close = [] if name in datasets else difflib.get_close_matches(str(name), list(datasets), n=5, cutoff=0.5)
+    hint = f"close names: {', '.join(close)}" if close else "no close name"
+    require(name in datasets,
             f"{owner}: dataset={name!r} is not a reasoning-gym dataset ({hint}). Set dataset to one of the "
-            f"{len(datasets)} names in reasoning_gym.factory.DATASETS, e.g. 'chain_sum' or 'basic_arithmetic'"
-        )
+            f"{len(datasets)} names in reasoning_gym.factory.DATASETS, e.g. 'chain_sum' or "
+            "'basic_arithmetic'")
     config_cls = datasets[name][1]
     known = [f.name for f in fields(config_cls) if f.name not in ("seed", "size")]
     for key in config:
         require(key not in ("seed", "size"),
-                f"{owner}: config of {name!r} sets {key!r}, which the source derives; use the source's options "
-                "seed and num_train / num_val / num_test instead")
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ValueError(
-                f"{owner}: config key {key!r} is not an option of reasoning-gym dataset {name!r}{hint}; "
-                f"its options are {', '.join(known)}"
-            )
+                f"{owner}: config of {name!r} sets {key!r}, which the source derives; use the source's "
+                "options seed and num_train / num_val / num_test instead")
+        close = [] if key in known else difflib.get_close_matches(str(key), known, n=3, cutoff=0.5)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        require(key in known, f"{owner}: config key {key!r} is not an option of reasoning-gym dataset "
+                f"{name!r}{hint}; its options are {', '.join(known)}")
     try:
         built = config_cls(**config)
         if hasattr(built, "validate"):
@@ -117,7 +115,7 @@ def check_dataset(name: str, config: dict[str, Any], owner: str = "ReasoningGymS
 
 @lru_cache(maxsize=64)
 def dataset_of(source: str):
-    """The generator described by an ``rg_source`` JSON string (cached: every completion of a run shares it)."""
+    """The generator an ``rg_source`` JSON string describes (cached: a run's completions all share it)."""
     spec = json.loads(source)
     rg = reasoning_gym("ReasoningGymScore")
     return rg.create_dataset(spec["dataset"], seed=spec["seed"], size=spec["size"], **spec["config"])
@@ -153,25 +151,27 @@ def entry_columns(entry: dict[str, Any]) -> tuple[str, bool]:
 
 
 class ReasoningGymSource(StyledSource):
-    """Prompts from one reasoning-gym generator; its own ``score_answer`` is the reward (:class:`ReasoningGymScore`).
+    """Prompts from one reasoning-gym generator; its own ``score_answer`` is the reward
+    (:class:`ReasoningGymScore`).
 
-    The splits are disjoint index ranges of one dataset built with ``seed`` (see the module docstring): val the
-    first ``num_val`` items, test the next ``num_test``, train the next ``num_train`` (less any question val or test
-    holds). The dataset name and the config are checked when the source is built (when reasoning-gym is installed;
-    otherwise :meth:`load` raises, naming ``pip install 'lit-grpo[reasoning]'``).
+    The splits are disjoint index ranges of one dataset built with ``seed`` (see the module docstring): val
+    the first ``num_val`` items, test the next ``num_test``, train the next ``num_train`` (less any question
+    val or test holds). The dataset name and the config are checked when the source is built (when
+    reasoning-gym is installed; otherwise :meth:`load` raises, naming ``pip install 'lit-grpo[reasoning]'``).
 
     Args:
         dataset: reasoning-gym dataset name, e.g. ``"chain_sum"`` (see ``reasoning_gym.factory.DATASETS``).
-        config: The generator's options (fields of its config dataclass), e.g. ``{"min_terms": 2, "max_terms": 2,
-            "max_digits": 1}``; ``seed`` and ``size`` are the source's.
+        config: The generator's options (fields of its config dataclass), e.g. ``{"min_terms": 2, "max_terms":
+            2, "max_digits": 1}``; ``seed`` and ``size`` are the source's.
         num_train: Training items.
         num_val: Validation items.
         num_test: Test items.
         seed: Seed of the dataset.
         style: Prompt style (``chat`` for instruction-tuned models).
         tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
-        instruction: Appended to the question in the ``plain`` and ``chat`` styles; the default is reasoning-gym's
-            own prompt asking for ``<answer>answer here</answer>`` (``think`` asks for the tag itself).
+        instruction: Appended to the question in the ``plain`` and ``chat`` styles; the default is
+            reasoning-gym's own prompt asking for ``<answer>answer here</answer>`` (``think`` asks for the tag
+            itself).
     """
 
     def __init__(
@@ -189,9 +189,10 @@ class ReasoningGymSource(StyledSource):
         owner = type(self).__name__
         check_style(owner, style)
         for option, value in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test)):
-            require(isinstance(value, int) and value >= 0, f"{owner}: {option}={value!r} must be an integer >= 0")
-        if num_train + num_val + num_test == 0:
-            raise ValueError(f"{owner}: num_train, num_val and num_test are all 0; set num_train > 0")
+            require(isinstance(value, int) and value >= 0, f"{owner}: {option}={value!r} must be an integer "
+                                                           ">= 0")
+        require(num_train + num_val + num_test > 0,
+                f"{owner}: num_train, num_val and num_test are all 0; set num_train > 0")
         require(isinstance(seed, int) and seed >= 0, f"{owner}: seed={seed!r} must be an integer >= 0")
         config = dict(config or {})
         if importlib.util.find_spec("reasoning_gym") is not None:
@@ -240,8 +241,8 @@ class ReasoningGymSource(StyledSource):
                             "id": f"{split}-{row}", "columns": columns})  # fmt: skip
         if dropped:
             logger.warning(
-                "%s(%r): dropped %d of %d training items whose question val or test also holds (a small problem "
-                "space; raise the difficulty or lower num_val / num_test to keep them)",
+                "%s(%r): dropped %d of %d training items whose question val or test also holds (a small "
+                "problem space; raise the difficulty or lower num_val / num_test to keep them)",
                 type(self).__name__, self.dataset, dropped, self.num_train,
             )  # fmt: skip
         return records
@@ -255,20 +256,21 @@ class ReasoningGymScore(PooledScorer, RewardFunction):
     """The generator's own ``score_answer(answer, entry)`` of records from :class:`ReasoningGymSource`.
 
     The answer is read as reasoning-gym's ``utils.extract_answer`` reads it: the content of the last
-    ``<answer>...</answer>`` in the completion, stripped (``answer_format="tag"``); a completion without the tag
-    scores 0, counted in ``no_answer``. ``"line"`` takes the completion's first line instead and ``"full"`` the
-    whole completion, stripped (models that answer bare, like the tiny policies of the tests); ``"last_number"``
-    the last number written (digit-group commas removed, as :class:`~lit_grpo.rewards.LastNumber` reads it), for
-    numeric tasks and small models that answer in prose and never write the tag. The entry
-    is rebuilt from the record's columns (or regenerated by index, see the module docstring); an entry whose
-    regenerated answer differs from the record's reference is an error (a generator that is not deterministic).
-    Scores are in [0, 1]; some generators give partial credit (``basic_arithmetic``: the length ratio when the
-    answer contains the reference), so the reward is not declared binary unless ``partial_credit`` is off.
+    ``<answer>...</answer>`` in the completion, stripped (``answer_format="tag"``); a completion without the
+    tag scores 0, counted in ``no_answer``. ``"line"`` takes the completion's first line instead and
+    ``"full"`` the whole completion, stripped (models that answer bare, like the tiny policies of the tests);
+    ``"last_number"`` the last number written (digit-group commas removed, as
+    :class:`~lit_grpo.rewards.LastNumber` reads it), for numeric tasks and small models that answer in prose
+    and never write the tag. The entry is rebuilt from the record's columns (or regenerated by index, see the
+    module docstring); an entry whose regenerated answer differs from the record's reference is an error (a
+    generator that is not deterministic). Scores are in [0, 1]; some generators give partial credit
+    (``basic_arithmetic``: the length ratio when the answer contains the reference), so the reward is not
+    declared binary unless ``partial_credit`` is off.
 
-    Guarding is the project's: an item whose scoring raises is NaN, counted in ``errors`` (:func:`score_items`);
-    every call runs under the run's :class:`~lit_grpo.rewards.RewardGuard` time limit; with ``workers > 0`` the
-    items are scored in a :class:`~lit_grpo.rewards.ScoringPool` with a wall-clock limit of ``timeout_s`` each
-    (a hung generator is killed, counted in ``timeouts``).
+    Guarding is the project's: an item whose scoring raises is NaN, counted in ``errors``
+    (:func:`score_items`); every call runs under the run's :class:`~lit_grpo.rewards.RewardGuard` time limit;
+    with ``workers > 0`` the items are scored in a :class:`~lit_grpo.rewards.ScoringPool` with a wall-clock
+    limit of ``timeout_s`` each (a hung generator is killed, counted in ``timeouts``).
 
     Args:
         answer_format: ``tag`` (the last ``<answer>`` tag), ``line`` (the first line), ``full`` or
@@ -276,8 +278,9 @@ class ReasoningGymScore(PooledScorer, RewardFunction):
         workers: Worker processes scoring the items (0: score in the calling process).
         timeout_s: Wall-clock limit of one item in a worker, in seconds.
         start_method: How workers start: ``forkserver`` or ``spawn``.
-        partial_credit: Keep the generator's scores below 1 (partial credit); false: a score below 1 is 0, so the
-            reward is binary (solved or not), as the estimators and diagnostics built for 0/1 rewards need.
+        partial_credit: Keep the generator's scores below 1 (partial credit); false: a score below 1 is 0, so
+            the reward is binary (solved or not), as the estimators and diagnostics built for 0/1 rewards
+            need.
     """
 
     binary = None
@@ -290,10 +293,10 @@ class ReasoningGymScore(PooledScorer, RewardFunction):
         start_method: StartMethod = "forkserver",
         partial_credit: bool = True,
     ) -> None:
-        if answer_format not in _FORMATS:
-            raise ValueError(f"ReasoningGymScore: answer_format={answer_format!r}; use one of {_FORMATS}")
-        if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < math.inf):
-            raise ValueError(f"ReasoningGymScore: timeout_s={timeout_s!r} must be a number of seconds > 0")
+        require(answer_format in _FORMATS,
+                f"ReasoningGymScore: answer_format={answer_format!r}; use one of {_FORMATS}")
+        require(isinstance(timeout_s, (int, float)) and 0 < timeout_s < math.inf,
+                f"ReasoningGymScore: timeout_s={timeout_s!r} must be a number of seconds > 0")
         self.check_pool(workers, start_method)
         self.answer_format = answer_format
         self.timeout_s = timeout_s
@@ -314,11 +317,11 @@ class ReasoningGymScore(PooledScorer, RewardFunction):
         return text.strip() or None
 
     def entry(self, reference: str, rg_source: str, rg_index: int, rg_entry: str, rg_exact: bool) -> dict:
-        """The entry ``score_answer`` reads: from the columns when they rebuild it exactly, else regenerated."""
+        """The entry ``score_answer`` reads: from the columns where they rebuild it exactly, else anew."""
         entry = json.loads(rg_entry) if rg_exact else regenerated_entry(rg_source, int(rg_index))
         require(str(entry["answer"]) == reference,
-                f"item {rg_index} of {rg_source} regenerated with answer {entry['answer']!r}, not the record's "
-                f"reference {reference!r}: the generator is not deterministic")
+                f"item {rg_index} of {rg_source} regenerated with answer {entry['answer']!r}, not the "
+                f"record's reference {reference!r}: the generator is not deterministic")
         return entry
 
     def score_item(self, completion: str, reference: str | None, **row: Any) -> float | Counted:
@@ -333,11 +336,12 @@ class ReasoningGymScore(PooledScorer, RewardFunction):
         return score if self.partial_credit or score != score else float(score == 1.0)  # score != score: NaN
 
     def __call__(self, completions: list[str], references: list[str], **columns: Any) -> RewardOutput:
-        """``completions [N]``, ``references [N]`` and the records' ``rg_*`` columns -> scores ``[N]`` in [0, 1]."""
+        """``completions [N]``, ``references [N]`` and ``rg_*`` columns -> scores ``[N]`` in [0, 1]."""
         missing = [c for c in COLUMNS if c not in columns]
         require(not missing,
-                f"ReasoningGymScore needs the columns {', '.join(COLUMNS)} that ReasoningGymSource records carry; "
-                f"missing {', '.join(missing)} (got {', '.join(columns) or 'none'}): use it with ReasoningGymSource")
+                f"ReasoningGymScore needs the columns {', '.join(COLUMNS)} that ReasoningGymSource records "
+                f"carry; missing {', '.join(missing)} (got {', '.join(columns) or 'none'}): use it with "
+                "ReasoningGymSource")
         reasoning_gym("ReasoningGymScore")
         row_columns = {k: columns[k] for k in COLUMNS}
         return score_items(self.score_item, completions, references, name=self.name, columns=row_columns,

@@ -104,7 +104,8 @@ def answer_text(value: Any, where: str, field: str, option: str) -> str:
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise bad_field(where, field, option, f"is the number {value}, which no completion can match; fix the data")
+            raise bad_field(where, field, option, f"is the number {value}, which no completion can match; "
+                                                  "fix the data")
         return str(int(value)) if value.is_integer() else repr(value)
     return str(value)
 

@@ -31,8 +31,9 @@ class SearchQuestions(FileSource):
     """
 
     def __init__(self, train: str | None = None, val: str | None = None, test: str | None = None,
-                 extra_fields: list[str] | None = None, style: PromptStyle = "plain", tokenizer: str | None = None,
-                 instruction: str = "") -> None:
+                 extra_fields: list[str] | None = None, style: PromptStyle = "plain",
+                 tokenizer: str | None = None, instruction: str = "") -> None:
         super().__init__(train=train or _split_file("train"), val=val or _split_file("val"),
-                         test=test or _split_file("test"), prompt_field="question", answer_field="answer", template="{question}",
+                         test=test or _split_file("test"), prompt_field="question", answer_field="answer",
+                         template="{question}",
                          extra_fields=extra_fields, style=style, tokenizer=tokenizer, instruction=instruction)

@@ -46,7 +46,7 @@ class PromptSource(ABC):
 
     @abstractmethod
     def load(self, split: Split) -> list[Record]:
-        """The records of ``split``: dicts with "prompt", "reference", "id" ("<split>-<row>") and "columns"."""
+        """The records of ``split``: dicts of "prompt", "reference", "id" ("<split>-<row>"), "columns"."""
 
     def stream(self, split: Split, on_bad_row: OnBadRow | None = None) -> Iterator[Record]:
         """The records of ``split`` one at a time, in a fixed order; a bad row raises
@@ -190,8 +190,8 @@ class FileSource(RowSource):
         instruction: str = "",
     ) -> None:
         super().__init__(
-            prompt_field=prompt_field, answer_field=answer_field, template=template, extra_fields=extra_fields,
-            style=style, tokenizer=tokenizer, instruction=instruction,
+            prompt_field=prompt_field, answer_field=answer_field, template=template,
+            extra_fields=extra_fields, style=style, tokenizer=tokenizer, instruction=instruction,
         )  # fmt: skip
         self.train = train
         self.val = val
@@ -208,16 +208,19 @@ class FileSource(RowSource):
 
     def _path(self, split: Split) -> Path:
         file = getattr(self, split)
-        require(file is not None, f"FileSource: no file for the {split} split; set the option `{split}` to a file path")
+        require(file is not None, f"FileSource: no file for the {split} split; set the option `{split}` to a "
+                                  "file path")
         path = Path(file)
         if path.is_dir():
             raise IsADirectoryError(
-                f"FileSource: {split}={file!r} is a directory; give the data file in it (.jsonl, .json or .parquet)"
+                f"FileSource: {split}={file!r} is a directory; give the data file in it (.jsonl, .json or "
+                ".parquet)"
             )
         if not path.is_file():
             raise FileNotFoundError(f"FileSource: {split}={file!r}: no such file")
         require(path.suffix in (".jsonl", ".json", ".parquet"),
-                f"FileSource: {split}={file!r} has suffix {path.suffix!r}; use .jsonl, .json (JSON lines) or .parquet")
+                f"FileSource: {split}={file!r} has suffix {path.suffix!r}; use .jsonl, .json (JSON lines) or "
+                ".parquet")
         return path
 
 
@@ -267,11 +270,11 @@ class HubSource(RowSource):
         instruction: str = "",
     ) -> None:
         require(val_size is None or (val_size >= 1 and val_split is None),
-                f"{type(self).__name__}: val_size={val_size} holds out training rows and needs val_size >= 1 and "
-                f"val_split=None (got val_split={val_split!r}); set val_split: null or drop val_size")
+                f"{type(self).__name__}: val_size={val_size} holds out training rows and needs val_size >= 1 "
+                f"and val_split=None (got val_split={val_split!r}); set val_split: null or drop val_size")
         super().__init__(
-            prompt_field=prompt_field, answer_field=answer_field, template=template, extra_fields=extra_fields,
-            style=style, tokenizer=tokenizer, instruction=instruction,
+            prompt_field=prompt_field, answer_field=answer_field, template=template,
+            extra_fields=extra_fields, style=style, tokenizer=tokenizer, instruction=instruction,
         )  # fmt: skip
         self.path = path
         self.name = name

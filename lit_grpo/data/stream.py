@@ -92,7 +92,8 @@ class PromptStream(IterableDataset):
         salt: int = 0,
     ) -> None:
         require(
-            0 <= rank < world_size, f"PromptStream: rank={rank} must be in 0..world_size-1 (world_size={world_size})"
+            0 <= rank < world_size, f"PromptStream: rank={rank} must be in 0..world_size-1 "
+                                    f"(world_size={world_size})"
         )
         self.records = records
         self.batch_size = batch_size
@@ -140,7 +141,8 @@ class PromptStream(IterableDataset):
                     yield record
                 emitted += 1
             require(
-                count != 0, f"the training split gives rank {self.rank} of {self.world_size} no prompts to draw from"
+                count != 0, f"the training split gives rank {self.rank} of {self.world_size} no prompts to "
+                            "draw from"
             )
             epoch += 1
 

@@ -25,24 +25,21 @@ _OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 def _check_problem_space(owner: str, sizes: dict[str, int], max_operand: int, operators: str) -> None:
     require_at_least(owner, 0, **sizes, max_operand=max_operand)
-    if not operators or set(operators) - set(_OPERATORS) or len(set(operators)) != len(operators):
-        raise ValueError(
-            f"{owner}: operators={operators!r} must be distinct characters from "
-            f"{''.join(_OPERATORS)!r}, e.g. '+' or '+-*'"
-        )
+    distinct = len(set(operators)) == len(operators)
+    require(bool(operators) and not set(operators) - set(_OPERATORS) and distinct,
+            f"{owner}: operators={operators!r} must be distinct characters from {''.join(_OPERATORS)!r}, "
+            "e.g. '+' or '+-*'")
     space = len(operators) * (max_operand + 1) ** 2
     wanted = sum(sizes.values())
-    if wanted > space:
-        terms = " + ".join(str(v) for v in sizes.values())
-        raise ValueError(
+    terms = " + ".join(str(v) for v in sizes.values())
+    require(wanted <= space,
             f"{owner}: num_train + num_val + num_test = {terms} "
             f"= {wanted} exceeds the {space} distinct problems with max_operand={max_operand} and "
-            f"operators={operators!r}; raise max_operand, add operators or lower the split sizes"
-        )
+            f"operators={operators!r}; raise max_operand, add operators or lower the split sizes")
 
 
 def _drawn(seed: int, code: int, stream: int, low: int, high: int) -> int:
-    """An integer in ``low..high`` drawn for problem ``code`` (``stream`` keeps the draws of one source apart)."""
+    """An integer in ``low..high`` drawn for problem ``code`` (``stream`` keeps a source's draws apart)."""
     return int(np.random.default_rng([seed, code, stream]).integers(low, high + 1))
 
 
@@ -53,8 +50,8 @@ def _mean_guess_rate(low: int, high: int) -> float:
 
 
 def problems(rows: range, max_operand: int, operators: str, seed: int):
-    """``(row, code, a, op, b)`` of the problems at ``rows`` of the seeded order (``code`` identifies the problem;
-    ``row`` counts from 0)."""
+    """``(row, code, a, op, b)`` of the problems at ``rows`` of the seeded order (``code`` identifies the
+    problem; ``row`` counts from 0)."""
     m = max_operand + 1
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(operators) * m * m, generator=gen)[rows.start : rows.stop]
@@ -78,8 +75,8 @@ class SyntheticArithmetic(StyledSource):
         style: Prompt style (``plain`` keeps the bare ``"12+30="``).
         tokenizer: Tokenizer whose chat template renders ``chat`` prompts; unset: the policy's.
         instruction: Text appended to the problem in the ``plain`` and ``chat`` styles.
-        question: How a problem is written, with ``{a}``, ``{op}`` and ``{b}`` (e.g. ``"What is {a} {op} {b}?"``
-            for instruction-tuned models).
+        question: How a problem is written, with ``{a}``, ``{op}`` and ``{b}`` (e.g. ``"What is {a} {op}
+            {b}?"`` for instruction-tuned models).
     """
 
     #: the fields a ``question`` is written with, those it must contain, and an example of one
@@ -118,8 +115,7 @@ class SyntheticArithmetic(StyledSource):
         try:
             question.format(**{f: {"op": "+"}.get(f, 3) for f in self.question_fields})
             missing = self.required_fields - {field for _, field, _, _ in string.Formatter().parse(question)}
-            if missing:
-                raise ValueError("no " + ", ".join("{" + m + "}" for m in sorted(missing)))
+            require(not missing, "no " + ", ".join("{" + m + "}" for m in sorted(missing)))
         except (KeyError, IndexError, ValueError) as err:
             names = ", ".join("{" + f + "}" for f in self.question_fields)
             raise ValueError(

@@ -53,7 +53,7 @@ def last_boxed(text: str) -> str | None:
 
 
 def with_format_bonus(reward, style: str):
-    """``reward``, plus 0.1 × :class:`~lit_grpo.rewards.Format` when the prompts ask for the ``think`` shape."""
+    """``reward``, plus 0.1 × :class:`~lit_grpo.rewards.Format` where the prompts ask for ``think``."""
     from lit_grpo.rewards import Format, WeightedSum
 
     return WeightedSum([reward, Format()], weights=[1.0, 0.1]) if style == "think" else reward
@@ -73,7 +73,8 @@ class GSM8K(HubSource):
         test_split: Split used for testing.
         instruction: How to give the answer (``plain`` and ``chat`` styles).
         **kwargs: :class:`HubSource`'s other options (splits, ``val_size``, ``data_files``, ``extra_fields``,
-            ``seed``, ``style``, ``tokenizer``); the question is the ``question`` field, the answer ``answer``.
+            ``seed``, ``style``, ``tokenizer``); the question is the ``question`` field, the answer
+            ``answer``.
     """
 
     def __init__(
@@ -121,8 +122,8 @@ class MATH500(HubSource):
         val_size: Training rows held out for validation (needs ``val_split: null``).
         instruction: How to give the answer (``plain`` and ``chat`` styles).
         **kwargs: :class:`HubSource`'s other options (``name``, ``test_split``, ``data_files``,
-            ``extra_fields`` such as ``[level, subject]``, ``seed``, ``style``, ``tokenizer``); the question is
-            the ``problem`` field.
+            ``extra_fields`` such as ``[level, subject]``, ``seed``, ``style``, ``tokenizer``); the question
+            is the ``problem`` field.
     """
 
     def __init__(
@@ -136,8 +137,9 @@ class MATH500(HubSource):
         **kwargs: Any,
     ) -> None:
         super().__init__(
-            path=path, train_split=train_split, val_split=val_split, answer_field=answer_field, val_size=val_size,
-            instruction=instruction, prompt_field="problem", template="{problem}", **kwargs,
+            path=path, train_split=train_split, val_split=val_split, answer_field=answer_field,
+            val_size=val_size, instruction=instruction, prompt_field="problem", template="{problem}",
+            **kwargs,
         )  # fmt: skip
 
     def reference(self, row: dict[str, Any], where: str) -> str:
@@ -183,8 +185,8 @@ class ReferenceText(HubSource):
         **kwargs: Any,
     ) -> None:
         super().__init__(
-            path=path, val_split=val_split, prompt_field=prompt_field, answer_field=answer_field, template=template,
-            **kwargs,
+            path=path, val_split=val_split, prompt_field=prompt_field, answer_field=answer_field,
+            template=template, **kwargs,
         )  # fmt: skip
 
     def default_reward(self):

@@ -70,15 +70,16 @@ class WordProblems(StyledSource):
     ) -> None:
         check_style("WordProblems", style)
         chosen = [k.strip() for k in kinds.split(",") if k.strip()]
-        if not chosen or set(chosen) - set(KINDS):
-            raise ValueError(f"WordProblems: kinds={kinds!r} must be a comma-separated subset of {KINDS}")
+        require(bool(chosen) and not set(chosen) - set(KINDS),
+                f"WordProblems: kinds={kinds!r} must be a comma-separated subset of {KINDS}")
         require(max_number >= 3, f"WordProblems: max_number={max_number} must be >= 3")
         require_at_least("WordProblems", 0, num_train=num_train, num_val=num_val, num_test=num_test)
         templates = [t for k in chosen for t in TEMPLATES[k]]
         space = len(templates) * (max_number - 1) ** 2
         require(num_train + num_val + num_test <= space,
-                f"WordProblems: num_train + num_val + num_test = {num_train + num_val + num_test} exceeds the "
-                f"{space} distinct problems of kinds={kinds!r}, max_number={max_number}; raise max_number")
+                f"WordProblems: num_train + num_val + num_test = {num_train + num_val + num_test} exceeds "
+                f"the {space} distinct problems of kinds={kinds!r}, max_number={max_number}; raise "
+                "max_number")
         self.num_train, self.num_val, self.num_test = num_train, num_val, num_test
         self.kinds, self.max_number, self.seed = kinds, max_number, seed
         self.style, self.tokenizer, self.instruction = style, tokenizer, instruction
@@ -99,6 +100,6 @@ class WordProblems(StyledSource):
             if answer(2, 1) == 1 and a <= b:  # a subtraction: the first number the larger
                 a, b = b + 1, a
             text = template.format(n=NAMES[names[row]], x=ITEMS[items[row]], a=a, b=b)
-            records.append({"prompt": self.render(text), "reference": str(answer(a, b)), "id": f"{split}-{row}",
-                            "columns": {}})
+            records.append({"prompt": self.render(text), "reference": str(answer(a, b)),
+                            "id": f"{split}-{row}", "columns": {}})
         return records

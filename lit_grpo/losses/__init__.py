@@ -22,6 +22,7 @@ REGISTRY: dict[str, type] = {
 
 globals().update(REGISTRY)
 __all__ = [
-    "PolicyLoss", "LossInputs", "LossOutput", "ImportanceCorrection", "Aggregation", "AGGREGATIONS", "token_weights",
+    "PolicyLoss", "LossInputs", "LossOutput", "ImportanceCorrection", "Aggregation", "AGGREGATIONS",
+    "token_weights",
     *REGISTRY,
 ]  # fmt: skip

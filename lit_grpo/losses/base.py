@@ -64,7 +64,7 @@ class PolicyLoss(ABC):
 
     @property
     def needs_old_logp(self) -> bool:
-        """Reads ``old_logp`` (with one optimizer step per rollout batch it is ``logp`` detached, at no cost)."""
+        """Reads ``old_logp`` (with one optimizer step per rollout batch: ``logp`` detached, at no cost)."""
         return True
 
     @property
@@ -74,8 +74,8 @@ class PolicyLoss(ABC):
 
     @property
     def needs_engine_logp(self) -> bool:
-        """Reads ``engine_logp`` (the engine's sampling log-probs): when the loss has an importance ``correction``
-        (:mod:`lit_grpo.losses.correction`)."""
+        """Reads ``engine_logp`` (the engine's sampling log-probs): when the loss has an importance
+        ``correction`` (:mod:`lit_grpo.losses.correction`)."""
         return getattr(self, "correction", None) is not None
 
     @abstractmethod

@@ -21,12 +21,14 @@ class CISPO(PolicyLoss):
     Args:
         eps_low: The weight's lower bound is ``1 - eps_low`` (null = no lower bound, the paper's choice).
         eps_high: The weight's upper bound is ``1 + eps_high``.
-        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``), or null.
+        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``;
+            null: none).
     """
 
     def __init__(self, eps_low: float | None = None, eps_high: float = 4.0,
                  correction: ImportanceCorrection | None = None) -> None:
-        require(eps_low is None or 0 <= eps_low <= 1, f"eps_low={eps_low} must be in [0, 1] or null (no lower bound)")
+        require(eps_low is None or 0 <= eps_low <= 1, f"eps_low={eps_low} must be in [0, 1] or null (no "
+                                                      "lower bound)")
         require(eps_high > 0, f"eps_high={eps_high} must be > 0 (the weight's upper bound is 1 + eps_high)")
         self.eps_low, self.eps_high, self.correction = eps_low, eps_high, correction
 

@@ -31,7 +31,7 @@ class Correction:
 
 
 class ImportanceCorrection(ABC):
-    """Weights ``[n, T]`` from the trainer's pre-update log-probs and the engine's, both of the sampled tokens."""
+    """Weights ``[n, T]`` from the trainer's pre-update log-probs and the engine's of the sampled tokens."""
 
     @abstractmethod
     def __call__(self, train_logp: Tensor, engine_logp: Tensor, mask: Tensor) -> Correction:
@@ -46,7 +46,8 @@ class TruncatedIS(ImportanceCorrection):
     """Truncated importance sampling (TIS): each token's policy term times ``min(w, cap)``.
 
     Yao et al., "Your efficient RL framework secretly brings you off-policy RL training" (2025). Logs
-    ``train/is_truncated_frac`` (share of tokens, or of completions at the sequence levels, whose weight was cut).
+    ``train/is_truncated_frac`` (share of tokens, or of completions at the sequence levels, whose weight was
+    cut).
 
     Args:
         level: ``token`` (each token's ratio), ``sequence`` (the product over the completion) or ``geometric``
@@ -55,7 +56,8 @@ class TruncatedIS(ImportanceCorrection):
     """
 
     def __init__(self, level: ISLevel = "token", cap: float = 2.0) -> None:
-        require(level in _LEVELS, f"correction level={level!r} is not known; choose token, sequence or geometric")
+        require(level in _LEVELS, f"correction level={level!r} is not known; choose token, sequence or "
+                                  "geometric")
         require(cap > 0, f"tis_cap={cap} must be > 0 (2 is the usual choice)")
         self.level, self.cap = level, cap
 
@@ -75,14 +77,17 @@ class MaskedIS(ImportanceCorrection):
     rejection sampling). Logs ``train/is_masked_frac`` (share of tokens, or of completions, masked).
 
     Args:
-        level: ``token``, ``sequence`` (product of the completion's ratios) or ``geometric`` (its geometric mean).
+        level: ``token``, ``sequence`` (product of the completion's ratios) or ``geometric`` (their
+            geometric mean).
         low: Lower end of the band (0 = no lower end).
         high: Upper end of the band.
     """
 
     def __init__(self, level: ISLevel = "token", low: float = 0.5, high: float = 2.0) -> None:
-        require(level in _LEVELS, f"correction level={level!r} is not known; choose token, sequence or geometric")
-        require(0 <= low < 1 < high, f"low={low}, high={high}: need 0 <= low < 1 < high (e.g. low: 0.5, high: 2)")
+        require(level in _LEVELS, f"correction level={level!r} is not known; choose token, sequence or "
+                                  "geometric")
+        require(0 <= low < 1 < high, f"low={low}, high={high}: need 0 <= low < 1 < high (e.g. low: 0.5, "
+                                     "high: 2)")
         self.level, self.low, self.high = level, low, high
 
     def __call__(self, train_logp: Tensor, engine_logp: Tensor, mask: Tensor) -> Correction:
@@ -103,17 +108,17 @@ def apply_correction(
     return policy_loss * out.weights, out.means
 
 
-#: What corrects the staleness of asynchronous rollouts (``AsyncRollouts(correction=...)``): ``truncated_is`` (the
-#: decoupled objective of docs/methods.md with ``TruncatedIS()``, unless the loss has a correction of its own) or
-#: ``none`` (the ratio against the stale samples is taken as 1).
+#: What corrects the staleness of asynchronous rollouts (``AsyncRollouts(correction=...)``): ``truncated_is``
+# (the : decoupled objective of docs/methods.md with ``TruncatedIS()``, unless the loss has a correction of
+# its own) or : ``none`` (the ratio against the stale samples is taken as 1).
 STALENESS_CORRECTIONS = ("truncated_is", "none")
 
 
 def correct_staleness(loss: object, max_staleness: int, choice: str) -> str | None:
-    """Give ``loss`` the correction that makes its update the decoupled objective when the rollouts it trains on are
-    ``max_staleness >= 1`` policy versions old: ``TruncatedIS()`` (token level, cap 2) when the loss has no
-    correction of its own and ``choice`` is ``truncated_is``; nothing at ``max_staleness: 0`` or with ``none``.
-    Returns the line that says what the update does (None at ``max_staleness: 0``)."""
+    """Give ``loss`` the correction that makes its update the decoupled objective when the rollouts it trains
+    on are ``max_staleness >= 1`` policy versions old: ``TruncatedIS()`` (token level, cap 2) when the loss
+    has no correction of its own and ``choice`` is ``truncated_is``; nothing at ``max_staleness: 0`` or with
+    ``none``. Returns the line that says what the update does (None at ``max_staleness: 0``)."""
     require(choice in STALENESS_CORRECTIONS,
             f"AsyncRollouts: correction={choice!r}; use one of {', '.join(STALENESS_CORRECTIONS)}")
     if max_staleness == 0:
@@ -125,10 +130,12 @@ def correct_staleness(loss: object, max_staleness: int, choice: str) -> str | No
                 "policy's log-probs against the trainer's (the decoupled objective, docs/methods.md)")
     if choice == "none":
         return (f"{prefix}no importance correction (correction: none): the loss takes the ratio between the "
-                "trainer's policy and the stale samples' as 1, so the update is biased by the drift between them")
+                "trainer's policy and the stale samples' as 1, so the update is biased by the drift between "
+                "them")
     require(hasattr(loss, "correction"),
-            f"{prefix}{type(loss).__name__} takes no importance correction, which stale rollouts need; use a loss "
-            "with a correction option, or set the engine's correction: none to train on them uncorrected")
+            f"{prefix}{type(loss).__name__} takes no importance correction, which stale rollouts need; use a "
+            "loss with a correction option, or set the engine's correction: none to train on them "
+            "uncorrected")
     loss.correction = TruncatedIS()
     return (f"{prefix}the stale rollouts are corrected with {loss.correction!r} (the decoupled objective, "
             "docs/methods.md: each token weighted by min(pi_old / pi_behaviour, 2)); set the engine's "

@@ -20,7 +20,8 @@ from lit_grpo.logprobs import KLEstimator, kl_estimate
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-sum-constant"]
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 TISLevel = Literal["token", "sequence"]
-#: Level of an importance correction: each token's ratio, the product over the completion, or its geometric mean.
+#: Level of an importance correction: each token's ratio, the product over the completion, or its geometric
+# mean.
 ISLevel = Literal["token", "sequence", "geometric"]
 
 
@@ -83,19 +84,19 @@ def is_log_ratios(
 ) -> Tensor:
     """Log importance ratios ``log(pi_train / pi_rollout)`` of the sampled tokens at ``level``, 0 on padding.
 
-    ``token``: each token's own ``[N, T]``; ``sequence``: the completion's sum ``[N, 1]`` (log of the product of
-    its token ratios); ``geometric``: the completion's mean ``[N, 1]`` (log of the geometric mean), over its own
-    generated tokens only, never the padded width.
+    ``token``: each token's own ``[N, T]``; ``sequence``: the completion's sum ``[N, 1]`` (log of the product
+    of its token ratios); ``geometric``: the completion's mean ``[N, 1]`` (log of the geometric mean), over
+    its own generated tokens only, never the padded width.
     """
+    require(level in ("token", "sequence", "geometric"),
+            f"level={level!r} is not known; choose 'token', 'sequence' or 'geometric'")
     maskf = mask.float()
     log_ratio = (logp_train - logp_rollout).float() * maskf  # [N, T]
     if level == "token":
         return log_ratio
     if level == "sequence":
         return log_ratio.sum(-1, keepdim=True)  # [N, 1]
-    if level == "geometric":
-        return log_ratio.sum(-1, keepdim=True) / maskf.sum(-1, keepdim=True).clamp(min=1.0)  # [N, 1]
-    raise ValueError(f"level={level!r} is not known; choose 'token', 'sequence' or 'geometric'")
+    return log_ratio.sum(-1, keepdim=True) / maskf.sum(-1, keepdim=True).clamp(min=1.0)  # [N, 1] geometric
 
 
 @torch.no_grad()
@@ -132,8 +133,10 @@ def masked_is_weights(
     return weights, rejected
 
 
-def kl_penalty(logp: Tensor, ref_logp: Tensor, beta: float, estimator: KLEstimator = "k3") -> tuple[Tensor, Tensor]:
-    """``(beta * kl [N, T], kl [N, T] detached)``: the term to add to the per-token loss, and the estimate to log.
+def kl_penalty(logp: Tensor, ref_logp: Tensor, beta: float,
+               estimator: KLEstimator = "k3") -> tuple[Tensor, Tensor]:
+    """``(beta * kl [N, T], kl [N, T] detached)``: the term to add to the per-token loss, and the estimate to
+    log.
 
     ``kl`` estimates KL(pi || pi_ref) per token from samples of pi (:func:`lit_grpo.logprobs.kl_estimate`).
     """
@@ -174,7 +177,8 @@ def cispo_loss(
     old_logp)``; ``eps_low = None`` leaves the weight without a lower bound (the paper's choice).
 
     The clipped weight is a constant (stop-gradient), so every token keeps the gradient ``w' A grad(logp)``:
-    none is dropped, as PPO's clip drops those outside its range. Returns ``(loss [N, T], clipped [N, T] bool)``.
+    none is dropped, as PPO's clip drops those outside its range. Returns ``(loss [N, T], clipped [N, T]
+    bool)``.
     """
     ratio = torch.exp(logp - old_logp).detach()  # [N, T]
     low = 0.0 if eps_low is None else 1.0 - eps_low
@@ -189,12 +193,13 @@ def sapo_loss(
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
 ) -> tuple[Tensor, Tensor]:
-    """SAPO (Gao et al. 2025): per token ``-(4 / tau) sigmoid(tau (w - 1)) A``, ``tau = tau_pos`` where ``A > 0``
-    else ``tau_neg``, with ``w = exp(logp - old_logp)``.
+    """SAPO (Gao et al. 2025): per token ``-(4 / tau) sigmoid(tau (w - 1)) A``, ``tau = tau_pos`` where ``A >
+    0`` else ``tau_neg``, with ``w = exp(logp - old_logp)``.
 
     Its gradient is ``-4 s (1 - s) w A grad(logp)`` with ``s = sigmoid(tau (w - 1))``: the GRPO gradient at
-    ``w = 1``, smoothly fading as ``w`` leaves 1 (faster for larger tau). Returns ``(loss [N, T], gate [N, T])``,
-    ``gate = 4 s (1 - s)`` detached: the factor on the token's unclipped GRPO gradient ``w A grad(logp)``.
+    ``w = 1``, smoothly fading as ``w`` leaves 1 (faster for larger tau). Returns ``(loss [N, T], gate [N,
+    T])``, ``gate = 4 s (1 - s)`` detached: the factor on the token's unclipped GRPO gradient ``w A
+    grad(logp)``.
     """
     ratio = torch.exp(logp - old_logp)  # [N, T]
     adv = advantages[:, None]  # [N, 1]
@@ -212,7 +217,8 @@ def gmpo_loss(
     eps_high: float = 0.4,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """GMPO (Zhao et al. 2025): per completion ``-A exp(mean_t c_t)``, the geometric mean of its token ratios
-    after clipping each log ratio ``d_t = logp - old_logp`` in log space, one-sided by the sign of ``A`` as PPO
+    after clipping each log ratio ``d_t = logp - old_logp`` in log space, one-sided by the sign of ``A`` as
+    PPO
     does: ``c_t = min(d_t, clip(d_t, -eps_low, eps_high))`` for ``A > 0``, ``max(...)`` for ``A < 0``.
 
     The completion's loss is put on each of its tokens (``seq-mean-token-mean`` gives the paper's mean over

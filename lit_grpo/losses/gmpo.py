@@ -22,23 +22,25 @@ class GMPO(PolicyLoss):
     Args:
         eps_low: Lower clip of the token log ratio (ratio ``e^-eps_low``).
         eps_high: Upper clip of the token log ratio (ratio ``e^eps_high``).
-        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``), or null.
+        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``;
+            null: none).
     """
 
     def __init__(self, eps_low: float = 0.4, eps_high: float = 0.4,
                  correction: ImportanceCorrection | None = None) -> None:
-        require(eps_low > 0 and eps_high > 0, f"eps_low={eps_low}, eps_high={eps_high}: both must be > 0 (log-space "
+        require(eps_low > 0 and eps_high > 0, f"eps_low={eps_low}, eps_high={eps_high}: both must be > 0 "
+                                              "(log-space "
                                              "clip range; the paper: 0.4)")
         self.eps_low, self.eps_high, self.correction = eps_low, eps_high, correction
 
     @property
     def zero_advantage_inert(self) -> bool:
-        """``-0 exp(mean_t c_t) = 0``: the geometric mean only scales the advantage, so a row with ``A = 0`` has
-        zero loss and gradient (a correction multiplies by a constant)."""
+        """``-0 exp(mean_t c_t) = 0``: the geometric mean only scales the advantage, so a row with ``A = 0``
+        has zero loss and gradient (a correction multiplies by a constant)."""
         return True
 
     def __call__(self, batch: LossInputs) -> LossOutput:
-        loss, clipped, ratio = gmpo_loss(batch.logp, batch.old_logp, batch.advantages, batch.mask, self.eps_low,
-                                         self.eps_high)
+        loss, clipped, ratio = gmpo_loss(batch.logp, batch.old_logp, batch.advantages, batch.mask,
+                                         self.eps_low, self.eps_high)
         loss, stats = apply_correction(self.correction, loss, batch)
         return LossOutput(loss, means={"clip_frac": clipped.float(), "seq_ratio": ratio, **stats})

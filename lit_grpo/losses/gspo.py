@@ -22,13 +22,15 @@ class GSPO(PolicyLoss):
     Args:
         eps_low: Lower clip range of the sequence ratio (the paper: 3e-4).
         eps_high: Upper clip range of the sequence ratio (the paper: 4e-4).
-        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``), or null.
+        correction: Importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``;
+            null: none).
     """
 
     def __init__(self, eps_low: float = 3e-4, eps_high: float = 4e-4,
                  correction: ImportanceCorrection | None = None) -> None:
         require(0 < eps_low < 1 and eps_high > 0,
-               f"eps_low={eps_low}, eps_high={eps_high}: need 0 < eps_low < 1 and eps_high > 0 (the paper: 3e-4, 4e-4)")
+               f"eps_low={eps_low}, eps_high={eps_high}: need 0 < eps_low < 1 and eps_high > 0 (the paper: "
+               "3e-4, 4e-4)")
         self.eps_low, self.eps_high, self.correction = eps_low, eps_high, correction
 
     @property
@@ -38,7 +40,7 @@ class GSPO(PolicyLoss):
         return True
 
     def __call__(self, batch: LossInputs) -> LossOutput:
-        loss, clipped, ratio = gspo_loss(batch.logp, batch.old_logp, batch.advantages, batch.mask, self.eps_low,
-                                         self.eps_high)  # [n, T], [n], [n]
+        loss, clipped, ratio = gspo_loss(batch.logp, batch.old_logp, batch.advantages, batch.mask,
+                                         self.eps_low, self.eps_high)  # [n, T], [n], [n]
         loss, stats = apply_correction(self.correction, loss, batch)
         return LossOutput(loss, means={"clip_frac": clipped.float(), "seq_ratio": ratio, **stats})

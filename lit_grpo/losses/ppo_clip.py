@@ -1,24 +1,24 @@
-"""PPOClip: the clipped surrogate of PPO and GRPO, with dual clip, a KL penalty and truncated importance sampling."""
+"""PPOClip: PPO's and GRPO's clipped surrogate, with dual clip, a KL penalty and an importance correction."""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, get_args
 
 from lit_grpo.checks import require
 from lit_grpo.logprobs import KLEstimator
 from lit_grpo.losses.base import LossInputs, LossOutput, PolicyLoss
-from lit_grpo.losses.correction import ImportanceCorrection, TruncatedIS, apply_correction
-from lit_grpo.losses.functional import TISLevel, clipped_policy_loss, kl_penalty
+from lit_grpo.losses.correction import ImportanceCorrection, apply_correction
+from lit_grpo.losses.functional import clipped_policy_loss, kl_penalty
 
 
 class PPOClip(PolicyLoss):
     """Per token ``-min(w A, clip(w, 1 - eps_low, 1 + eps_high) A)`` with ``w = exp(logp - old_logp)``
     (METHODS.md section 2); ``w = 1`` with one optimizer step per rollout batch.
 
-    Optionally bounded by ``-c A`` for ``A < 0`` (dual clip), reweighted by truncated importance weights
-    towards the trainer's policy when the engine's numerics differ (``tis``), and plus ``beta`` times a
-    per-token KL estimate to a reference policy. Logs ``train/clip_frac`` (share of tokens whose clipped
-    term is the active one) and, with ``beta > 0``, ``train/kl``.
+    Optionally bounded by ``-c A`` for ``A < 0`` (dual clip), reweighted by an importance ``correction``
+    towards the trainer's policy when the engine's numerics differ, and plus ``beta`` times a per-token KL
+    estimate to a reference policy. Logs ``train/clip_frac`` (share of tokens whose clipped term is the
+    active one) and, with ``beta > 0``, ``train/kl``.
 
     Args:
         eps_low: Lower clip range of the ratio.
@@ -27,13 +27,9 @@ class PPOClip(PolicyLoss):
         beta: KL coefficient to the initial policy (0 = no reference model is loaded; with LoRA the
             reference is the base model with the adapters disabled, never a second copy).
         kl_estimator: KL estimator used when ``beta > 0``.
-        tis: Truncated importance sampling against the engine's sampling log-probs: ``off``, ``token``
-            (each token weighted by ``min(exp(logp_train - logp_engine), tis_cap)``) or ``sequence`` (every
-            token by its completion's capped product). Corrects for an engine (vLLM) whose numerics differ
-            from the trainer's.
-        tis_cap: The truncation C of the importance weights.
-        correction: An importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``); ``tis``
-            is its shorthand ``TruncatedIS(level=tis, cap=tis_cap)``, so set one or the other.
+        correction: An importance correction for engine/trainer mismatch (``TruncatedIS``, ``MaskedIS``).
+        tis, tis_cap: Removed (they duplicated ``correction: TruncatedIS``); setting either is an error that
+            names the replacement.
     """
 
     def __init__(
@@ -43,24 +39,22 @@ class PPOClip(PolicyLoss):
         dual_clip: float | None = None,
         beta: float = 0.0,
         kl_estimator: KLEstimator = "k3",
-        tis: Literal["off"] | TISLevel = "off",
-        tis_cap: float = 2.0,
         correction: ImportanceCorrection | None = None,
+        tis: Any = None,
+        tis_cap: Any = None,
     ) -> None:
+        require(tis is None and tis_cap is None, _removed_tis(tis, tis_cap))
         require(0 <= eps_low < 1 and eps_high >= 0,
-               f"eps_low={eps_low}, eps_high={eps_high}: need 0 <= eps_low < 1 and eps_high >= 0")
-        require(dual_clip is None or dual_clip > 1, f"dual_clip={dual_clip} must be > 1 (typically 3) or null")
+                f"eps_low={eps_low}, eps_high={eps_high}: need 0 <= eps_low < 1 and eps_high >= 0")
+        require(dual_clip is None or dual_clip > 1, f"dual_clip={dual_clip} must be > 1 (typically 3) or "
+                                                    "null")
         require(beta >= 0, f"beta={beta} must be >= 0")
         require(kl_estimator in get_args(KLEstimator),
-               f"kl_estimator={kl_estimator!r} is not known; choose one of {', '.join(get_args(KLEstimator))}")
-        require(tis in ("off", "token", "sequence"), f"tis={tis!r} is not known; choose off, token or sequence")
-        require(tis_cap > 0, f"tis_cap={tis_cap} must be > 0 (2 is the usual choice)")
+                f"kl_estimator={kl_estimator!r} is not known; choose one of "
+                f"{', '.join(get_args(KLEstimator))}")
         self.eps_low, self.eps_high, self.dual_clip = eps_low, eps_high, dual_clip
         self.beta, self.kl_estimator = beta, kl_estimator
-        require(tis == "off" or correction is None,
-               f"tis={tis!r} and correction={correction!r} both correct the engine mismatch; set only one")
-        self.tis, self.tis_cap = tis, tis_cap
-        self.correction = TruncatedIS(tis, tis_cap) if tis != "off" else correction
+        self.correction = correction
 
     @property
     def needs_ref_logp(self) -> bool:
@@ -68,8 +62,8 @@ class PPOClip(PolicyLoss):
 
     @property
     def zero_advantage_inert(self) -> bool:
-        """Without the KL term: ``-min(w 0, clip(w) 0) = 0`` (the dual clip acts only for ``A < 0``, an importance
-        correction multiplies by a constant), so a row with ``A = 0`` has zero loss and gradient."""
+        """Without the KL term: ``-min(w 0, clip(w) 0) = 0`` (the dual clip acts only for ``A < 0``, an
+        importance correction multiplies by a constant): a row with ``A = 0`` has no loss and no gradient."""
         return self.beta == 0
 
     def __call__(self, batch: LossInputs) -> LossOutput:
@@ -81,3 +75,13 @@ class PPOClip(PolicyLoss):
             penalty, out.terms["kl"] = kl_penalty(batch.logp, batch.ref_logp, self.beta, self.kl_estimator)
             out.loss = out.loss + penalty
         return out
+
+
+def _removed_tis(tis: Any, tis_cap: Any) -> str:
+    """The error for a config that still sets ``PPOClip``'s removed ``tis`` or ``tis_cap``: the fix."""
+    level = tis if tis not in (None, "off") else "token"
+    cap = tis_cap if tis_cap is not None else 2.0
+    return (f"PPOClip: tis={tis!r}, tis_cap={tis_cap!r}: these options were removed; the same correction is "
+            f"`correction: TruncatedIS` (YAML: `correction: {{class_path: lit_grpo.TruncatedIS, init_args: "
+            f"{{level: {level}, cap: {cap}}}}}`; command line: --model.loss.correction=TruncatedIS "
+            f"--model.loss.correction.level={level} --model.loss.correction.cap={cap})")

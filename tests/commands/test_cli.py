@@ -181,9 +181,9 @@ def test_short_component_names_resolve(option, name):
 
 def test_loss_options_on_the_command_line():
     cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.loss.eps_high=0.28",
-                           "--model.loss.tis=token"], run=False)
+                           "--model.loss.correction=TruncatedIS", "--model.loss.correction.level=token"], run=False)
     assert type(cli.model.loss).__name__ == "PPOClip"
-    assert (cli.model.loss.eps_high, cli.model.loss.tis) == (0.28, "token")
+    assert (cli.model.loss.eps_high, cli.model.loss.correction.level) == (0.28, "token")
 
 
 #: 2 tiny steps of each loss, and of the update's options together, from the command line: the option, and the

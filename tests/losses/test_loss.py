@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lit_grpo.logprobs import kl_estimate, token_entropy, token_logprobs
-from lit_grpo.losses import LossInputs, LossOutput, PPOClip
+from lit_grpo.losses import LossInputs, LossOutput, PPOClip, TruncatedIS
 from lit_grpo.losses.functional import AGGREGATIONS, clipped_policy_loss, token_weights, truncated_is_weights
 from lit_grpo.step_metrics import StepStats
 
@@ -153,10 +153,10 @@ def test_ppo_clip_defaults_are_the_clipped_surrogate():
     assert loss.needs_old_logp and not loss.needs_ref_logp and not loss.needs_engine_logp
 
 
-def test_ppo_clip_composes_dual_clip_tis_and_kl():
+def test_ppo_clip_composes_dual_clip_correction_and_kl():
     batch = _inputs(seed=3)
-    loss = PPOClip(eps_low=0.1, eps_high=0.28, dual_clip=3.0, beta=0.05, kl_estimator="k2", tis="sequence",
-                   tis_cap=1.5)
+    loss = PPOClip(eps_low=0.1, eps_high=0.28, dual_clip=3.0, beta=0.05, kl_estimator="k2",
+                   correction=TruncatedIS("sequence", 1.5))
     out = loss(batch)
     surrogate, _ = clipped_policy_loss(batch.logp, batch.old_logp, batch.advantages, 0.1, 0.28, 3.0)
     is_weights = truncated_is_weights(batch.old_logp, batch.engine_logp, batch.mask, "sequence", 1.5)
@@ -171,8 +171,7 @@ def test_ppo_clip_composes_dual_clip_tis_and_kl():
     ({"dual_clip": 1.0}, "dual_clip=1.0 must be > 1"),
     ({"beta": -0.1}, "beta=-0.1 must be >= 0"),
     ({"kl_estimator": "k4"}, "kl_estimator='k4' is not known; choose one of k1, k2, k3"),
-    ({"tis": "tokens"}, "tis='tokens' is not known"),
-    ({"tis": "token", "tis_cap": 0}, "tis_cap=0 must be > 0"),
+    ({"tis": "token"}, "correction: TruncatedIS"),
 ])
 def test_ppo_clip_rejects_bad_options_naming_them(options, message):
     with pytest.raises(ValueError, match=message):

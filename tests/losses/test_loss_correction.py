@@ -71,13 +71,15 @@ def test_every_loss_applies_the_correction_to_its_policy_term(loss_cls):
     assert b.means["is_masked_frac"].tolist() == [0, 1, 0]
 
 
-def test_ppo_clip_tis_is_shorthand_for_truncated_is():
-    batch = inputs(DIFF, engine_logp=ENGINE)
-    short = PPOClip(tis="sequence", tis_cap=1.5)(batch)
-    long = PPOClip(correction=TruncatedIS("sequence", 1.5))(batch)
-    torch.testing.assert_close(short.loss, long.loss)
-    with pytest.raises(ValueError, match="set only one"):
-        PPOClip(tis="token", correction=MaskedIS())
+@pytest.mark.parametrize(("options", "fix"), [
+    ({"tis": "sequence", "tis_cap": 1.5}, "init_args: {level: sequence, cap: 1.5}"),
+    ({"tis": "token"}, "--model.loss.correction.level=token --model.loss.correction.cap=2.0"),
+    ({"tis_cap": 3.0}, "--model.loss.correction.cap=3.0"),
+])
+def test_ppo_clip_tis_is_gone_and_its_error_names_truncated_is(options, fix):
+    with pytest.raises(ValueError, match="options were removed") as err:
+        PPOClip(**options)
+    assert "`correction: TruncatedIS`" in str(err.value) and fix in str(err.value)
 
 
 def test_no_correction_changes_nothing():

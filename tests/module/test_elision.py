@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lit_grpo import RewardFunction
-from lit_grpo.losses import CISPO, GMPO, GSPO, SAPO, PPOClip
+from lit_grpo.losses import CISPO, GMPO, GSPO, SAPO, PPOClip, TruncatedIS
 from lit_grpo.types import RewardOutput
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 from tests.recording import MemoryLogger, Record
@@ -92,7 +92,8 @@ def test_the_update_is_the_one_without_elision(tmp_path, sft_model_path, options
     _assert_same_update(tmp_path, sft_model_path, **options)
 
 
-@pytest.mark.parametrize("loss", [GSPO(), CISPO(), SAPO(), GMPO(), PPOClip(dual_clip=3.0, tis="token")],
+@pytest.mark.parametrize("loss", [GSPO(), CISPO(), SAPO(), GMPO(),
+                                  PPOClip(dual_clip=3.0, correction=TruncatedIS("token"))],
                          ids=lambda loss: type(loss).__name__)
 def test_every_inert_loss_gives_the_same_update(tmp_path, sft_model_path, loss):
     assert loss.zero_advantage_inert

@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import lit_grpo.losses.ppo_clip as ppo_clip_mod
 import lit_grpo.module as module_mod
 from lit_grpo import GRPO, RLOO, MaxRL, RewardFunction, Sign, SoftmaxGRPO
-from lit_grpo.losses import AGGREGATIONS, LossOutput, PolicyLoss, PPOClip
+from lit_grpo.losses import AGGREGATIONS, LossOutput, PolicyLoss, PPOClip, TruncatedIS
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.types import RewardOutput
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
@@ -111,15 +111,15 @@ def _first_step(tmp_path, model_path, **kwargs):
     return capture.grads, trainer.callback_metrics
 
 
-@pytest.mark.parametrize(("shift", "tis", "tis_cap", "scale"), [
+@pytest.mark.parametrize(("shift", "level", "cap", "scale"), [
     (math.log(1.5), "token", 2.0, 1.5),  # each token weighted by its ratio
     (math.log(3.0), "token", 2.0, 2.0),  # ... truncated at the cap
     (math.log(3.0), "sequence", 2.0, 2.0),  # the completion's product 3^L, truncated at the cap
 ])
-def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_model_path, shift, tis, tis_cap, scale):
+def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_model_path, shift, level, cap, scale):
     plain, metrics = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift))
     weighted, _ = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift),
-                              loss=PPOClip(tis=tis, tis_cap=tis_cap))
+                              loss=PPOClip(correction=TruncatedIS(level, cap)))
     assert any(g.abs().sum() > 0 for g in plain.values())
     for k in plain:
         torch.testing.assert_close(weighted[k], scale * plain[k], atol=1e-6, rtol=1e-4)
@@ -131,7 +131,7 @@ def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_mode
 
 def test_matching_engine_has_no_mismatch_and_tis_changes_nothing(tmp_path, sft_model_path):
     plain, metrics = _first_step(tmp_path, sft_model_path)
-    weighted, _ = _first_step(tmp_path, sft_model_path, loss=PPOClip(tis="token"))
+    weighted, _ = _first_step(tmp_path, sft_model_path, loss=PPOClip(correction=TruncatedIS("token")))
     for k in plain:
         torch.testing.assert_close(weighted[k], plain[k], atol=1e-5, rtol=1e-3)
     assert 0 <= metrics["rollout/logp_diff_mean"].item() < 1e-4
@@ -296,7 +296,7 @@ def test_nonfinite_loss_skips_the_step_and_counts(tmp_path, sft_model_path):
     with mock.patch.object(ppo_clip_mod, "clipped_policy_loss",
                            side_effect=_nan_loss):
         tiny_trainer(tmp_path, max_steps=2).fit(module, datamodule=tiny_data())
-    assert module.nonfinite_steps == 2
+    assert module.counts.nonfinite_steps == 2
     assert all(torch.equal(before[k], v) for k, v in _params(module).items())
     raising = tiny_module(sft_model_path, on_nonfinite="raise")
     with mock.patch.object(ppo_clip_mod, "clipped_policy_loss",
@@ -314,10 +314,10 @@ def test_bad_options_are_rejected_with_the_option_named(sft_model_path):
         tiny_module(sft_model_path, temperature=0)
     with pytest.raises(ValueError, match="tau"):
         SoftmaxGRPO(tau=0)
-    with pytest.raises(ValueError, match="tis='tokens' is not known"):
-        tiny_module(sft_model_path, loss=PPOClip(tis="tokens"))
+    with pytest.raises(ValueError, match="level='tokens' is not known"):
+        tiny_module(sft_model_path, loss=PPOClip(correction=TruncatedIS("tokens")))
     with pytest.raises(ValueError, match="tis_cap=0"):
-        tiny_module(sft_model_path, loss=PPOClip(tis="token", tis_cap=0))
+        tiny_module(sft_model_path, loss=PPOClip(correction=TruncatedIS("token", 0)))
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path):

@@ -47,7 +47,8 @@ def test_cli_fit_trains_and_keeps_the_engine_in_sync(tmp_path, sft_model_path):
             f"--trainer.logger.init_args.save_dir={tmp_path}",
             "--trainer.enable_progress_bar=false",
             "--trainer.enable_checkpointing=false",
-            "--model.loss.tis=token",
+            "--model.loss.correction=TruncatedIS",
+            "--model.loss.correction.level=token",
         ]
     )
     module, engine = cli.model, cli.model.engine
