@@ -57,7 +57,9 @@ SPEED_ARMS = {"speed": "async-k1", "speed-real": "async-k1", "speed-process": "a
 
 ARMS = {"sync": [], "async-k1": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=1"],
         "async-k2": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2"],
-        "async-k2-tis": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2", "--model.loss.tis=token"],
+        # PPOClip's former ``tis: token``: the same update, through the loss's importance correction
+        "async-k2-tis": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2",
+                         "--model.loss.correction=TruncatedIS", "--model.loss.correction.level=token"],
         "async-k1-process": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=1",
                              "--model.engine.producer=process"],
         "async-k4": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=4"]}
