@@ -35,11 +35,14 @@ class Record(L.Callback):
 def run_arm(config: str, estimator: str, steps: int, seed: int, engine: str, extra: list[str],
             sampling_seed: int | None = None) -> list:
     from lit_grpo.cli import LitGRPOCLI
+    from lit_grpo.rollout.hf import GENERATE_DRAWS_ARG
 
     args = ["--config", config, f"--model.estimator={estimator}", f"--trainer.max_steps={steps}",
             f"--seed_everything={seed if sampling_seed is None else sampling_seed}", f"--data.seed={seed}", "--trainer.logger=false",
             "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
             "--trainer.callbacks=[]", f"--trainer.default_root_dir={tempfile.mkdtemp()}", *extra]  # fmt: skip
+    if engine != "vllm":  # the draws of the published runs, before the caller's own arguments
+        args.insert(len(args) - len(extra), GENERATE_DRAWS_ARG)
     if engine == "vllm":
         args.append('--model.engine={"class_path": "lit_grpo.rollout.VLLMEngine", "init_args": {"dtype": "float32", '
                     '"kv_cache_gib": 0.25}}')

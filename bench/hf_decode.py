@@ -59,9 +59,10 @@ WORKLOADS = {
     "smoke": ("tiny:tiny", 4, 4, 8),
 }
 #: setting -> HFGenerateEngine options
-SETTINGS = {"generate": {"decoder": "generate"}, "own": {"decoder": "own"},
-            "own_shrink": {"decoder": "own", "shrink": True},
-            "own_cdf": {"decoder": "own", "sampler": "inverse_cdf"},
+SETTINGS = {"generate": {"decoder": "generate"},
+            "own": {"decoder": "own", "shrink": False, "sampler": "multinomial"},
+            "own_shrink": {"decoder": "own", "shrink": True, "sampler": "multinomial"},
+            "own_cdf": {"decoder": "own", "shrink": False, "sampler": "inverse_cdf"},
             "own_shrink_cdf": {"decoder": "own", "shrink": True, "sampler": "inverse_cdf"}}
 
 

@@ -38,9 +38,10 @@ METRICS = {"greedy accuracy": ("heldout/accuracy_before", "val/accuracy", "heldo
 
 def run(seed: int, folder: Path) -> dict:
     from lit_grpo.experiments.collect import read_scalars
+    from lit_grpo.rollout.hf import GENERATE_DRAWS_ARG  # the draws of the published runs
 
     argv = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/quickstart.yaml", f"--seed_everything={seed}",
-            f"--trainer.logger.init_args.save_dir={folder}", "--trainer.enable_progress_bar=false"]
+            f"--trainer.logger.init_args.save_dir={folder}", "--trainer.enable_progress_bar=false", GENERATE_DRAWS_ARG]
     load, started = os.getloadavg()[0], time.perf_counter()
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _, stderr = child.communicate()

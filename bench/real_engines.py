@@ -75,6 +75,7 @@ def main() -> None:
     from lit_grpo.lora import LoraSettings, apply_lora
     from lit_grpo.models.loading import load_policy, load_tokenizer
     from lit_grpo.rollout import HFGenerateEngine, VLLMEngine
+    from lit_grpo.rollout.hf import GENERATE_DRAWS
 
     torch.manual_seed(0)
     source = SyntheticArithmetic(num_train=0, num_val=args.prompts, num_test=0, max_operand=30, style="chat",
@@ -86,7 +87,7 @@ def main() -> None:
                         "torch_threads": torch.get_num_threads(), "load_before": os.getloadavg()[0]}}
     parts = set(args.parts.split(","))
     if "hf" in parts:
-        hf = HFGenerateEngine()
+        hf = HFGenerateEngine(**GENERATE_DRAWS)  # the draws of the published run
         hf.bind(policy, tokenizer)
         results["hf"] = measure(hf, policy, prompts, args)
         print("hf  ", results["hf"], flush=True)
@@ -103,7 +104,7 @@ def main() -> None:
         print("vllm", results["vllm"], flush=True)
     if "hf-lora" in parts:
         for folded in (True, False):
-            hf = HFGenerateEngine(merge_lora=folded)
+            hf = HFGenerateEngine(merge_lora=folded, **GENERATE_DRAWS)
             hf.bind(lora, tokenizer)
             key = "hf_lora_folded" if folded else "hf_lora_unfolded"
             results[key] = measure(hf, lora, prompts, args)

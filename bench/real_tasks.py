@@ -86,8 +86,9 @@ def main() -> None:
         engine = VLLMEngine(dtype="float32", kv_cache_gib=2.5, max_num_seqs=512, seed=args.seed)
     else:
         from lit_grpo.rollout import HFGenerateEngine
+        from lit_grpo.rollout.hf import GENERATE_DRAWS
 
-        engine = HFGenerateEngine(batch_size=64)
+        engine = HFGenerateEngine(batch_size=64, **GENERATE_DRAWS)  # the draws of the published run
     engine.bind(policy, tokenizer)
     results = {}
     for name, (source, reward, note) in tasks(args.prompts).items():

@@ -142,11 +142,12 @@ def main() -> None:
 
     from lit_grpo.models.loading import load_policy, load_tokenizer
     from lit_grpo.rollout import HFGenerateEngine
+    from lit_grpo.rollout.hf import GENERATE_DRAWS
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     policy, tokenizer = load_policy(args.model).eval(), load_tokenizer(args.model)
-    engine = HFGenerateEngine(batch_size=args.batch_size)
+    engine = HFGenerateEngine(batch_size=args.batch_size, **GENERATE_DRAWS)  # the draws of the published run
     engine.bind(policy, tokenizer)
     settings = {"command": command("bench/reasoning_gym_start.py", sys.argv[1:]), "model": args.model,
                 "prompts": args.prompts, "samples": args.samples,

@@ -105,12 +105,13 @@ def worker(args) -> None:
 
     from lit_grpo.models.loading import load_policy, load_tokenizer
     from lit_grpo.rollout import HFGenerateEngine
+    from lit_grpo.rollout.hf import GENERATE_DRAWS
 
     torch.set_num_threads(args.threads)
     model, p, n, new_tokens = WORKLOADS[args.workload]
     prompts = prompts_for(p, model if args.workload == "real" else None)
     policy, tokenizer = load_policy(model).eval(), load_tokenizer(model)
-    engines = {name: HFGenerateEngine(shared_prefill=name == "shared_prefill") for name in SETTINGS}
+    engines = {name: HFGenerateEngine(shared_prefill=name == "shared_prefill", **GENERATE_DRAWS) for name in SETTINGS}
     for engine in engines.values():
         engine.bind(policy, tokenizer)
     order = [args.first] + [name for name in SETTINGS if name != args.first]

@@ -24,12 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from lit_grpo.rollout.hf import GENERATE_DRAWS_ARG  # the draws of the published probe
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "experiments/prepare/sft_tiny_residue.yaml"
 PROBE = ["--split", "test", "--samples", "8", "--group-size", "8"]
 PROBE_FIT = ["--config", "configs/quickstart.yaml", "--model.sampling.max_new_tokens=3",
              "--data.source=lit_grpo.data.SyntheticResidue", "--data.source.init_args.num_train=8800",
-             "--data.source.init_args.num_val=200", "--data.source.init_args.num_test=1000", "--trainer.logger=false"]
+             "--data.source.init_args.num_val=200", "--data.source.init_args.num_test=1000", "--trainer.logger=false",
+             GENERATE_DRAWS_ARG]
 
 
 def run(cmd: list[str], cwd: Path, env: dict) -> None:

@@ -1,40 +1,18 @@
 """The HF engine's own decoding loop: sampling from a Hugging Face causal LM without ``generate``.
 
-What ``generate`` does for the engine's settings, step for step, so that the same seed draws the same tokens:
-the last position's logits cast to float32, then temperature, top-k and top-p in that order (the processors
-``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``), ``torch.multinomial`` on the softmax
-(``argmax`` when greedy), pad tokens for rows that already emitted EOS, and a stop when every row has emitted one
-or ``max_new_tokens`` are out. What it does differently:
+It does what ``generate`` does for the engine's settings, step for step (float32 logits, then temperature,
+top-k and top-p in ``generate``'s order, its stopping and padding), so that ``shrink=False`` with
+``sampler="multinomial"`` draws ``generate``'s tokens from the same seed. What it does differently, each
+exact: a key/value cache allocated once per batch and written in place (:class:`BufferCache`); a shared
+prompt cache copied in once; grouped-query heads shared inside SDPA (:func:`gqa_sdpa_attention`); with
+``shrink``, finished rows leaving the batch (:meth:`BufferCache.keep_rows`); with
+``sampler="inverse_cdf"``, one uniform number a row (:func:`inverse_cdf`). The last two draw other samples
+from the same distribution. Log-probs are of the sampled token under ``logits / temperature`` before
+top-k/top-p. Models it cannot serve exactly (:func:`refusal`) keep ``generate``; the step is not compiled.
+docs/performance.md ("Own decoding loop") gives the reasons and the measurements.
 
-- the key/value cache is allocated once per batch (:class:`BufferCache`, room for the prompt and every new token),
-  written in place at each step, where ``generate``'s dynamic cache concatenates every layer's whole keys and
-  values at every token. The attention reads views of the filled part, so it sees the same keys and values, of the
-  same shape, as with the dynamic cache: same float results, so the same tokens. Transformers' ``StaticCache``
-  would allocate once too, but its attention runs over the whole capacity with the unused positions masked, which
-  sums in another order: its logits differ from the dynamic cache's in the last bits, so a draw at a rounding
-  boundary could differ from ``generate``'s;
-- the prompt cache shared by a group's rows (:func:`~lit_grpo.rollout.prefill.prompt_cache`) is copied in once;
-- the attention mask and the output tensors are allocated once too, and filled in place;
-- a model that attends with ``sdpa`` and grouped-query heads shares each key/value head with its query heads
-  inside SDPA (:func:`gqa_sdpa_attention`), where transformers copies it once per query head at every layer and
-  token when a mask is given: the same kernel on the same values, the same bits;
-- with ``shrink``, rows that emitted EOS leave the batch, so later forwards run only on unfinished rows: the last
-  unfinished rows move into the finished rows' places in the cache (:meth:`BufferCache.keep_rows`), which copies
-  the rows that move, not the whole cache, and allocates nothing. Fewer rows then draw from the generator, so the
-  samples differ from ``generate``'s for the same seed; they come from the same distribution;
-- with ``sampler="inverse_cdf"``, each row's token comes from one uniform number against its cumulative
-  probabilities (:func:`inverse_cdf`) instead of ``torch.multinomial``, whose kernel draws one exponential number
-  per vocabulary entry and row: the same distribution, other samples for the same seed.
-
-The log-probs are those the engine always returned: of the sampled token under the raw logits divided by the
-temperature, before top-k/top-p (:func:`~lit_grpo.logprobs.token_logprobs`).
-
-Models the loop cannot serve exactly (:func:`refusal`) keep ``generate``. The step is not compiled: compiled with
-dynamic shapes the forward decodes a token a few percent faster but takes minutes to compile a process on the CPU,
-repaid only after hundreds of steps (``bench/hf_decode.py --compile``; the numbers are in docs/performance.md), and
-compiled code rounds differently, so the exact setting would no longer draw ``generate``'s samples.
-
-Shapes: ``N`` rows, ``Tp`` prompt tokens, ``T`` new tokens, ``V`` vocabulary, ``H`` key/value heads, ``D`` head size.
+Shapes: ``N`` rows, ``Tp`` prompt tokens, ``T`` new tokens, ``V`` vocabulary, ``H`` key/value heads, ``D``
+head size.
 """
 
 from __future__ import annotations
@@ -63,8 +41,9 @@ from lit_grpo.types import SamplingParams
 #: Generation-config fields that make ``generate`` add a logits processor, stopping criterion or decoding mode
 #: beyond temperature/top-k/top-p, EOS and max_new_tokens, with the values that leave it out.
 _NEUTRAL: dict[str, tuple] = {
-    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0),
-    "encoder_no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,), "sequence_bias": (None,),
+    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0), "encoder_no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,),
+    "sequence_bias": (None,),
     "guidance_scale": (None, 1.0), "min_length": (None, 0), "min_new_tokens": (None, 0),
     "forced_bos_token_id": (None,), "forced_eos_token_id": (None,), "remove_invalid_values": (None, False),
     "exponential_decay_length_penalty": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
@@ -79,7 +58,8 @@ FALLBACK = Fallback(logging.getLogger(__name__), "decoder='own': generating with
 
 
 class NotServed(RuntimeError):
-    """The model's forward did not use the cache it was given (found at the first forward, before any sampling)."""
+    """The model's forward did not use the cache it was given (found at the first forward, before any
+    sampling)."""
 
 
 def refusal(model: nn.Module, use_cache: bool) -> str | None:
@@ -101,14 +81,15 @@ def refusal(model: nn.Module, use_cache: bool) -> str | None:
     generation = getattr(model, "generation_config", None)
     extra = sorted(key for key, neutral in _NEUTRAL.items() if getattr(generation, key, None) not in neutral)
     if extra:
-        return f"{name}'s generation config sets {', '.join(f'{k}={getattr(generation, k)!r}' for k in extra)}, " \
-               "which generate applies and the loop does not"
+        settings = ", ".join(f"{k}={getattr(generation, k)!r}" for k in extra)
+        return f"{name}'s generation config sets {settings}, which generate applies and the loop does not"
     return None
 
 
 class BufferLayer(DynamicLayer):
-    """One layer's keys and values in buffers ``[N, H, capacity, D]`` allocated at the first update and written in
-    place; ``update`` returns views of the filled part, the same shape the dynamic cache's concatenation returns."""
+    """One layer's keys and values in buffers ``[N, H, capacity, D]`` allocated at the first update and
+    written in place; ``update`` returns views of the filled part, the same shape the dynamic cache's
+    concatenation returns."""
 
     def __init__(self, capacity: int) -> None:
         super().__init__()
@@ -131,20 +112,22 @@ class BufferLayer(DynamicLayer):
         self.key_buffer[:, :, self.length : end].copy_(key_states)
         self.value_buffer[:, :, self.length : end].copy_(value_states)
         self.length = end
-        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]  # [N, H, end, D] views
+        # [N, H, end, D] views
+        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
         return self.length
 
     def move_rows(self, holes: Tensor, fillers: Tensor, rows: int) -> None:
-        """Copy the filled part of rows ``fillers`` into rows ``holes``, then keep the first ``rows`` rows (views of
-        the same buffers: nothing is allocated, and only the moved rows are copied)."""
+        """Copy the filled part of rows ``fillers`` into rows ``holes``, then keep the first ``rows`` rows
+        (views of the same buffers: nothing is allocated, and only the moved rows are copied)."""
         if self.is_initialized:
             for buffer in (self.key_buffer, self.value_buffer):
                 buffer[holes, :, : self.length] = buffer[fillers, :, : self.length]
             self.key_buffer, self.value_buffer = self.key_buffer[:rows], self.value_buffer[:rows]
-            self.keys, self.values = self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length]
+            self.keys = self.key_buffer[:, :, : self.length]
+            self.values = self.value_buffer[:, :, : self.length]
 
 
 class BufferCache(Cache):
@@ -155,17 +138,18 @@ class BufferCache(Cache):
 
     @classmethod
     def of(cls, model: nn.Module, capacity: int, prefix: DynamicCache | None = None) -> BufferCache:
-        """A cache for ``model`` (as many layers as its dynamic cache), holding a copy of ``prefix`` when given."""
+        """A cache for ``model`` (as many layers as its dynamic cache), holding a copy of ``prefix`` when
+        given."""
         cache = cls(len(DynamicCache(config=model.config).layers), capacity)
         if prefix is not None:
-            for layer, (keys, values) in zip(cache.layers, ((p.keys, p.values) for p in prefix.layers), strict=True):
-                layer.update(keys, values)
+            for layer, given in zip(cache.layers, prefix.layers, strict=True):
+                layer.update(given.keys, given.values)
         return cache
 
     def keep_rows(self, stay: Tensor) -> Tensor:
-        """Keep the rows where ``stay [n]`` is true, by moving the last of them into the places of the others: only
-        the rows that move are copied (a finished row among the first ``n'`` takes the place of an unfinished one
-        after them). Returns the new order ``[n']``: the old index of each row kept."""
+        """Keep the rows where ``stay [n]`` is true, by moving the last of them into the places of the others:
+        only the rows that move are copied (a finished row among the first ``n'`` takes the place of an
+        unfinished one after them). Returns the new order ``[n']``: the old index of each row kept."""
         rows = int(stay.sum())
         holes = (~stay[:rows]).nonzero().squeeze(1)  # [k] rows that leave, among the first n'
         fillers = rows + stay[rows:].nonzero().squeeze(1)  # [k] rows that stay, after the first n'
@@ -180,26 +164,29 @@ class BufferCache(Cache):
 GQA_SDPA = "lit_grpo_gqa_sdpa"
 
 
-def gqa_sdpa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
-                       dropout: float = 0.0, scaling: float | None = None, is_causal: bool | None = None,
-                       **kwargs) -> tuple[Tensor, None]:
-    """Transformers' ``sdpa`` attention, with each key/value head shared by its group of query heads inside SDPA
-    (``enable_gqa``) where transformers repeats it into copies.
+def gqa_sdpa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                       attention_mask: Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                       is_causal: bool | None = None, **kwargs) -> tuple[Tensor, None]:
+    """Transformers' ``sdpa`` attention, with each key/value head shared by its group of query heads inside
+    SDPA (``enable_gqa``) where transformers repeats it into copies.
 
-    Transformers shares the heads only without a mask (on a GPU its kernels need that), so on a CPU every step of
-    a left-padded batch copied every layer's keys and values, ``num_key_value_groups`` times over (SmolLM2: 3 heads
-    into 9). With a mask, on a CPU, this calls the same kernel (the CPU flash attention, which supports a mask and
-    shared heads) on the same values: each head's products see the same rows of keys and values, laid out with
-    the same row stride, so the outputs are the same bits (tested against ``generate``, which keeps the copies).
-    Elsewhere (no mask, no grouped heads, another device, other options) it is transformers' own function.
+    Transformers shares the heads only without a mask (on a GPU its kernels need that), so on a CPU every
+    step of a left-padded batch copied every layer's keys and values, ``num_key_value_groups`` times over
+    (SmolLM2: 3 heads into 9). With a mask, on a CPU, this calls the same kernel (the CPU flash attention,
+    which supports a mask and shared heads) on the same values: each head's products see the same rows of
+    keys and values, laid out with the same row stride, so the outputs are the same bits (tested against
+    ``generate``, which keeps the copies). Elsewhere (no mask, no grouped heads, another device, other
+    options) it is transformers' own function.
     """
     groups = getattr(module, "num_key_value_groups", 1)
-    if attention_mask is None or groups == 1 or query.device.type != "cpu" or kwargs.get("position_bias") is not None \
-            or kwargs.get("cache") is not None or kwargs.get("output_attentions", False):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
-    out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
-                                                     scale=scaling, is_causal=False, enable_gqa=True)
+    if attention_mask is None or groups == 1 or query.device.type != "cpu" \
+            or kwargs.get("position_bias") is not None or kwargs.get("cache") is not None \
+            or kwargs.get("output_attentions", False):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, is_causal=is_causal, **kwargs)
+    out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                     dropout_p=dropout, scale=scaling, is_causal=False,
+                                                     enable_gqa=True)
     return out.transpose(1, 2).contiguous(), None  # as transformers': [N, T, heads, D]
 
 
@@ -210,13 +197,14 @@ if AttentionMaskInterface is not None:
 
 @contextmanager
 def shared_heads(model: nn.Module) -> Iterator[None]:
-    """Inside the block, ``model`` attends with :func:`gqa_sdpa_attention` when it attends with ``sdpa`` and has
-    grouped-query heads; its configuration is set back on leaving, whatever happens inside. The switch is the
-    model's configuration, seen by any forward of the same model object meanwhile (the asynchronous producer
-    generates with a copy of its own)."""
+    """Inside the block, ``model`` attends with :func:`gqa_sdpa_attention` when it attends with ``sdpa`` and
+    has grouped-query heads; its configuration is set back on leaving, whatever happens inside. The switch
+    is the model's configuration, seen by any forward of the same model object meanwhile (the asynchronous
+    producer generates with a copy of its own)."""
     config = getattr(model, "config", None)
     grouped = any(getattr(m, "num_key_value_groups", 1) > 1 for m in model.modules())
-    if AttentionMaskInterface is None or getattr(config, "_attn_implementation", None) != "sdpa" or not grouped:
+    sdpa = getattr(config, "_attn_implementation", None) == "sdpa"
+    if AttentionMaskInterface is None or not sdpa or not grouped:
         yield
         return
     config._attn_implementation = GQA_SDPA
@@ -227,9 +215,9 @@ def shared_heads(model: nn.Module) -> Iterator[None]:
 
 
 def filtered_scores(logits: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
-    """``generate``'s sampling processors on float32 scores ``[n, V]``, in its order and with its ops: divide by the
-    temperature (unless 1), keep the ``top_k`` largest (unless 0), then the smallest set of largest scores whose
-    probability reaches ``top_p`` (unless 1); filtered scores become -inf."""
+    """``generate``'s sampling processors on float32 scores ``[n, V]``, in its order and with its ops: divide
+    by the temperature (unless 1), keep the ``top_k`` largest (unless 0), then the smallest set of largest
+    scores whose probability reaches ``top_p`` (unless 1); filtered scores become -inf."""
     scores = logits if temperature == 1.0 else logits / temperature
     if top_k:
         k = min(top_k, scores.size(-1))
@@ -243,24 +231,29 @@ def filtered_scores(logits: Tensor, temperature: float, top_k: int, top_p: float
 
 
 def inverse_cdf(probs: Tensor) -> Tensor:
-    """One token ``[n]`` per row of the probabilities ``probs [n, V]``, from one uniform number per row: the first
-    token whose cumulative probability (summed in float64) exceeds the uniform times the row's sum.
+    """One token ``[n]`` per row of the probabilities ``probs [n, V]``, from one uniform number per row: the
+    first token whose cumulative probability (summed in float64) exceeds the uniform times the row's sum.
 
-    The same distribution as ``torch.multinomial(probs, 1)`` up to the float64 rounding of the sums (about 1e-12 of
-    a probability), from ``n`` random numbers where ``multinomial`` draws ``n x V`` (an exponential per entry and
-    row, then the largest ``probs / exponential``). A token of probability 0 is never drawn: its cumulative sum
-    does not rise above the one before it, and the scaled uniform stays below the row's sum.
+    The same distribution as ``torch.multinomial(probs, 1)`` up to the float64 rounding of the sums (about
+    1e-12 of a probability), from ``n`` random numbers where ``multinomial`` draws ``n x V`` (an
+    exponential per entry and row, then the largest ``probs / exponential``). A token of probability 0 is
+    never drawn: its cumulative sum does not rise above the one before it, and the scaled uniform stays
+    below the row's sum.
     """
     cdf = probs.to(torch.float64).cumsum(dim=-1)  # [n, V]
     total = cdf[:, -1:]  # [n, 1]
+    if not bool(torch.isfinite(total).all()):  # torch.multinomial's complaint, which the engine explains
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
     target = torch.rand(total.shape, dtype=torch.float64, device=probs.device,
                         generator=stream_generator(probs.device)) * total  # [n, 1] in [0, total)
-    target = torch.minimum(target, torch.nextafter(total, torch.zeros_like(total)))  # rounding cannot reach total
+    # rounding cannot reach total
+    target = torch.minimum(target, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, target, right=True).squeeze(1)
 
 
-#: How :func:`next_tokens` draws from the filtered distribution: ``generate``'s ``torch.multinomial`` (the same
-#: samples as ``generate`` from the same seed), or one uniform a row (:func:`inverse_cdf`; the same distribution)
+#: How :func:`next_tokens` draws from the filtered distribution: ``generate``'s ``torch.multinomial`` (the
+#: same samples as ``generate`` from the same seed), or one uniform a row (:func:`inverse_cdf`; the same
+#: distribution)
 SAMPLERS = ("multinomial", "inverse_cdf")
 
 
@@ -282,10 +275,10 @@ _STREAM = threading.local()  # this thread's own random stream (:func:`own_strea
 
 @contextmanager
 def own_stream(seed: int) -> Iterator[None]:
-    """Within the block, in this thread, :func:`next_tokens` draws from generators of its own (one per device, each
-    seeded with ``seed``) instead of torch's global one, which every thread of the process shares: the samples
-    then do not depend on what other threads draw meanwhile. On a CPU the stream is the one ``torch.manual_seed(seed)``
-    starts, so the samples are those of the global generator seeded so."""
+    """Within the block, in this thread, :func:`next_tokens` draws from generators of its own (one per device,
+    each seeded with ``seed``) instead of torch's global one, which every thread of the process shares: the
+    samples then do not depend on what other threads draw meanwhile. On a CPU the stream is the one
+    ``torch.manual_seed(seed)`` starts, so the samples are those of the global generator seeded so."""
     before = getattr(_STREAM, "seed", None), getattr(_STREAM, "generators", None)
     _STREAM.seed, _STREAM.generators = seed, {}
     try:
@@ -295,7 +288,8 @@ def own_stream(seed: int) -> Iterator[None]:
 
 
 def stream_generator(device: torch.device) -> torch.Generator | None:
-    """The generator of this thread's :func:`own_stream` on ``device`` (None outside one: torch's global one)."""
+    """The generator of this thread's :func:`own_stream` on ``device`` (None outside one: torch's global
+    one)."""
     generators = getattr(_STREAM, "generators", None)
     if generators is None:
         return None
@@ -304,32 +298,35 @@ def stream_generator(device: torch.device) -> torch.Generator | None:
     return generators[device]
 
 
-def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams, eos_ids: list[int], pad_id: int,
-           prefix: DynamicCache | None = None, shrink: bool = False, sampler: str = "multinomial",
-           ) -> tuple[Tensor, Tensor]:
+def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams, eos_ids: list[int],
+           pad_id: int, prefix: DynamicCache | None = None, shrink: bool = False,
+           sampler: str = "multinomial") -> tuple[Tensor, Tensor]:
     """Sample up to ``sampling.max_new_tokens`` tokens after the left-padded prompts ``ids, mask [N, Tp]``.
 
-    Returns ``(tokens [N, T], logprobs [N, T])``, ``T`` the steps run (as ``generate``: until every row emitted one
-    of ``eos_ids`` or ``max_new_tokens``); a row's tokens after its EOS are ``pad_id``. ``prefix`` is the cache of
-    every row's prompt but its last token (:func:`~lit_grpo.rollout.prefill.prompt_cache`); without it the first
-    forward runs the whole prompts. With ``shrink``, finished rows leave the batch; ``sampler`` is how a step draws
-    (:func:`next_tokens`). Raises :class:`NotServed`,
-    before drawing any random number, when the model ignores the cache it is given.
+    Returns ``(tokens [N, T], logprobs [N, T])``, ``T`` the steps run (as ``generate``: until every row
+    emitted one of ``eos_ids`` or ``max_new_tokens``); a row's tokens after its EOS are ``pad_id``.
+    ``prefix`` is the cache of every row's prompt but its last token
+    (:func:`~lit_grpo.rollout.prefill.prompt_cache`); without it the first forward runs the whole prompts.
+    With ``shrink``, finished rows leave the batch; ``sampler`` is how a step draws (:func:`next_tokens`).
+    Raises :class:`NotServed`, before drawing any random number, when the model ignores the cache it is
+    given.
     """
     with shared_heads(model):
         return _sample(model, ids, mask, sampling, eos_ids, pad_id, prefix, shrink, sampler)
 
 
-def _sample(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams, eos_ids: list[int], pad_id: int,
-            prefix: DynamicCache | None, shrink: bool, sampler: str) -> tuple[Tensor, Tensor]:
+def _sample(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams, eos_ids: list[int],
+            pad_id: int, prefix: DynamicCache | None, shrink: bool, sampler: str) -> tuple[Tensor, Tensor]:
     """:func:`decode`'s loop."""
     n, tp = ids.shape
     steps = sampling.max_new_tokens
     tokens = ids.new_full((n, steps), pad_id)  # [N, T]
     logprobs = torch.zeros(n, steps, dtype=torch.float32, device=ids.device)  # [N, T]
     # generate drops an all-ones mask (no padding), which selects other attention kernels: do the same
-    attention = None if bool(mask.all()) else torch.cat([mask.long(), mask.new_ones(n, steps, dtype=torch.long)], 1)
-    positions = (mask.long().cumsum(-1) - 1).masked_fill(~mask.bool(), 0)  # [N, Tp], as generate: padding at 0
+    attention = None if bool(mask.all()) else \
+        torch.cat([mask.long(), mask.new_ones(n, steps, dtype=torch.long)], 1)
+    # [N, Tp], as generate: padding at position 0
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(~mask.bool(), 0)
     cache = BufferCache.of(model, tp + steps, prefix)
     first = 0 if prefix is None else tp - 1
     step_ids, step_positions = ids[:, first:], positions[:, first:]  # [N, Tp - first]
@@ -339,10 +336,11 @@ def _sample(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParam
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     for t in range(steps):
         out = model(input_ids=step_ids, attention_mask=None if attention is None else attention[:, : tp + t],
-                    position_ids=step_positions, past_key_values=cache, use_cache=True, return_dict=True, **keep)
+                    position_ids=step_positions, past_key_values=cache, use_cache=True, return_dict=True,
+                    **keep)
         if t == 0 and (out.past_key_values is not cache or cache.get_seq_length() != tp):
-            raise NotServed(f"{type(model).__name__}'s forward returns {type(out.past_key_values).__name__}, not "
-                            "the cache it was given")
+            raise NotServed(f"{type(model).__name__}'s forward returns {type(out.past_key_values).__name__}, "
+                            "not the cache it was given")
         logits = out.logits[:, -1]  # [n, V]
         sampled = next_tokens(logits, sampling, sampler)  # [n]
         if eos.numel():  # as generate: rows that are done get pad tokens (with shrink, none is in the batch)

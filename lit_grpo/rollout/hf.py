@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Literal
@@ -9,6 +10,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from lit_grpo.checks import require
 from lit_grpo.logprobs import token_logprobs
 from lit_grpo.lora import base_model, merged_for_inference
 from lit_grpo.parallel import generation_view
@@ -24,69 +26,47 @@ from lit_grpo.rollout.functional import (
 from lit_grpo.rollout.prefill import prompt_cache
 from lit_grpo.types import Rollouts, SamplingParams
 
+#: The engine settings that draw Hugging Face ``generate``'s tokens from the same seed: how the runs published
+#: before the fast defaults drew, each of which pins them (docs/performance.md, "Own decoding loop")
+GENERATE_DRAWS = {"shrink": False, "sampler": "multinomial"}
+#: :data:`GENERATE_DRAWS` as the one ``lit-grpo fit`` argument that pins them
+GENERATE_DRAWS_ARG = "--model.engine=" + json.dumps({"class_path": "lit_grpo.HFGenerateEngine",
+                                                     "init_args": GENERATE_DRAWS})
+
 
 class HFGenerateEngine(RolloutEngine):
-    """Batched sampling on the policy with left padding, ``n`` samples per prompt, by the project's decoding loop
-    (:mod:`lit_grpo.rollout.decode`) or Hugging Face ``model.generate``.
+    """Batched sampling on the policy itself (no weights to sync): ``n`` left-padded samples per prompt.
 
-    Generation runs on the trained policy itself, so there are no weights to sync. Sampling
-    log-probabilities are those of the tempered distribution (``logits / temperature``), before
-    top-p/top-k filtering, which is the distribution the training forward reproduces.
+    The defaults are the fastest settings whose samples keep the policy's distribution exactly
+    (docs/performance.md, "Own decoding loop", says why each is exact and what it saves). Sampling log-probs
+    are those of ``logits / temperature`` before top-p/top-k, which the training forward reproduces. A model
+    the own loop cannot serve exactly generates with ``generate``, saying why once.
 
     Args:
-        decoder: ``own``: the project's decoding loop (a key/value cache allocated once per batch and written in
-            place, no per-token concatenation; with ``shrink``, finished rows leave the batch); it draws the same
-            tokens as ``generate`` from the same seed (without ``shrink``). ``generate``: Hugging Face
-            ``model.generate``. Models the loop cannot serve exactly (no key/value cache, attention other than full
-            on every layer, a generation config that adds processors such as ``repetition_penalty``) use
-            ``generate``, saying why once.
-        shrink: With ``decoder=own``, drop rows that emitted EOS from the batch, so later forwards run only on
-            unfinished rows (faster when lengths vary). Fewer rows then draw from the random generator, so the
-            samples differ from ``generate``'s for the same seed; they come from the same distribution and their
-            log-probs are those of the training forward. ``decoder=generate`` keeps every row (refused with it);
-            a model the loop cannot serve generates with ``generate``, every row, saying so once.
-        sampler: With ``decoder=own``, how a token is drawn from the filtered distribution: ``multinomial``
-            (``generate``'s ``torch.multinomial``, the same samples as ``generate``) or ``inverse_cdf`` (one uniform
-            number a row against the cumulative probabilities, :func:`~lit_grpo.rollout.decode.inverse_cdf`: the
-            same distribution and log-probs, other samples for the same seed; ``multinomial`` draws one random
-            number per vocabulary entry and row, a fifth of a CPU's decoding time at a 49k-token vocabulary,
-            docs/performance.md). ``decoder=generate`` takes ``multinomial`` only.
-        batch_size: Completions generated per call (``None``: all at once). Lower it
-            when generation runs out of memory.
-        use_cache: Use the KV cache while generating (the own loop needs it; without it, ``generate`` runs).
-        merge_lora: Generate from a LoRA policy with its adapters folded into copies of the adapted weights
-            (:func:`~lit_grpo.lora.merged_for_inference`) instead of running the adapter branches at every
-            decoded token (faster; docs/real_model.md measures it), for one extra copy of the adapted weights
-            during generation; the trained weights are not changed. Sampling log-probs then differ from the
-            unfolded forward's by float rounding only (about 1e-6). Sharded policies (FSDP) generate unfolded.
-        shared_prefill: Prefill each distinct prompt of a call once, over all but its last token,
-            and start its ``n`` samples from copies of that key/value cache
-            (:func:`~lit_grpo.rollout.prefill.prompt_cache`), instead of prefilling every row's prompt. Log-probs
-            equal the plain path's up to float rounding (about 1e-5), so the same seed draws the same samples
-            (a draw at a rounding boundary could differ); docs/performance.md measures the speed. Needs
-            ``use_cache``; models whose cache cannot be shared this way (sliding-window attention, a generation
-            config naming another cache) generate the plain way, saying why once.
+        decoder: ``own`` (the project's loop, :mod:`lit_grpo.rollout.decode`) or ``generate`` (Hugging Face).
+        shrink: Own loop: rows that emitted EOS leave the batch. ``false`` with ``sampler: multinomial`` draws
+            the tokens ``generate`` draws from the same seed (how runs published before these defaults drew).
+        sampler: Own loop: ``inverse_cdf`` (one uniform number a row) or ``multinomial`` (``generate``'s).
+        batch_size: Completions per call (``None``: all at once); lower it when generation runs out of memory.
+        use_cache: Decode with a key/value cache (without it, ``generate`` runs every token over the text).
+        merge_lora: Fold LoRA adapters into copies of the adapted weights while generating (FSDP: unfolded).
+        shared_prefill: Prefill each distinct prompt once and start its ``n`` rows from copies of its cache.
     """
 
-    def __init__(self, decoder: Literal["own", "generate"] = "own", shrink: bool = False,
-                 sampler: Literal["multinomial", "inverse_cdf"] = "multinomial",
+    def __init__(self, decoder: Literal["own", "generate"] = "own", shrink: bool = True,
+                 sampler: Literal["multinomial", "inverse_cdf"] = "inverse_cdf",
                  batch_size: int | None = None, use_cache: bool = True, merge_lora: bool = True,
                  shared_prefill: bool = True) -> None:
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} must be >= 1 (or null for one call)")
-        if decoder not in ("own", "generate"):
-            raise ValueError(f"decoder={decoder!r} is not a decoder; choose 'own' (the project's loop) or 'generate'")
-        if sampler not in own.SAMPLERS:
-            raise ValueError(f"sampler={sampler!r} is not a sampler; choose one of {', '.join(own.SAMPLERS)}")
-        if sampler != "multinomial" and decoder == "generate":
-            raise ValueError(f"sampler={sampler!r} needs decoder='own': generate draws with torch.multinomial "
-                             "(set decoder: own, or sampler: multinomial)")
-        if shrink and decoder == "generate":
-            raise ValueError("shrink=True needs decoder='own': generate keeps every row until the batch ends "
-                             "(set decoder: own, or shrink: false)")
+        require(batch_size is None or batch_size >= 1,
+                f"batch_size={batch_size} must be >= 1 (or null for one call)")
+        require(decoder in ("own", "generate"),
+                f"decoder={decoder!r} is not a decoder; choose 'own' (the project's loop) or 'generate'")
+        require(sampler in own.SAMPLERS,
+                f"sampler={sampler!r} is not a sampler; choose one of {', '.join(own.SAMPLERS)}")
         self.decoder = decoder
-        self.shrink = shrink
-        self.sampler = sampler
+        # the own loop's settings: generate keeps every row to the end and draws with torch.multinomial
+        self.shrink = shrink and decoder == "own"
+        self.sampler = sampler if decoder == "own" else "multinomial"
         self.batch_size = batch_size
         self.use_cache = use_cache
         self.merge_lora = merge_lora
@@ -95,11 +75,9 @@ class HFGenerateEngine(RolloutEngine):
         self.tokenizer = None
 
     def bind(self, policy: nn.Module, tokenizer) -> None:
-        if tokenizer.pad_token_id is None:
-            raise ValueError(
+        require(tokenizer.pad_token_id is not None,
                 "the tokenizer has no pad token; set one (e.g. tokenizer.pad_token = tokenizer.eos_token) "
-                "and save it with the model"
-            )
+                "and save it with the model")
         self.policy, self.tokenizer = policy, tokenizer
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> Rollouts:
@@ -116,15 +94,14 @@ class HFGenerateEngine(RolloutEngine):
         if context is None:
             return
         over = [(i, len(ids)) for i, ids in enumerate(prompt_ids) if len(ids) + max_new_tokens > context]
-        if over:
-            i, length = max(over, key=lambda pair: pair[1])
-            fix = f"or lower sampling.max_new_tokens to at most {context - length}" if length < context else \
-                "it alone fills the context"
-            raise ValueError(
-                f"{len(over)} of {len(prompt_ids)} prompts leave no room for max_new_tokens={max_new_tokens} in the "
-                f"model's {context}-token context (max_position_embeddings); the longest, prompt {i} of the batch, "
-                f"has {length} tokens. Shorten the prompts or drop the long rows from the data ({fix})"
-            )
+        i, length = max(over, key=lambda pair: pair[1], default=(0, 0))
+        fix = f"or lower sampling.max_new_tokens to at most {context - length}" if length < context else \
+            "it alone fills the context"
+        require(not over,
+                f"{len(over)} of {len(prompt_ids)} prompts leave no room for "
+                f"max_new_tokens={max_new_tokens} in the model's {context}-token context "
+                f"(max_position_embeddings); the longest, prompt {i} of the batch, has {length} tokens. "
+                f"Shorten the prompts or drop the long rows from the data ({fix})")
 
     @torch.no_grad()
     def generate_ids(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> Rollouts:
@@ -236,8 +213,9 @@ def _diverged() -> Iterator[None]:
         if "probability tensor contains" not in str(err):
             raise
         raise FloatingPointError(
-            "sampling stopped: the policy's next-token probabilities are not finite (inf or NaN logits), so its "
-            "weights have diverged. Resume from an earlier checkpoint with a lower optim.lr or optim.max_grad_norm "
+            "sampling stopped: the policy's next-token probabilities are not finite (inf or NaN logits), "
+            "so its weights have diverged. Resume from an earlier checkpoint with a lower optim.lr or "
+            "optim.max_grad_norm "
             f"(torch said: {err})"
         ) from err
 

@@ -12,10 +12,15 @@ from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.commands import COMMANDS, main
 from lit_grpo.estimators import REGISTRY
 from lit_grpo.experiments.loader import needed_extras
+from lit_grpo.rollout import HFGenerateEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml"))
 ESTIMATORS = list(REGISTRY)  # every estimator the package registers
+#: Configs whose runs are published (docs/agents.md): they pin generate's draws (``shrink: false``, ``sampler:
+#: multinomial``) so that those runs reproduce; every other config samples with the engine's fast exact defaults
+PUBLISHED = {"configs/real/calculator.yaml", "configs/real/calculator_mcp.yaml", "configs/real/calculator_sft.yaml",
+             "configs/real/search_agent.yaml", "configs/real/search_agent_sft.yaml"}
 
 
 def _needs(config: str) -> str | None:
@@ -51,6 +56,12 @@ def test_every_config_parses_and_instantiates(config):
     assert config in configs or not configs, f"{config}: its first line must show the command that uses it"
     cli = LitGRPOCLI(args=args, run=False)
     assert cli.model is not None and cli.datamodule is not None and cli.trainer is not None
+    engine = cli.model.engine
+    while not isinstance(engine, HFGenerateEngine) and hasattr(engine, "engine"):  # an episode or async engine
+        engine = engine.engine
+    if isinstance(engine, HFGenerateEngine):
+        expected = (False, "multinomial") if config in PUBLISHED else (True, "inverse_cdf")
+        assert (engine.decoder, engine.shrink, engine.sampler) == ("own", *expected), config
 
 
 def test_print_config_resolves_components(capsys):

@@ -149,17 +149,17 @@ def own_loop_checks(device: str, sampling: SamplingParams) -> None:
     """The own decoding loop's checks of tests/rollout/test_hf_decode.py on ``device``: without ``shrink`` the same
     samples as ``generate`` from the same seed and its log-probs within float32 rounding; with ``shrink`` each
     returned log-prob that of the trainer's teacher-forced forward."""
-    from tests.rollout.test_hf_decode import _generate, _policy, logprob_tolerance
+    from tests.rollout.test_hf_decode import GENERATES, _generate, _policy, logprob_tolerance
 
     policy, tokenizer = _policy(device=device)
     tolerance = logprob_tolerance(policy, sampling)
     reference = _generate(policy, tokenizer, sampling, n=16, decoder="generate")
-    own = _generate(policy, tokenizer, sampling, n=16, decoder="own")
+    own = _generate(policy, tokenizer, sampling, n=16, decoder="own", **GENERATES)
     assert own.completion_ids.device.type == device
     assert torch.equal(own.completion_ids, reference.completion_ids)
     assert torch.equal(own.completion_mask, reference.completion_mask)
     torch.testing.assert_close(own.logprobs, reference.logprobs, rtol=0, atol=tolerance)
-    shrunk = _generate(policy, tokenizer, sampling, n=16, decoder="own", shrink=True)
+    shrunk = _generate(policy, tokenizer, sampling, n=16, decoder="own", shrink=True, sampler="multinomial")
     with torch.no_grad():
         logp, _ = sequence_logprobs(policy, shrunk, temperature=sampling.temperature or 1.0)
     torch.testing.assert_close(logp * shrunk.completion_mask, shrunk.logprobs, rtol=0, atol=tolerance)

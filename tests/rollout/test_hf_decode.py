@@ -1,6 +1,6 @@
-"""The HF engine's own decoding loop (``decoder="own"``): without ``shrink`` the same samples as ``generate`` from the
-same seed; with ``shrink`` or ``sampler="inverse_cdf"`` log-probs of the training forward and the same distribution of
-samples."""
+"""The HF engine's own decoding loop (``decoder="own"``): with ``shrink=False`` and ``sampler="multinomial"``
+(:data:`GENERATES`) the same samples as ``generate`` from the same seed; with ``shrink`` or ``sampler="inverse_cdf"``
+(the defaults) log-probs of the training forward and the same distribution of samples."""
 
 import functools
 import logging
@@ -19,11 +19,14 @@ from lit_grpo.models.tiny import char_tokenizer, tiny_config
 from lit_grpo.rollout import HFGenerateEngine
 from lit_grpo.rollout.decode import decode, filtered_scores
 from lit_grpo.rollout.functional import encode_prompts
+from lit_grpo.rollout.hf import GENERATE_DRAWS
 from lit_grpo.types import SamplingParams
 
 PROMPTS = ["1+2=", "37+45=", "99+9="]  # 4 and 6 characters: left padding in the batch
 STEPS = 10
 ROOT = Path(__file__).resolve().parents[2]
+#: The own loop's settings that draw ``generate``'s tokens from the same seed (the defaults draw other samples)
+GENERATES = GENERATE_DRAWS
 
 
 def _policy(eos_bias: float = 2.0, keep: dict[int, float] | None = None, device: str = "cpu"):
@@ -106,7 +109,7 @@ def test_without_shrink_the_same_samples_as_generate(tiny, sampling, shared_pref
     policy, tokenizer = tiny
     reference = _generate(policy, tokenizer, sampling, decoder="generate", shared_prefill=shared_prefill)
     with CacheKinds(policy) as calls:
-        own = _generate(policy, tokenizer, sampling, decoder="own", shared_prefill=shared_prefill)
+        own = _generate(policy, tokenizer, sampling, decoder="own", shared_prefill=shared_prefill, **GENERATES)
     if shared_prefill:  # each distinct prompt prefilled once, then the own loop on every row, none leaving
         assert calls.pop(0) == (3, "DynamicCache")
     assert calls and all(call == (24, "BufferCache") for call in calls)
@@ -125,7 +128,7 @@ def test_eos_at_every_position_and_in_chunks(tiny):
     ends = set()
     for seed in range(3):
         reference = _generate(policy, tokenizer, sampling, seed=seed, n=16, decoder="generate", batch_size=20)
-        own = _generate(policy, tokenizer, sampling, seed=seed, n=16, decoder="own", batch_size=20)
+        own = _generate(policy, tokenizer, sampling, seed=seed, n=16, decoder="own", batch_size=20, **GENERATES)
         assert torch.equal(own.completion_ids, reference.completion_ids)
         torch.testing.assert_close(own.logprobs, reference.logprobs, rtol=0,
                                    atol=logprob_tolerance(policy, sampling))
@@ -144,7 +147,7 @@ def test_lora_folded_the_same_samples_as_generate(temperature):
     sampling = SamplingParams(temperature=temperature, max_new_tokens=STEPS)
     reference = _generate(policy, tokenizer, sampling, decoder="generate", merge_lora=True)
     with CacheKinds(base_model(policy)) as calls:
-        own = _generate(policy, tokenizer, sampling, decoder="own", merge_lora=True)
+        own = _generate(policy, tokenizer, sampling, decoder="own", merge_lora=True, **GENERATES)
     assert calls.pop(0) == (3, "DynamicCache")  # the shared prompt prefill, then the own loop
     assert calls and all(kind == "BufferCache" for _, kind in calls)
     assert torch.equal(own.completion_ids, reference.completion_ids)
@@ -258,7 +261,8 @@ def _chi_square_p(a: Counter, b: Counter, min_count: int = 20) -> tuple[float, i
     return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), statistic / 2)), dof
 
 
-@pytest.mark.parametrize("options", [{"shrink": True}, {"sampler": "inverse_cdf"},
+@pytest.mark.parametrize("options", [{"shrink": True, "sampler": "multinomial"},
+                                     {"shrink": False, "sampler": "inverse_cdf"},
                                      {"shrink": True, "sampler": "inverse_cdf"}], ids=["shrink", "cdf", "shrink-cdf"])
 def test_with_shrink_or_inverse_cdf_the_samples_follow_generates_distribution(options):
     """Whole completions of at most 4 tokens over three likely tokens (EOS, "a", "b": 1 + 2 + 4 + 8 + 16 outcomes
@@ -296,6 +300,8 @@ def test_inverse_cdf_draws_each_token_at_its_probability_and_never_one_of_probab
     one_hot = torch.zeros(3, 5)
     one_hot[0, 0], one_hot[1, 4], one_hot[2, 2] = 1.0, 1.0, 1.0
     assert decode_mod.inverse_cdf(one_hot).tolist() == [0, 4, 2]
+    with pytest.raises(RuntimeError, match="probability tensor contains"):  # as multinomial: a diverged policy
+        decode_mod.inverse_cdf(torch.full((2, 5), float("nan")))
 
 
 def test_the_loop_returns_generates_sequences_pads_included(tiny):
@@ -371,11 +377,13 @@ def test_the_decoder_options_on_the_command_line_and_in_yaml(tmp_path, monkeypat
                        "    init_args: {decoder: own, shrink: true, batch_size: 8}\n")
     cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--config", str(overlay)], run=False)
     assert (cli.model.engine.decoder, cli.model.engine.shrink, cli.model.engine.batch_size) == ("own", True, 8)
-    assert HFGenerateEngine().decoder == "own" and HFGenerateEngine().shrink is False
-    assert HFGenerateEngine().sampler == "multinomial"
+    # the defaults: the fastest settings that keep the distribution exact
+    assert (HFGenerateEngine().decoder, HFGenerateEngine().shrink, HFGenerateEngine().sampler) == \
+        ("own", True, "inverse_cdf")
     cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.engine=HFGenerateEngine",
-                           "--model.engine.init_args.sampler=inverse_cdf"], run=False)
-    assert cli.model.engine.sampler == "inverse_cdf"
+                           "--model.engine.init_args.sampler=multinomial",
+                           "--model.engine.init_args.shrink=false"], run=False)
+    assert (cli.model.engine.sampler, cli.model.engine.shrink) == ("multinomial", False)
 
 
 def test_an_unknown_decoder_fails_naming_the_option(capsys, monkeypatch):
@@ -384,10 +392,9 @@ def test_an_unknown_decoder_fails_naming_the_option(capsys, monkeypatch):
         HFGenerateEngine(decoder="vllm")
     with pytest.raises(ValueError, match="sampler='gumbel'.*multinomial, inverse_cdf"):
         HFGenerateEngine(sampler="gumbel")
-    with pytest.raises(ValueError, match="needs decoder='own'"):
-        HFGenerateEngine(decoder="generate", sampler="inverse_cdf")
-    with pytest.raises(ValueError, match="shrink=True needs decoder='own'.*shrink: false"):
-        HFGenerateEngine(decoder="generate", shrink=True)
+    # shrink and sampler are the own loop's: with generate, what runs is generate's (every row, multinomial)
+    engine = HFGenerateEngine(decoder="generate")
+    assert (engine.shrink, engine.sampler) == (False, "multinomial")
     with pytest.raises(SystemExit):
         LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.engine=HFGenerateEngine",
                          "--model.engine.init_args.decoder=bogus"], run=False)
