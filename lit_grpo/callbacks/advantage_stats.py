@@ -8,17 +8,10 @@ import torch
 from lightning import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_grpo.callbacks._common import (
-    RolloutStatsCallback,
-    add_figure,
-    every,
-    gather,
-    log_step,
-    non_binary,
-    require_run,
-    reward_is_binary,
-    tensorboard,
-)
+from lit_grpo.callbacks._logging import add_figure, log_step, tensorboard
+from lit_grpo.callbacks._requirements import non_binary, require_run, reward_is_binary
+from lit_grpo.callbacks._rollouts import RolloutStatsCallback, gather
+from lit_grpo.callbacks._schedule import every
 from lit_grpo.checks import require_at_least
 from lit_grpo.diagnostics.budget import advantage_mass, positive_negative_shares
 from lit_grpo.diagnostics.plots import bar_figure

@@ -7,19 +7,11 @@ from typing import ClassVar, Literal
 import torch
 from lightning import LightningModule, Trainer
 
-from lit_grpo.callbacks._common import (
-    GradientProbe,
-    RolloutStatsCallback,
-    add_figure,
-    check_binary_rewards,
-    every,
-    fork_rng,
-    fresh_rewards,
-    gather,
-    log_step,
-    require_run,
-    tensorboard,
-)
+from lit_grpo.callbacks._logging import add_figure, log_step, tensorboard
+from lit_grpo.callbacks._probe import GradientProbe
+from lit_grpo.callbacks._requirements import check_binary_rewards, require_run
+from lit_grpo.callbacks._rollouts import RolloutStatsCallback, fork_rng, fresh_rewards, gather
+from lit_grpo.callbacks._schedule import every
 from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS, advantage_budget, bin_index, budget_shares
 from lit_grpo.diagnostics.degeneracy import EMASuccessTracker

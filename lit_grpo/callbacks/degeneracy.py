@@ -7,15 +7,10 @@ from typing import ClassVar
 import torch
 from lightning import LightningModule, Trainer
 
-from lit_grpo.callbacks._common import (
-    RolloutStatsCallback,
-    check_binary_rewards,
-    due_step,
-    fresh_rewards,
-    gather,
-    log_step,
-    require_run,
-)
+from lit_grpo.callbacks._logging import log_step
+from lit_grpo.callbacks._requirements import check_binary_rewards, require_run
+from lit_grpo.callbacks._rollouts import RolloutStatsCallback, fresh_rewards, gather
+from lit_grpo.callbacks._schedule import due_step
 from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.degeneracy import (
     EMASuccessTracker,

@@ -7,15 +7,11 @@ from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import (
-    GradientProbe,
-    add_figure,
-    due_step,
-    fork_rng,
-    log_scalars,
-    require_run,
-    tensorboard,
-)
+from lit_grpo.callbacks._logging import add_figure, log_scalars, tensorboard
+from lit_grpo.callbacks._probe import GradientProbe
+from lit_grpo.callbacks._requirements import require_run
+from lit_grpo.callbacks._rollouts import fork_rng
+from lit_grpo.callbacks._schedule import due_step
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.fidelity import ALL, OBJECTIVES, bin_rows
 from lit_grpo.diagnostics.fidelity_pool import csv_text, figure, measure, pool, prompt_table

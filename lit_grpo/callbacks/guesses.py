@@ -7,7 +7,9 @@ from typing import ClassVar, get_args
 import torch
 from lightning import LightningModule, Trainer
 
-from lit_grpo.callbacks._common import RolloutStatsCallback, gather, log_step, require_run
+from lit_grpo.callbacks._logging import log_step
+from lit_grpo.callbacks._requirements import require_run
+from lit_grpo.callbacks._rollouts import RolloutStatsCallback, gather
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.guesses import DOC_FIELD, Source, answer_source, guess_summary, returned_document
 from lit_grpo.types import RolloutStats

@@ -11,7 +11,10 @@ from lightning import Callback, LightningModule, Trainer
 from torch import Tensor
 from torchmetrics import Metric
 
-from lit_grpo.callbacks._common import fork_rng, logging_step, require_logger, require_module, tensorboard
+from lit_grpo.callbacks._logging import tensorboard
+from lit_grpo.callbacks._requirements import require_logger, require_module
+from lit_grpo.callbacks._rollouts import fork_rng
+from lit_grpo.callbacks._schedule import logging_step
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.passk import pass_at_k_ks, pass_at_k_per_prompt
 from lit_grpo.diagnostics.plots import pass_at_k_figure

@@ -7,7 +7,10 @@ from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import due_step, require_logger, rollout_stats, tensorboard
+from lit_grpo.callbacks._logging import tensorboard
+from lit_grpo.callbacks._requirements import require_logger
+from lit_grpo.callbacks._rollouts import rollout_stats
+from lit_grpo.callbacks._schedule import due_step
 from lit_grpo.checks import require_at_least
 from lit_grpo.types import RolloutStats
 

@@ -7,19 +7,11 @@ from typing import ClassVar
 import torch
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import (
-    GradientProbe,
-    add_figure,
-    every,
-    fork_rng,
-    log_scalars,
-    log_this_step,
-    logging_step,
-    require_run,
-    require_whole_gradients,
-    rollout_stats,
-    tensorboard,
-)
+from lit_grpo.callbacks._logging import add_figure, log_scalars, tensorboard
+from lit_grpo.callbacks._probe import GradientProbe
+from lit_grpo.callbacks._requirements import require_run, require_whole_gradients
+from lit_grpo.callbacks._rollouts import fork_rng, rollout_stats
+from lit_grpo.callbacks._schedule import every, log_this_step, logging_step
 from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS
 from lit_grpo.diagnostics.gradients import LinearTarget, gradient_row_blocks, row_dim, take_rows

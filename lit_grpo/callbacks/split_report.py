@@ -12,7 +12,9 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
-from lit_grpo.callbacks._common import fork_rng, log_scalars, require_run
+from lit_grpo.callbacks._logging import log_scalars
+from lit_grpo.callbacks._requirements import require_run
+from lit_grpo.callbacks._rollouts import fork_rng
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.passk import pass_at_k_ks, pass_at_k_per_prompt
 from lit_grpo.types import PromptBatch, SamplingParams
