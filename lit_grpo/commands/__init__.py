@@ -1,8 +1,9 @@
 """The ``lit-grpo`` command (also ``python -m lit_grpo``): one table from command name to the function that runs it.
 
-Each command function takes the arguments after its name and returns the exit status. A command parses its own
-arguments and writes its own files; the work is done by library functions it imports when it runs, so that
-``lit-grpo --version`` and ``lit-grpo configs`` answer without loading Lightning.
+Each command function takes the arguments after its name and returns the exit status. A command parses its
+own arguments and writes its own files; the work is done by library functions it imports when it runs, so
+that ``lit-grpo --version`` and ``lit-grpo configs`` answer without building LightningCLI's parser (``import
+lit_grpo`` itself loads torch and Lightning).
 """
 
 from __future__ import annotations
