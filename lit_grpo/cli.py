@@ -1,8 +1,8 @@
 """LightningCLI over the GRPO and SFT modules: what ``lit-grpo fit|validate|test --config ...`` runs
 (:mod:`lit_grpo.commands`), and what ``lit-grpo compare`` and ``lit-grpo fidelity`` read configs with.
 
-Nothing in the library imports this module; the commands above it do. ``--config`` takes a file or the name of a
-built-in config (``lit-grpo fit --config quickstart``; ``lit-grpo configs list`` shows them, see
+Nothing in the library imports this module; the commands above it do. ``--config`` takes a file or the name of
+a built-in config (``lit-grpo fit --config quickstart``; ``lit-grpo configs list`` shows them, see
 :mod:`lit_grpo.resources`).
 """
 
@@ -55,17 +55,17 @@ TRAINER_DEFAULTS = {
 
 #: What ``lit-grpo fit --help`` says above LightningCLI's usage.
 DESCRIPTION = (
-    "Train and evaluate with lit-grpo: lit-grpo fit|validate|test --config FILE_OR_NAME. Built-in configs run by "
-    "name from any directory (lit-grpo fit --config quickstart; lit-grpo configs list shows them). lit-grpo --help "
-    "lists the other commands."
+    "Train and evaluate with lit-grpo: lit-grpo fit|validate|test --config FILE_OR_NAME. Built-in configs "
+    "run by name from any directory (lit-grpo fit --config quickstart; lit-grpo configs list shows them). "
+    "lit-grpo --help lists the other commands."
 )
 
 
 class LitGRPOCLI(LightningCLI):
     """LightningCLI with lit-grpo's defaults: TensorBoard logging under ``runs/``, the prompt DataModule,
     atomic checkpoint writes (:class:`~lit_grpo.checkpoint.AtomicCheckpointIO`) and a checkpoint on Ctrl-C,
-    SIGTERM, SIGUSR1 or SIGUSR2 (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`; ``lit-grpo fit`` then exits with
-    status 75).
+    SIGTERM, SIGUSR1 or SIGUSR2 (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`; ``lit-grpo fit`` then exits
+    with status 75).
 
     The model is given by class path in the config (``lit_grpo.GRPOModule`` or ``lit_grpo.SFTModule``);
     its components take short names on the command line, e.g. ``--model.estimator=Sign``.
@@ -78,11 +78,13 @@ class LitGRPOCLI(LightningCLI):
             sys.argv[1:] = resolved  # LightningCLI reads the command line itself
         elif resolved is not given:
             args = resolved
-        problem = check_options(resolved)  # an option that does not exist is named with its fix, before parsing
+        # an option that does not exist is named with its fix, before parsing
+        problem = check_options(resolved)
         if problem is not None:
             print(f"error: {problem}", file=sys.stderr)
             raise SystemExit(2)
-        # Ctrl-C / SIGTERM / SIGUSR1 / SIGUSR2 finish the step, write last.ckpt and stop: appended to the callbacks
+        # Ctrl-C / SIGTERM / SIGUSR1 / SIGUSR2 finish the step, write last.ckpt and stop: appended to the
+        # callbacks
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         given_kwargs = kwargs.get("parser_kwargs") or {}
@@ -95,14 +97,17 @@ class LitGRPOCLI(LightningCLI):
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         # the saved config.yaml (and --print_config) start with the lit-grpo version that wrote them, and
         # torch, lightning and transformers; as comment lines, the file still works as --config
-        kwargs.setdefault("dump_header", [resources.version_line(), f"lightning.pytorch=={lightning.__version__}"])
+        kwargs.setdefault(
+            "dump_header", [resources.version_line(), f"lightning.pytorch=={lightning.__version__}"]
+        )
         return super().init_parser(**kwargs)
 
     def before_fit(self) -> None:
         check_outputs(self.trainer)  # a folder the run cannot write fails now, naming its option
 
     def _run_subcommand(self, subcommand: str) -> None:
-        # a start that fails before anything is logged (bad data, a refused resume) leaves no runs/<name>/version_N
+        # a start that fails before anything is logged (bad data, a refused resume) leaves no
+        # runs/<name>/version_N
         fresh = new_log_dirs(self.trainer)
         try:
             super()._run_subcommand(subcommand)
@@ -127,11 +132,12 @@ _ANY_CLASS = ("help", "dict_kwargs")
 
 
 def check_options(args: Any) -> str | None:
-    """The first problem with what ``args`` (and each config file its ``--config`` arguments name) sets for the
-    model and the data, read in the order LightningCLI applies them, else None: an option the class (or
+    """The first problem with what ``args`` (and each config file its ``--config`` arguments name) sets for
+    the model and the data, read in the order LightningCLI applies them, else None: an option the class (or
     settings group) does not take, an option of a component the config names no class for, or a value an
-    ``int``, ``float`` or choice option cannot take. Checked before LightningCLI parses, so each problem is named
-    with its fix; what this check does not know (other types, the trainer's options) is left to the parser."""
+    ``int``, ``float`` or choice option cannot take. Checked before LightningCLI parses, so each problem is
+    named with its fix; what this check does not know (other types, the trainer's options) is left to the
+    parser."""
     if not isinstance(args, list | tuple):
         return None
     chosen: dict[str, Any] = {"data": PromptDataModule}  # component path -> its class (None: none named)
@@ -146,8 +152,8 @@ def check_options(args: Any) -> str | None:
 
 
 def _settings(args: list[str]) -> Any:
-    """``(label, key parts without init_args, value, value as written)`` of each model or data setting, in order:
-    those of a config file where its ``--config`` stands."""
+    """``(label, key parts without init_args, value, value as written)`` of each model or data setting, in
+    order: those of a config file where its ``--config`` stands."""
     i = 0
     while i < len(args):
         key, eq, text = args[i].partition("=")
@@ -190,7 +196,8 @@ def _yaml_value(text: str) -> Any:
 
 
 def _check(chosen: dict[str, Any], label: str, parts: list[str], value: Any, raw: str) -> str | None:
-    """The problem of setting ``parts`` to ``value``, else None; a class it names is recorded in ``chosen``."""
+    """The problem of setting ``parts`` to ``value``, else None; a class it names is recorded in
+    ``chosen``."""
     if parts[-1] == "class_path":
         parts = parts[:-1]
     elif isinstance(value, dict) or parts[-1] in _ANY_CLASS:
@@ -225,7 +232,8 @@ def _check(chosen: dict[str, Any], label: str, parts: list[str], value: Any, raw
                     f"Name the class first: --{path}=CLASS --{path}.{option}={raw}, or give "
                     f"'{part}: {{class_path: ...}}' in the config")
         else:
-            owner = chosen.get(path)  # absent: a default instance, whose class this check leaves to the parser
+            # absent: a default instance, whose class this check leaves to the parser
+            owner = chosen.get(path)
     return None
 
 
@@ -251,11 +259,9 @@ def _default(owner: Any, name: str) -> Any:
 
 
 def _kind(annotation: Any) -> tuple[str, Any]:
-    """``("settings", dataclass)``, ``("component", base class)`` or ``("value", annotation)``: what an option of
-    this type holds, ``None`` aside."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    single = args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 \
-        else annotation
+    """``("settings", dataclass)``, ``("component", base class)`` or ``("value", annotation)``: what an option
+    of this type holds, ``None`` aside."""
+    single = _without_none(annotation)
     if dataclasses.is_dataclass(single) and isinstance(single, type):
         return "settings", single
     if isinstance(single, type) and single.__module__ != "builtins" and typing.get_origin(single) is None:
@@ -263,13 +269,19 @@ def _kind(annotation: Any) -> tuple[str, Any]:
     return "value", annotation
 
 
+def _without_none(annotation: Any) -> Any:
+    """``X`` for ``X | None``, else the annotation itself."""
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return annotation
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return args[0] if len(args) == 1 else annotation
+
+
 def _value_problem(label: str, owner: type, part: str, annotation: Any, value: Any) -> str | None:
     """What is wrong with ``value`` for an option of type ``annotation`` when that is ``int``, ``float`` or a
     choice (``None`` allowed where the type allows it), else None; other types are left to the parser."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
     optional = type(None) in typing.get_args(annotation)
-    single = args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 \
-        else annotation
+    single = _without_none(annotation)
     if value is None and optional:
         return None
     where = f"{owner.__name__}'s {part}"
@@ -304,8 +316,8 @@ def _number(value: Any, kind: type) -> bool:
 
 
 def root_cause(err: BaseException) -> str:
-    """The exception at the bottom of ``err``'s chain (a component's own check, below jsonargparse's wrapping),
-    as ``Type: first line`` (a ValueError by its message alone)."""
+    """The exception at the bottom of ``err``'s chain (a component's own check, below jsonargparse's
+    wrapping), as ``Type: first line`` (a ValueError by its message alone)."""
     while (err.__cause__ or err.__context__) is not None:
         err = err.__cause__ or err.__context__
     line = (str(err).splitlines() or [""])[0]
@@ -313,9 +325,9 @@ def root_cause(err: BaseException) -> str:
 
 
 def builtin_configs(args: Any) -> Any:
-    """The arguments with each ``--config NAME`` that is not a file replaced by the path of the built-in config
-    of that name (:func:`lit_grpo.resources.resolve`); exits with status 2 naming close names when there is none.
-    A ``--config`` value that is YAML text rather than a path is left to LightningCLI."""
+    """The arguments with each ``--config NAME`` that is not a file replaced by the path of the built-in
+    config of that name (:func:`lit_grpo.resources.resolve`); exits with status 2 naming close names when
+    there is none. A ``--config`` value that is YAML text rather than a path is left to LightningCLI."""
     if not isinstance(args, list | tuple):
         return args
     out: list[str] = []

@@ -1,5 +1,5 @@
-"""Lightning callbacks for lit-grpo runs. Each declares the scalar metrics it writes in its ``metrics`` attribute
-(names, or patterns with a ``<placeholder>``); docs/diagnostics.md describes them."""
+"""Lightning callbacks for lit-grpo runs. Each declares the scalar metrics it writes in its ``metrics``
+attribute (names, or patterns with a ``<placeholder>``); docs/diagnostics.md describes them."""
 
 from lit_grpo.callbacks._probe import GradientProbe
 from lit_grpo.callbacks.advantage_stats import AdvantageStats

@@ -59,12 +59,14 @@ class GradientProbe:
         targets, left_out = select_linear_targets(policy, self.params, self.lora)
         names = [n for n, _ in policy.named_parameters()][:6]
         what = "probe.lora=True" if self.lora else f"probe.params={self.params}"
-        require(bool(targets),
-                f"{name}: {what} chooses no trainable nn.Linear parameter of the policy; parameter names look "
-                f"like {names}; fix the patterns (regular expressions searched in these names)")
+        require(
+            bool(targets),
+            f"{name}: {what} chooses no trainable nn.Linear parameter of the policy; parameter names look "
+            f"like {names}; fix the patterns (regular expressions searched in these names)",
+        )
         if left_out:
             rank_zero_warn(
-                f"{name}: leaving out {len(left_out)} matched parameters that are not the weight or bias of a "
-                f"trainable nn.Linear (e.g. {left_out[:3]})"
+                f"{name}: leaving out {len(left_out)} matched parameters that are not the weight or bias of "
+                f"a trainable nn.Linear (e.g. {left_out[:3]})"
             )
         return targets

@@ -17,8 +17,8 @@ def require_module(name: str, pl_module: LightningModule, *attributes: str) -> N
     missing = [a for a in attributes if not hasattr(pl_module, a)]
     if missing:
         raise TypeError(
-            f"{name} needs a lit_grpo GRPOModule (missing {', '.join(missing)} on {type(pl_module).__name__}); "
-            f"use model: lit_grpo.GRPOModule or remove {name} from the callbacks"
+            f"{name} needs a lit_grpo GRPOModule (missing {', '.join(missing)} on "
+            f"{type(pl_module).__name__}); use model: lit_grpo.GRPOModule or remove {name} from the callbacks"
         )
 
 
@@ -31,7 +31,8 @@ def require_run(
     figure_option: str | None = None,
     binary: bool = False,
 ) -> None:
-    """At setup: ``require_module``, with ``binary`` also ``require_binary_reward``, then ``require_logger``."""
+    """At setup: ``require_module``, with ``binary`` also ``require_binary_reward``, then
+    ``require_logger``."""
     require_module(name, pl_module, *attributes)
     if binary:
         require_binary_reward(name, pl_module)
@@ -58,8 +59,8 @@ def require_logger(
 
 
 def require_whole_gradients(name: str, trainer: Trainer, fix: str) -> None:
-    """ValueError under FSDPStrategy (FSDP1), whose parameters and gradients are flat local shards; ``fix`` ends
-    the message."""
+    """ValueError under FSDPStrategy (FSDP1), whose parameters and gradients are flat local shards; ``fix``
+    ends the message."""
     from lightning.pytorch.strategies import FSDPStrategy
 
     require(
@@ -78,9 +79,11 @@ def reward_is_binary(reward: Any) -> bool | None:
 def require_binary_reward(name: str, pl_module: LightningModule) -> None:
     """ValueError at setup when the module's reward is known not to be binary."""
     reward = getattr(pl_module, "reward", None)
-    require(reward is None or reward_is_binary(reward) is not False,
-            f"{name} needs binary rewards (0 or 1), but the run's reward {type(reward).__name__} is not binary; "
-            f"use a binary reward such as lit_grpo.ExactMatch or lit_grpo.MathVerify, or remove {name}")
+    require(
+        reward is None or reward_is_binary(reward) is not False,
+        f"{name} needs binary rewards (0 or 1), but the run's reward {type(reward).__name__} is not binary; "
+        f"use a binary reward such as lit_grpo.ExactMatch or lit_grpo.MathVerify, or remove {name}",
+    )
 
 
 def non_binary(rewards: Tensor, atol: float) -> Tensor:

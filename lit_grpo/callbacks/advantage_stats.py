@@ -55,7 +55,10 @@ class AdvantageStats(RolloutStatsCallback):
             figure_every_n_steps=figure_every_n_steps,
         )  # fmt: skip
         self.weight_by_length = weight_by_length
-        self.histogram_every_n_steps, self.figure_every_n_steps = histogram_every_n_steps, figure_every_n_steps
+        self.histogram_every_n_steps, self.figure_every_n_steps = (
+            histogram_every_n_steps,
+            figure_every_n_steps,
+        )
         self.mass_sum: torch.Tensor | None = None  # [G + 1] summed mass per K, all steps
         self.mass_count: torch.Tensor | None = None  # [G + 1]
         self.steps = 0  # steps measured
@@ -135,7 +138,9 @@ class AdvantageStats(RolloutStatsCallback):
             pass  # the estimator is not defined at this group size alone
         labels = [str(j) for j in range(G + 1)]
         title = f"advantage mass by K, G = {G}"
-        fig = bar_figure(labels, series, xlabel="K correct of G", ylabel="advantage mass sum|A|/2", title=title)
+        fig = bar_figure(
+            labels, series, xlabel="K correct of G", ylabel="advantage mass sum|A|/2", title=title
+        )
         add_figure(writer, "adv/mass_by_k", fig, step)
 
     def state_dict(self) -> dict:

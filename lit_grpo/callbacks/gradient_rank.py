@@ -87,7 +87,9 @@ class GradientRank(Callback):
         if stage != "fit":
             return
         require_run(NAME, trainer, pl_module, "policy", "sampling")
-        require_whole_gradients(NAME, trainer, "measure it under FSDP2 (ModelParallelStrategy), DDP or one process")
+        require_whole_gradients(
+            NAME, trainer, "measure it under FSDP2 (ModelParallelStrategy), DDP or one process"
+        )
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         policy = pl_module.policy

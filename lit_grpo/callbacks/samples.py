@@ -39,8 +39,8 @@ def completion_text(stats: RolloutStats, i: int) -> str:
 
 
 def format_samples(stats: RolloutStats, num_prompts: int, num_completions: int, max_chars: int) -> str:
-    """Markdown: per prompt its id, text and reference, then a table of completions (whole episodes, with roles)
-    with reward, advantage, length and whether it was truncated."""
+    """Markdown: per prompt its id, text and reference, then a table of completions (whole episodes, with
+    roles) with reward, advantage, length and whether it was truncated."""
     G = stats.group_size
     parts = []
     for p in range(min(num_prompts, len(stats.batch))):
@@ -48,8 +48,8 @@ def format_samples(stats: RolloutStats, num_prompts: int, num_completions: int, 
         for j in range(min(num_completions, G)):
             i = p * G + j
             rows.append(
-                f"| {j} | {_cell(completion_text(stats, i), max_chars)} | {_num(stats.rewards[p, j].item())} | "
-                f"{_num(stats.advantages[p, j].item())} | {int(stats.lengths[i])} | "
+                f"| {j} | {_cell(completion_text(stats, i), max_chars)} | {_num(stats.rewards[p, j].item())} "
+                f"| {_num(stats.advantages[p, j].item())} | {int(stats.lengths[i])} | "
                 f"{'yes' if bool(stats.truncated[i]) else 'no'} |"
             )
         parts.append(

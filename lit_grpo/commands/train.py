@@ -16,7 +16,8 @@ def _lightning(subcommand: str, argv: list[str]) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = [subcommand, *argv]
     try:
-        cli = LitGRPOCLI(args=None if sys.argv[1:] == args else args)  # None: LightningCLI reads the command line
+        # None: LightningCLI reads the command line
+        cli = LitGRPOCLI(args=None if sys.argv[1:] == args else args)
     except Exception as err:  # the traceback (and any config dump) above, the problem on the last line
         traceback.print_exc()
         print(f"lit-grpo {subcommand}: error: {root_cause(err)}", file=sys.stderr)
