@@ -148,6 +148,17 @@ def test_a_bad_value_in_a_config_file_is_named_on_the_last_line(tmp_path, capsys
     assert last == f"error: model.init_args.group_size in {config}: GRPOModule's group_size takes a whole number, not 'abc'"
 
 
+def test_an_unknown_option_in_a_config_file_is_named_with_its_file(tmp_path, capsys):
+    config = tmp_path / "typo.yaml"
+    config.write_text("model:\n  init_args:\n    sampling:\n      max_new_token: 8\n")
+    with pytest.raises(SystemExit) as done:
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--config", str(config)], run=False)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert done.value.code == 2
+    assert last.startswith(f"error: model.init_args.sampling.max_new_token in {config}: Sampling takes no option "
+                           "'max_new_token'; its options are ") and "max_new_tokens" in last
+
+
 @pytest.mark.parametrize(
     ("option", "problem"),
     [
