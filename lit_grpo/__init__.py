@@ -1,66 +1,86 @@
 """lit-grpo: GRPO-family reinforcement learning from verifiable rewards on PyTorch Lightning.
 
-The names below are imported on first use (PEP 562), so ``import lit_grpo.estimators`` (or the losses, the
-log-prob maths, the diagnostics) loads neither Lightning nor the data package; ``lit_grpo.GRPOModule``
-and ``class_path: lit_grpo.GRPOModule`` work as before. The estimators are exported by the names their package
-registers (``lit_grpo.Sign`` is ``lit_grpo.estimators.Sign``), and so are the losses and importance corrections,
-so no list here names them.
+Every public name is imported here by name, so ``import lit_grpo`` loads torch and Lightning. The maths
+(``lit_grpo.estimators``, ``lit_grpo.losses``, ``lit_grpo.logprobs``, ``lit_grpo.diagnostics``) does not
+import Lightning itself; tests/test_layers.py checks that with this file bypassed. Each estimator, loss and
+importance correction its package registers is exported under its class name (``lit_grpo.Sign``); a test
+fails until a newly registered one is listed here.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
 
 __version__ = "0.1.0"
 
-#: Public name -> the module that defines it.
-_EXPORTS: dict[str, str] = {
-    "AdvantageEstimator": "lit_grpo.estimators",
-    **dict.fromkeys(["PolicyLoss", "ImportanceCorrection"], "lit_grpo.losses"),
-    **dict.fromkeys(
-        ["RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
-         "RewardShaping", "OverlongPenalty", "LastNumber"],
-        "lit_grpo.rewards",
-    ),
-    **dict.fromkeys(["AsyncRollouts", "RolloutEngine", "HFGenerateEngine"], "lit_grpo.rollout"),
-    "LoraSettings": "lit_grpo.lora",
-    **dict.fromkeys(
-        ["PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule", "GSM8K",
-         "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice", "SyntheticResidue", "PromptCurriculum",
-         "WordProblems"],
-        "lit_grpo.data",
-    ),
-    **dict.fromkeys(["ReasoningGymSource", "ReasoningGymScore"], "lit_grpo.data.reasoning_gym"),
-    "PolicyModule": "lit_grpo.policy",
-    "GRPOModule": "lit_grpo.module",
-    "SFTModule": "lit_grpo.sft",
-    **dict.fromkeys(["PromptBatch", "Rollouts", "RolloutStats", "RewardOutput", "SamplingParams"], "lit_grpo.types"),
-}
+from lit_grpo.data import (
+    GSM8K,
+    MATH500,
+    FileSource,
+    HubSource,
+    MultipleChoice,
+    PromptCurriculum,
+    PromptDataModule,
+    PromptSource,
+    ReferenceText,
+    SyntheticArithmetic,
+    SyntheticChoice,
+    SyntheticResidue,
+    WordProblems,
+)
+from lit_grpo.data.reasoning_gym import ReasoningGymScore, ReasoningGymSource
+from lit_grpo.estimators.base import AdvantageEstimator
+from lit_grpo.estimators.drgrpo import DrGRPO
+from lit_grpo.estimators.gpg import GPG
+from lit_grpo.estimators.grpo import GRPO
+from lit_grpo.estimators.maxrl import MaxRL
+from lit_grpo.estimators.opo import OPO
+from lit_grpo.estimators.passk import PassAtK
+from lit_grpo.estimators.reinforce_pp import ReinforcePlusPlus
+from lit_grpo.estimators.rloo import RLOO
+from lit_grpo.estimators.sign import Sign
+from lit_grpo.estimators.sign_balance import SignBalance
+from lit_grpo.estimators.softmax import SoftmaxGRPO
+from lit_grpo.lora import LoraSettings
+from lit_grpo.losses.base import PolicyLoss
+from lit_grpo.losses.cispo import CISPO
+from lit_grpo.losses.correction import ImportanceCorrection, MaskedIS, TruncatedIS
+from lit_grpo.losses.gmpo import GMPO
+from lit_grpo.losses.gspo import GSPO
+from lit_grpo.losses.ppo_clip import PPOClip
+from lit_grpo.losses.sapo import SAPO
+from lit_grpo.module import GRPOModule
+from lit_grpo.policy import PolicyModule
+from lit_grpo.rewards import (
+    ChoiceLetter,
+    ExactMatch,
+    Format,
+    LastNumber,
+    MathVerify,
+    OverlongPenalty,
+    RewardFunction,
+    RewardShaping,
+    TextSimilarity,
+    WeightedSum,
+)
+from lit_grpo.rollout import AsyncRollouts, HFGenerateEngine, RolloutEngine
+from lit_grpo.sft import SFTModule
+from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats, SamplingParams
 
-#: Packages whose ``REGISTRY`` (class name -> component class) is exported too, imported on first use.
-_REGISTRIES = ("lit_grpo.estimators", "lit_grpo.losses")
-
-
-def _registered() -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for package in _REGISTRIES:
-        found.update(importlib.import_module(package).REGISTRY)
-    return found
-
-
-def __getattr__(name: str) -> Any:
-    if name == "__all__":  # the registered names need their packages imported
-        value: Any = [*_EXPORTS, *_registered()]
-    elif name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    elif name[:1].isupper() and name in (registered := _registered()):  # a class name, never a submodule's
-        value = registered[name]
-    else:
-        raise AttributeError(f"module 'lit_grpo' has no attribute {name!r}")
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__getattr__("__all__")})
+__all__ = [
+    # the modules
+    "GRPOModule", "SFTModule", "PolicyModule", "LoraSettings",
+    # advantage estimators (lit_grpo.estimators.REGISTRY)
+    "AdvantageEstimator", "DrGRPO", "GPG", "GRPO", "MaxRL", "OPO", "PassAtK", "RLOO", "ReinforcePlusPlus",
+    "Sign", "SignBalance", "SoftmaxGRPO",
+    # policy losses and importance corrections (lit_grpo.losses.REGISTRY)
+    "PolicyLoss", "CISPO", "GMPO", "GSPO", "PPOClip", "SAPO", "ImportanceCorrection", "MaskedIS",
+    "TruncatedIS",
+    # rewards
+    "RewardFunction", "ExactMatch", "MathVerify", "WeightedSum", "ChoiceLetter", "TextSimilarity", "Format",
+    "RewardShaping", "OverlongPenalty", "LastNumber",
+    # rollouts
+    "AsyncRollouts", "RolloutEngine", "HFGenerateEngine",
+    # data
+    "PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule", "GSM8K", "MATH500",
+    "MultipleChoice", "ReferenceText", "SyntheticChoice", "SyntheticResidue", "PromptCurriculum",
+    "WordProblems", "ReasoningGymSource", "ReasoningGymScore",
+    # what passes between the parts
+    "PromptBatch", "Rollouts", "RolloutStats", "RewardOutput", "SamplingParams",
+]  # fmt: skip

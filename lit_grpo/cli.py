@@ -1,19 +1,23 @@
 """LightningCLI over the GRPO and SFT modules: what ``lit-grpo fit|validate|test --config ...`` runs
 (:mod:`lit_grpo.commands`), and what ``lit-grpo compare`` and ``lit-grpo fidelity`` read configs with.
 
-Nothing in the library imports this module; the commands above it do. ``--config`` takes a file or the name of a
-built-in config (``lit-grpo fit --config quickstart``; ``lit-grpo configs list`` shows them, see
+Nothing in the library imports this module; the commands above it do. ``--config`` takes a file or the name of
+a built-in config (``lit-grpo fit --config quickstart``; ``lit-grpo configs list`` shows them, see
 :mod:`lit_grpo.resources`).
 """
 
 from __future__ import annotations
 
-import re
+import dataclasses
+import inspect
 import sys
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
 import lightning
+import yaml
 from lightning import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -34,6 +38,7 @@ from lit_grpo.checkpoint import (
     new_log_dirs,
     remove_unused_log_dirs,
 )
+from lit_grpo.components import resolve
 from lit_grpo.data import PromptDataModule
 
 TRAINER_DEFAULTS = {
@@ -50,17 +55,17 @@ TRAINER_DEFAULTS = {
 
 #: What ``lit-grpo fit --help`` says above LightningCLI's usage.
 DESCRIPTION = (
-    "Train and evaluate with lit-grpo: lit-grpo fit|validate|test --config FILE_OR_NAME. Built-in configs run by "
-    "name from any directory (lit-grpo fit --config quickstart; lit-grpo configs list shows them). lit-grpo --help "
-    "lists the other commands."
+    "Train and evaluate with lit-grpo: lit-grpo fit|validate|test --config FILE_OR_NAME. Built-in configs "
+    "run by name from any directory (lit-grpo fit --config quickstart; lit-grpo configs list shows them). "
+    "lit-grpo --help lists the other commands."
 )
 
 
 class LitGRPOCLI(LightningCLI):
     """LightningCLI with lit-grpo's defaults: TensorBoard logging under ``runs/``, the prompt DataModule,
     atomic checkpoint writes (:class:`~lit_grpo.checkpoint.AtomicCheckpointIO`) and a checkpoint on Ctrl-C,
-    SIGTERM, SIGUSR1 or SIGUSR2 (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`; ``lit-grpo fit`` then exits with
-    status 75).
+    SIGTERM, SIGUSR1 or SIGUSR2 (:class:`~lit_grpo.checkpoint.SaveOnInterrupt`; ``lit-grpo fit`` then exits
+    with status 75).
 
     The model is given by class path in the config (``lit_grpo.GRPOModule`` or ``lit_grpo.SFTModule``);
     its components take short names on the command line, e.g. ``--model.estimator=Sign``.
@@ -73,12 +78,17 @@ class LitGRPOCLI(LightningCLI):
             sys.argv[1:] = resolved  # LightningCLI reads the command line itself
         elif resolved is not given:
             args = resolved
-        # Ctrl-C / SIGTERM / SIGUSR1 / SIGUSR2 finish the step, write last.ckpt and stop: appended to the callbacks
+        # an option that does not exist is named with its fix, before parsing
+        problem = check_options(resolved)
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            raise SystemExit(2)
+        # Ctrl-C / SIGTERM / SIGUSR1 / SIGUSR2 finish the step, write last.ckpt and stop: appended to the
+        # callbacks
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         given_kwargs = kwargs.get("parser_kwargs") or {}
         kwargs["parser_kwargs"] = {"prog": "lit-grpo", "description": DESCRIPTION, **given_kwargs}
-        kwargs.setdefault("parser_class", ArgumentParser)
         super().__init__(
             LightningModule, PromptDataModule, subclass_mode_model=True, args=args, run=run,
             auto_configure_optimizers=False, **kwargs,
@@ -87,14 +97,17 @@ class LitGRPOCLI(LightningCLI):
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         # the saved config.yaml (and --print_config) start with the lit-grpo version that wrote them, and
         # torch, lightning and transformers; as comment lines, the file still works as --config
-        kwargs.setdefault("dump_header", [resources.version_line(), f"lightning.pytorch=={lightning.__version__}"])
+        kwargs.setdefault(
+            "dump_header", [resources.version_line(), f"lightning.pytorch=={lightning.__version__}"]
+        )
         return super().init_parser(**kwargs)
 
     def before_fit(self) -> None:
         check_outputs(self.trainer)  # a folder the run cannot write fails now, naming its option
 
     def _run_subcommand(self, subcommand: str) -> None:
-        # a start that fails before anything is logged (bad data, a refused resume) leaves no runs/<name>/version_N
+        # a start that fails before anything is logged (bad data, a refused resume) leaves no
+        # runs/<name>/version_N
         fresh = new_log_dirs(self.trainer)
         try:
             super()._run_subcommand(subcommand)
@@ -114,74 +127,207 @@ class LitGRPOCLI(LightningCLI):
             raise damaged from err
 
 
-class ArgumentParser(LightningArgumentParser):
-    """LightningCLI's parser whose errors end with a line that names the problem and its fix where jsonargparse's
-    own message does not (:func:`explain`)."""
-
-    def error(self, message: str, ex: Exception | None = None):  # type: ignore[override]
-        hint = explain(message)
-        return super().error(message if hint is None else f"{message}\n{hint}", ex)
+#: Keys jsonargparse accepts at every class's level besides the class's own options.
+_ANY_CLASS = ("help", "dict_kwargs")
 
 
-#: jsonargparse's words for the parser key and the outermost value of a failed union (``--model.loss.dual_clip=3``)
-_PARENT = re.compile(r'^Parser key "(?P<parent>[\w.]+)":')
-_NESTED = re.compile(r"NestedArg\(key='(?P<key>\w+(?:\.\w+)*)', val=(?P<val>.*)\)$", re.M)
-
-
-def explain(message: str) -> str | None:
-    """One line that names the problem of a parse error jsonargparse words as a union mismatch, else None.
-    Setting an option of a component that the config leaves to the module's default (``--model.loss.dual_clip=3``
-    with no ``loss`` in the config: ``GRPOModule`` builds ``PPOClip()`` in code) has no class to give it to; any
-    other failure of such an option is the deepest error of the nest (``Option 'bogus' is not accepted``)."""
-    parent, nested = _PARENT.match(message), list(_NESTED.finditer(message))
-    if parent is None:
+def check_options(args: Any) -> str | None:
+    """The first problem with what ``args`` (and each config file its ``--config`` arguments name) sets for
+    the model and the data, read in the order LightningCLI applies them, else None: an option the class (or
+    settings group) does not take, an option of a component the config names no class for, or a value an
+    ``int``, ``float`` or choice option cannot take. Checked before LightningCLI parses, so each problem is
+    named with its fix; what this check does not know (other types, the trainer's options) is left to the
+    parser."""
+    if not isinstance(args, list | tuple):
         return None
-    if not nested or "." not in nested[-1]["key"]:  # a value in a config file, or an option of the class itself
-        where = f"--{parent['parent']}" + (f".{nested[-1]['key']}" if nested else "")
-        rest = [line.strip() for line in message.splitlines()[1:] if line.strip()]
-        error = deepest_error(message) or (" ".join(rest) if 0 < len(rest) <= 2 else None)  # a plain type error
-        return None if error is None else f"{where}: {error}"
-    found = nested[-1]  # the outermost: its key runs from the parser key's level
-    component, option = found["key"].rsplit(".", 1)
-    flag = f"--{parent['parent']}.{component}"
-    if "is abstract" not in message:
-        return f"{flag}.{option}: {deepest_error(message) or found['val']}"
-    return (f"{flag}.{option}: the config names no class for {component!r}, so there is nothing to set {option!r} "
-            f"on (a component left out of the config is built by the module's default). Name the class first: "
-            f"{flag}=CLASS {flag}.{option}={found['val'].strip(chr(39))}, or give "
-            f"'{component.rsplit('.', 1)[-1]}: {{class_path: ...}}' in the config")
+    chosen: dict[str, Any] = {"data": PromptDataModule}  # component path -> its class (None: none named)
+    for label, parts, value, raw in _settings(list(map(str, args))):
+        try:
+            problem = _check(chosen, label, parts, value, raw)
+        except ValueError as err:  # a class name that does not resolve
+            return str(err)
+        if problem is not None:
+            return problem
+    return None
 
 
-def deepest_error(message: str) -> str | None:
-    """The line of a jsonargparse message that names the problem. A failure inside a component arrives wrapped in
-    "Does not validate against any of the Union subtypes", a list of the errors of each allowed type (and, when
-    instantiation fails, a dump of the config): the problem is the deepest error that is not the ``None``
-    alternative, with the chain of ever deeper lines below it joined to it (``Problem with given class_path '...': Parser key
-    "group_size": Expected a <class 'int'>. Got value: abc``). None when the message has no such list."""
-    lines = message.splitlines()
-    items = [(_indent(line), i) for i, line in enumerate(lines) if line.strip().startswith("- ")]
-    items = [(depth, i) for depth, i in items if not lines[i].strip().startswith("- Expected a <class 'NoneType'>")]
-    if not items:
+def _settings(args: list[str]) -> Any:
+    """``(label, key parts without init_args, value, value as written)`` of each model or data setting, in
+    order: those of a config file where its ``--config`` stands."""
+    i = 0
+    while i < len(args):
+        key, eq, text = args[i].partition("=")
+        takes_next = not eq and i + 1 < len(args) and not args[i + 1].startswith("-")
+        if not eq:
+            text = args[i + 1] if takes_next else ""
+        i += 2 if takes_next else 1
+        if key in ("--config", "-c"):
+            yield from _config_settings(text)
+        elif key.startswith(("--model", "--data")) and key.lstrip("-").split(".")[0] in ("model", "data"):
+            parts = [p for p in key[2:].split(".") if p != "init_args"]
+            yield key, parts, _yaml_value(text), text
+
+
+def _config_settings(text: str) -> Any:
+    path = Path(text)
+    try:
+        tree = yaml.safe_load(path.read_text() if path.is_file() else text)
+    except (OSError, yaml.YAMLError):
+        return  # LightningCLI names an unreadable config
+    if isinstance(tree, dict):
+        for root in ("model", "data"):
+            if root in tree:
+                yield from _flatten(tree[root], [root], text if path.is_file() else "the --config text")
+
+
+def _flatten(value: Any, keys: list[str], source: str) -> Any:
+    if not isinstance(value, dict):
+        yield f"{'.'.join(keys)} in {source}", [k for k in keys if k != "init_args"], value, repr(value)
+        return
+    for key in sorted(value, key=lambda k: k != "class_path"):  # the class first, then its options
+        yield from _flatten(value[key], [*keys, str(key)], source)
+
+
+def _yaml_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _check(chosen: dict[str, Any], label: str, parts: list[str], value: Any, raw: str) -> str | None:
+    """The problem of setting ``parts`` to ``value``, else None; a class it names is recorded in
+    ``chosen``."""
+    if parts[-1] == "class_path":
+        parts = parts[:-1]
+    elif isinstance(value, dict) or parts[-1] in _ANY_CLASS:
         return None
-    deepest = max(depth for depth, _ in items)
-    i = next(i for depth, i in items if depth == deepest)
-    block, depth = [lines[i].strip()[2:]], deepest
-    for line in lines[i + 1:]:  # the chain of ever deeper lines below it
-        if not line.strip() or _indent(line) <= depth:
-            break
-        block.append(line.strip())
-        depth = _indent(line)
-    return " ".join(block)
+    path, owner = parts[0], chosen.get(parts[0])
+    if len(parts) == 1:  # --model=CLASS
+        if isinstance(value, str):
+            chosen["model"] = resolve(LightningModule, value, label)
+        return None
+    for i, part in enumerate(parts[1:], start=2):
+        options = _options(owner)
+        if options is None:  # a class unknown here, or one that takes any keyword
+            return None
+        if part not in options:
+            return (f"{label}: {owner.__name__} takes no option {part!r}; its options are "
+                    f"{', '.join(options)}")
+        path, annotation, rest = f"{path}.{part}", options[part], parts[i:]
+        kind, target = _kind(annotation)
+        if not rest:
+            if kind == "component" and (value is None or isinstance(value, str)):
+                chosen[path] = None if value is None else resolve(target, value, label)
+                return None
+            return _value_problem(label, owner, part, annotation, value)
+        if kind == "settings":
+            owner = target
+        elif kind != "component":
+            return None  # a dict or a list: its keys are not options
+        elif chosen.get(path, _default(owner, part)) is None:
+            component, option = path.split(".", 1)[1], ".".join(rest)
+            return (f"{label}: the config names no class for {component!r}, so there is nothing to set "
+                    f"{option!r} on (a component left out of the config is built by the module's default). "
+                    f"Name the class first: --{path}=CLASS --{path}.{option}={raw}, or give "
+                    f"'{part}: {{class_path: ...}}' in the config")
+        else:
+            # absent: a default instance, whose class this check leaves to the parser
+            owner = chosen.get(path)
+    return None
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
+def _options(owner: Any) -> dict[str, Any] | None:
+    """A class's options (its constructor's parameters, or a settings dataclass's fields) with their types;
+    None when unknown or when it takes any keyword."""
+    if not isinstance(owner, type):
+        return None
+    try:
+        hints = typing.get_type_hints(owner if dataclasses.is_dataclass(owner) else owner.__init__)
+        params = inspect.signature(owner).parameters.values()
+    except (NameError, TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name: hints.get(p.name, Any) for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+
+
+def _default(owner: Any, name: str) -> Any:
+    """The default of ``owner``'s option ``name``: None also when it has none (nothing to build from)."""
+    default = inspect.signature(owner).parameters[name].default
+    return None if default is inspect.Parameter.empty else default
+
+
+def _kind(annotation: Any) -> tuple[str, Any]:
+    """``("settings", dataclass)``, ``("component", base class)`` or ``("value", annotation)``: what an option
+    of this type holds, ``None`` aside."""
+    single = _without_none(annotation)
+    if dataclasses.is_dataclass(single) and isinstance(single, type):
+        return "settings", single
+    if isinstance(single, type) and single.__module__ != "builtins" and typing.get_origin(single) is None:
+        return "component", single
+    return "value", annotation
+
+
+def _without_none(annotation: Any) -> Any:
+    """``X`` for ``X | None``, else the annotation itself."""
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return annotation
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return args[0] if len(args) == 1 else annotation
+
+
+def _value_problem(label: str, owner: type, part: str, annotation: Any, value: Any) -> str | None:
+    """What is wrong with ``value`` for an option of type ``annotation`` when that is ``int``, ``float`` or a
+    choice (``None`` allowed where the type allows it), else None; other types are left to the parser."""
+    optional = type(None) in typing.get_args(annotation)
+    single = _without_none(annotation)
+    if value is None and optional:
+        return None
+    where = f"{owner.__name__}'s {part}"
+    if typing.get_origin(single) is typing.Literal:
+        choices = typing.get_args(single)
+        if value in choices:
+            return None
+        return f"{label}: {value!r} is not a choice of {where}; choose one of {', '.join(map(str, choices))}"
+    if single in (int, float):
+        if _number(value, single):
+            return None
+        return f"{label}: {where} takes {_NUMBER[single]}, not {value!r}"
+    return None
+
+
+#: What an ``int`` and a ``float`` option take, in words.
+_NUMBER = {int: "a whole number", float: "a number"}
+
+
+def _number(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, kind) or (kind is float and isinstance(value, int)):
+        return True
+    if isinstance(value, str):
+        try:
+            kind(value)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def root_cause(err: BaseException) -> str:
+    """The exception at the bottom of ``err``'s chain (a component's own check, below jsonargparse's
+    wrapping), as ``Type: first line`` (a ValueError by its message alone)."""
+    while (err.__cause__ or err.__context__) is not None:
+        err = err.__cause__ or err.__context__
+    line = (str(err).splitlines() or [""])[0]
+    return line if type(err) is ValueError else f"{type(err).__name__}: {line}"
 
 
 def builtin_configs(args: Any) -> Any:
-    """The arguments with each ``--config NAME`` that is not a file replaced by the path of the built-in config
-    of that name (:func:`lit_grpo.resources.resolve`); exits with status 2 naming close names when there is none.
-    A ``--config`` value that is YAML text rather than a path is left to LightningCLI."""
+    """The arguments with each ``--config NAME`` that is not a file replaced by the path of the built-in
+    config of that name (:func:`lit_grpo.resources.resolve`); exits with status 2 naming close names when
+    there is none. A ``--config`` value that is YAML text rather than a path is left to LightningCLI."""
     if not isinstance(args, list | tuple):
         return args
     out: list[str] = []

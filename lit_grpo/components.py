@@ -1,12 +1,13 @@
 """Turning a name into a component class: the one resolution every command uses.
 
-LightningCLI resolves ``--model.estimator=Sign`` or ``class_path: lit_grpo.Sign`` through jsonargparse: a dotted
-path is imported, a short name is looked up among the imported, concrete subclasses of the argument's type. The
-experiment loader (``lit-grpo compare``) and the weight-curve command (``lit-grpo curves``) name components too;
-they resolve through :func:`resolve` below, which is that same jsonargparse lookup, so every command accepts the
-same names and nothing keeps a list of them by hand. A component is registered by being imported: the packages
-of lit-grpo's own components import every module they hold (see :mod:`lit_grpo.estimators`), and a user's class
-counts once its module is imported or named by its dotted path.
+LightningCLI resolves ``--model.estimator=Sign`` or ``class_path: lit_grpo.Sign`` through jsonargparse: a
+dotted path is imported, a short name is looked up among the imported, concrete subclasses of the argument's
+type. The experiment loader (``lit-grpo compare``) and the weight-curve command (``lit-grpo curves``) name
+components too; they resolve through :func:`resolve` below, which is that same jsonargparse lookup, so every
+command accepts the same names and nothing keeps a list of them by hand. A component is registered by being
+imported: the packages of lit-grpo's own components import every module they hold (see
+:mod:`lit_grpo.estimators`), and a user's class counts once its module is imported or named by its dotted
+path.
 """
 
 from __future__ import annotations
@@ -34,14 +35,14 @@ def subclasses(base: type) -> dict[str, type]:
 
 def resolve(base: type, name: str, where: str) -> type:
     """The subclass of ``base`` that ``name`` (a short name such as ``Sign``, or a class path such as
-    ``lit_grpo.Sign``) names, as LightningCLI resolves it; a ValueError that starts with ``where`` and lists the
-    valid short names otherwise."""
+    ``lit_grpo.Sign``) names, as LightningCLI resolves it; a ValueError that starts with ``where`` and lists
+    the valid short names otherwise."""
     known = ", ".join(sorted(subclasses(base)))
     try:
         path = resolve_class_path_by_name(base, name)
     except ValueError as err:  # a short name two subclasses share
         raise ValueError(f"{where}: {err}") from None
-    if "." not in path:
+    if "." not in path:  # not require: lit_grpo.checks is in this module's layer (tests/test_layers.py)
         raise ValueError(
             f"{where}: unknown {base.__name__} {name!r}; choose one of {known}, or give the class path of a "
             f"subclass of {base.__name__} (my_pkg.module.MyClass)"
@@ -51,7 +52,9 @@ def resolve(base: type, name: str, where: str) -> type:
     except (ImportError, AttributeError, ValueError) as err:
         raise ValueError(f"{where}: {name!r} cannot be imported ({err}); short names: {known}") from None
     if not (inspect.isclass(cls) and issubclass(cls, base)) or inspect.isabstract(cls):
-        raise ValueError(f"{where}: {name!r} is not a concrete {base.__name__} subclass; choose one of {known}")
+        raise ValueError(
+            f"{where}: {name!r} is not a concrete {base.__name__} subclass; choose one of {known}"
+        )
     return cls
 
 
@@ -64,6 +67,11 @@ def import_package(package: str, base: type) -> dict[str, type]:
         module = importlib.import_module(f"{package}.{info.name}")
         for name, obj in vars(module).items():
             defined_here = inspect.isclass(obj) and obj.__module__ == module.__name__
-            if defined_here and issubclass(obj, base) and not inspect.isabstract(obj) and not name.startswith("_"):
+            if (
+                defined_here
+                and issubclass(obj, base)
+                and not inspect.isabstract(obj)
+                and not name.startswith("_")
+            ):
                 found[name] = obj
     return dict(sorted(found.items()))

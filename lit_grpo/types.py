@@ -81,14 +81,16 @@ class Rollouts:
     texts: list[str]  # [N] decoded completions, special tokens removed
     truncated: Tensor  # [N] bool, True where max_new_tokens was hit without EOS
     group_size: int = 1
-    # Multi-turn episodes (lit_grpo.envs.run_episodes) only; None for single-turn rollouts. The completion is then
-    # the whole episode after the prompt: assistant turns, observations and the template's tokens between them.
+    # Multi-turn episodes (lit_grpo.envs.run_episodes) only; None for single-turn rollouts. The completion is
+    # then the whole episode after the prompt: assistant turns, observations and the template's tokens between
+    # them.
     policy_mask: Tensor | None = None  # [N, T] bool, True only on tokens the policy sampled (the loss mask)
     episodes: list[Any] | None = None  # [N] lit_grpo.envs.Episode: messages, turns, tool counters, env reward
 
     @property
     def sampled_mask(self) -> Tensor:  # [N, T] bool
-        """The tokens the policy sampled, the only ones the loss, the KL, the entropy and the engine comparison
+        """The tokens the policy sampled, the only ones the loss, the KL, the entropy and the engine
+        comparison
         read: ``policy_mask`` for episodes, else every completion token."""
         return self.completion_mask if self.policy_mask is None else self.policy_mask
 
@@ -121,7 +123,8 @@ class RewardOutput:
 
     scores: Tensor  # [N] float32, NaN = unscorable
     terms: dict[str, Tensor] = field(default_factory=dict)  # name -> [N], logged as reward/<name>
-    counters: dict[str, int] = field(default_factory=dict)  # e.g. {"timeouts": 1, "errors": 0, "unscorable": 1}
+    # e.g. {"timeouts": 1, "errors": 0, "unscorable": 1}
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -138,7 +141,8 @@ class RolloutStats:
     reward_counters: dict[str, int] = field(default_factory=dict)
     num_drawn: int = 0  # prompts drawn this step, refills included
     rollouts: Rollouts | None = None  # the token ids behind ``texts`` (on the training device, detached)
-    tokens_drawn: int = 0  # completion tokens generated this step, groups dropped by filter_degenerate included
+    # completion tokens generated this step, groups dropped by filter_degenerate included
+    tokens_drawn: int = 0
 
     @property
     def group_size(self) -> int:

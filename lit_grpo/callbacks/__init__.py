@@ -1,7 +1,7 @@
-"""Lightning callbacks for lit-grpo runs. Each declares the scalar metrics it writes in its ``metrics`` attribute
-(names, or patterns with a ``<placeholder>``); docs/diagnostics.md describes them."""
+"""Lightning callbacks for lit-grpo runs. Each declares the scalar metrics it writes in its ``metrics``
+attribute (names, or patterns with a ``<placeholder>``); docs/diagnostics.md describes them."""
 
-from lit_grpo.callbacks._common import GradientProbe
+from lit_grpo.callbacks._probe import GradientProbe
 from lit_grpo.callbacks.advantage_stats import AdvantageStats
 from lit_grpo.callbacks.budget import GradientBudget
 from lit_grpo.callbacks.degeneracy import DegeneracyMonitor
@@ -13,7 +13,7 @@ from lit_grpo.callbacks.heldout import HeldOutReport
 from lit_grpo.callbacks.passk import PassAtK, PassAtKMetric
 from lit_grpo.callbacks.samples import CompletionSamples
 from lit_grpo.callbacks.shadow import ShadowEstimators
-from lit_grpo.callbacks.test_split import TestSplitReport
+from lit_grpo.callbacks.split_report import TestSplitReport
 from lit_grpo.callbacks.weight_curve import WeightCurve
 
 __all__ = [

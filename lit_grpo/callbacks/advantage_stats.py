@@ -8,17 +8,10 @@ import torch
 from lightning import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_grpo.callbacks._common import (
-    RolloutStatsCallback,
-    add_figure,
-    every,
-    gather,
-    log_step,
-    non_binary,
-    require_run,
-    reward_is_binary,
-    tensorboard,
-)
+from lit_grpo.callbacks._logging import add_figure, log_step, tensorboard
+from lit_grpo.callbacks._requirements import non_binary, require_run, reward_is_binary
+from lit_grpo.callbacks._rollouts import RolloutStatsCallback, gather
+from lit_grpo.callbacks._schedule import every
 from lit_grpo.checks import require_at_least
 from lit_grpo.diagnostics.budget import advantage_mass, positive_negative_shares
 from lit_grpo.diagnostics.plots import bar_figure
@@ -62,7 +55,10 @@ class AdvantageStats(RolloutStatsCallback):
             figure_every_n_steps=figure_every_n_steps,
         )  # fmt: skip
         self.weight_by_length = weight_by_length
-        self.histogram_every_n_steps, self.figure_every_n_steps = histogram_every_n_steps, figure_every_n_steps
+        self.histogram_every_n_steps, self.figure_every_n_steps = (
+            histogram_every_n_steps,
+            figure_every_n_steps,
+        )
         self.mass_sum: torch.Tensor | None = None  # [G + 1] summed mass per K, all steps
         self.mass_count: torch.Tensor | None = None  # [G + 1]
         self.steps = 0  # steps measured
@@ -142,7 +138,9 @@ class AdvantageStats(RolloutStatsCallback):
             pass  # the estimator is not defined at this group size alone
         labels = [str(j) for j in range(G + 1)]
         title = f"advantage mass by K, G = {G}"
-        fig = bar_figure(labels, series, xlabel="K correct of G", ylabel="advantage mass sum|A|/2", title=title)
+        fig = bar_figure(
+            labels, series, xlabel="K correct of G", ylabel="advantage mass sum|A|/2", title=title
+        )
         add_figure(writer, "adv/mass_by_k", fig, step)
 
     def state_dict(self) -> dict:

@@ -7,19 +7,11 @@ from typing import ClassVar, Literal
 import torch
 from lightning import LightningModule, Trainer
 
-from lit_grpo.callbacks._common import (
-    GradientProbe,
-    RolloutStatsCallback,
-    add_figure,
-    check_binary_rewards,
-    every,
-    fork_rng,
-    fresh_rewards,
-    gather,
-    log_step,
-    require_run,
-    tensorboard,
-)
+from lit_grpo.callbacks._logging import add_figure, log_step, tensorboard
+from lit_grpo.callbacks._probe import GradientProbe
+from lit_grpo.callbacks._requirements import check_binary_rewards, require_run
+from lit_grpo.callbacks._rollouts import RolloutStatsCallback, fork_rng, fresh_rewards, gather
+from lit_grpo.callbacks._schedule import every
 from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS, advantage_budget, bin_index, budget_shares
 from lit_grpo.diagnostics.degeneracy import EMASuccessTracker
@@ -35,12 +27,12 @@ class GradientBudget(RolloutStatsCallback):
 
     Two budgets of a prompt, under different names: the proxy ``sum_i |A_i| * T_i`` (free; with binary
     rewards its split between bins follows from the estimator's formulas alone, not from the run) and,
-    with ``exact``, the norm of the prompt's gradient contribution ``|| sum_i A_i grad sum_t log pi(y_i,t) ||``
-    over the chosen parameters (per-completion gradients as in ``GradientRank``, after the step's
-    update; ``.grad``, the parameters and the RNG are left as they were). Prompts are binned by a
-    pass-rate estimate independent of this step's rewards: the moving average of earlier visits
-    (``estimate="ema"``, free; first visits are left out, counted in ``budget/unbinned_frac``) or
-    ``num_samples`` fresh completions per prompt after the step (``estimate="resample"``).
+    with ``exact``, the norm of the prompt's gradient contribution
+    ``|| sum_i A_i grad sum_t log pi(y_i,t) ||`` over the chosen parameters (per-completion gradients as in
+    ``GradientRank``, after the step's update; ``.grad``, the parameters and the RNG are left as they were).
+    Prompts are binned by a pass-rate estimate independent of this step's rewards: the moving average of
+    earlier visits (``estimate="ema"``, free; first visits are left out, counted in ``budget/unbinned_frac``)
+    or ``num_samples`` fresh completions per prompt after the step (``estimate="resample"``).
 
     Needs binary rewards. Writes the scalars in ``metrics`` every step (shares per bin
     ``0.0-0.2`` .. ``0.9-1.0``; docs/diagnostics.md explains each) and every ``figure_every_n_steps``
@@ -69,12 +61,16 @@ class GradientBudget(RolloutStatsCallback):
         exact: bool = False,
         probe: GradientProbe = GradientProbe(),  # noqa: B008 (a dataclass: LightningCLI nests its options)
     ) -> None:
-        require(estimate in ("ema", "resample"), f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'")
+        require(
+            estimate in ("ema", "resample"),
+            f"GradientBudget: estimate={estimate!r} must be 'ema' or 'resample'",
+        )
         require(num_samples >= 1, f"GradientBudget: num_samples={num_samples} must be >= 1")
         require_at_least(NAME, 0, " (0: never)", figure_every_n_steps=figure_every_n_steps)
         require(
             exact or probe == GradientProbe(),
-            f"GradientBudget: probe={probe} sets how the exact budget is measured; set exact: true or drop probe",
+            f"GradientBudget: probe={probe} sets how the exact budget is measured; set "
+            "exact: true or drop probe",
         )
         require(
             probe.projection_dim is None,
@@ -125,7 +121,11 @@ class GradientBudget(RolloutStatsCallback):
         check_binary_rewards(NAME, stats.rewards, 1e-6)
         exact = self.exact_budget(pl_module, stats) if self.exact else torch.zeros(stats.rewards.shape[0])
         local = torch.stack(
-            [self.pass_rates(pl_module, stats), advantage_budget(stats.advantages, stats.lengths), exact.double()],
+            [
+                self.pass_rates(pl_module, stats),
+                advantage_budget(stats.advantages, stats.lengths),
+                exact.double(),
+            ],
             dim=1,
         )  # [P, 3]
         rate, budget, exact = gather(pl_module, local).T.contiguous()  # [P_all] each
@@ -140,11 +140,15 @@ class GradientBudget(RolloutStatsCallback):
             self.totals[2].index_add_(0, index[binned], exact[binned])
             if bool(binned.any()) and float(exact[binned].sum()) > 0:
                 exact_shares = budget_shares(exact, rate).tolist()
-                metrics.update({f"budget/exact_share_{b}": v for b, v in zip(BIN_LABELS, exact_shares, strict=True)})
+                metrics.update(
+                    {f"budget/exact_share_{b}": v for b, v in zip(BIN_LABELS, exact_shares, strict=True)}
+                )
         if bool(binned.any()):
             metrics.update({f"budget/share_{b}": v for b, v in zip(BIN_LABELS, shares.tolist(), strict=True)})
             n = binned.sum().item()
-            metrics.update({f"budget/prompt_share_{b}": v / n for b, v in zip(BIN_LABELS, prompts.tolist(), strict=True)})
+            metrics.update(
+                {f"budget/prompt_share_{b}": v / n for b, v in zip(BIN_LABELS, prompts.tolist(), strict=True)}
+            )
         step = log_step(trainer, metrics)
         if every(step, self.figure_every_n_steps):
             self.draw(trainer, step)
@@ -160,7 +164,11 @@ class GradientBudget(RolloutStatsCallback):
         if self.exact:
             series["budget (exact gradient norm)"] = shares[2]
         fig = bar_figure(
-            BIN_LABELS, series, xlabel="pass-rate bin", ylabel="share", title=f"budget by difficulty, steps 0-{step}"
+            BIN_LABELS,
+            series,
+            xlabel="pass-rate bin",
+            ylabel="share",
+            title=f"budget by difficulty, steps 0-{step}",
         )
         add_figure(writer, "budget/shares", fig, step)
 

@@ -7,15 +7,10 @@ from typing import ClassVar
 import torch
 from lightning import LightningModule, Trainer
 
-from lit_grpo.callbacks._common import (
-    RolloutStatsCallback,
-    check_binary_rewards,
-    due_step,
-    fresh_rewards,
-    gather,
-    log_step,
-    require_run,
-)
+from lit_grpo.callbacks._logging import log_step
+from lit_grpo.callbacks._requirements import check_binary_rewards, require_run
+from lit_grpo.callbacks._rollouts import RolloutStatsCallback, fresh_rewards, gather
+from lit_grpo.callbacks._schedule import due_step
 from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.degeneracy import (
     EMASuccessTracker,
@@ -52,11 +47,21 @@ class DegeneracyMonitor(RolloutStatsCallback):
     """
 
     metrics: ClassVar[tuple[str, ...]] = (
-        "rollout/degenerate_frac", "rollout/all_correct_frac", "rollout/all_wrong_frac",
-        "rollout/pooled_success_rate", "rollout/degenerate_iid_pred", "rollout/degenerate_excess",
-        "rollout/degenerate_ema_pred", "rollout/degenerate_ema_excess", "rollout/ema_coverage",
-        "rollout/starved_frac", "rollout/degenerate_resample_pred", "rollout/degenerate_resample_excess",
-        "rollout/resample_success_rate", "rollout/degenerate_resample_pooled_pred", "rollout/resample_prompts",
+        "rollout/degenerate_frac",
+        "rollout/all_correct_frac",
+        "rollout/all_wrong_frac",
+        "rollout/pooled_success_rate",
+        "rollout/degenerate_iid_pred",
+        "rollout/degenerate_excess",
+        "rollout/degenerate_ema_pred",
+        "rollout/degenerate_ema_excess",
+        "rollout/ema_coverage",
+        "rollout/starved_frac",
+        "rollout/degenerate_resample_pred",
+        "rollout/degenerate_resample_excess",
+        "rollout/resample_success_rate",
+        "rollout/degenerate_resample_pooled_pred",
+        "rollout/resample_prompts",
     )
 
     def __init__(
@@ -68,7 +73,10 @@ class DegeneracyMonitor(RolloutStatsCallback):
     ) -> None:
         require(atol >= 0, f"DegeneracyMonitor: atol={atol} must be >= 0, e.g. 1e-6")
         require_at_least(NAME, 0, " (0: never)", resample_every_n_steps=resample_every_n_steps)
-        require(resample_samples >= 2, f"DegeneracyMonitor: resample_samples={resample_samples} must be >= 2 (e.g. 16)")
+        require(
+            resample_samples >= 2,
+            f"DegeneracyMonitor: resample_samples={resample_samples} must be >= 2 (e.g. 16)",
+        )
         self.atol = atol
         self.tracker = EMASuccessTracker(ema_decay)  # validates ema_decay
         self.resample_every_n_steps, self.resample_samples = resample_every_n_steps, resample_samples
@@ -81,11 +89,14 @@ class DegeneracyMonitor(RolloutStatsCallback):
                     f"DegeneracyMonitor: resample_samples={self.resample_samples} is below the group size "
                     f"{pl_module.group_size}; the unbiased prediction needs n >= G samples per prompt")
 
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int
+    ) -> None:
         self._resampled = None
         if due_step(trainer, self.resample_every_n_steps) is None or not isinstance(batch, PromptBatch):
             return
-        rewards = fresh_rewards(NAME, pl_module, batch, self.resample_samples, self.atol).double().cpu()  # [P, n]
+        # [P, n]
+        rewards = fresh_rewards(NAME, pl_module, batch, self.resample_samples, self.atol).double().cpu()
         self._resampled = (list(batch.ids), rewards)
 
     def resample_metrics(self, ids: list[str], rewards: torch.Tensor, G: int) -> dict[str, float]:
@@ -129,7 +140,8 @@ class DegeneracyMonitor(RolloutStatsCallback):
     def step_metrics(
         self, pl_module: LightningModule, ids: list[str], rewards: torch.Tensor, advantages: torch.Tensor
     ) -> dict[str, float]:
-        """The metrics of one step (rewards and advantages ``[P, G]`` of this process), then the EMA update."""
+        """The metrics of one step (rewards and advantages ``[P, G]`` of this process), then the EMA
+        update."""
         G = rewards.shape[1]
         scorable = ~rewards.isnan()  # [P, G]
         rate = (rewards.nan_to_num(0.0) * scorable).sum(-1) / scorable.sum(-1)  # [P], NaN when none

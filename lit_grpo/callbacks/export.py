@@ -57,7 +57,8 @@ class SavePretrained(Callback):
 
 
 def save_merged(adapter_dir: Path, out: Path) -> None:
-    """Load the base model and the adapters saved in ``adapter_dir``, merge them and save the result to ``out``."""
+    """Load the base model and the adapters saved in ``adapter_dir``, merge them and save the result to
+    ``out``."""
     from peft import AutoPeftModelForCausalLM
     from transformers import AutoTokenizer
 

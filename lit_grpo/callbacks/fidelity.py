@@ -1,4 +1,5 @@
-"""GradientFidelity: every estimator's size-G gradient estimate against a large-group reference, during training."""
+"""GradientFidelity: every estimator's size-G gradient estimate against a large-group reference, during
+training."""
 
 from __future__ import annotations
 
@@ -7,15 +8,11 @@ from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import (
-    GradientProbe,
-    add_figure,
-    due_step,
-    fork_rng,
-    log_scalars,
-    require_run,
-    tensorboard,
-)
+from lit_grpo.callbacks._logging import add_figure, log_scalars, tensorboard
+from lit_grpo.callbacks._probe import GradientProbe
+from lit_grpo.callbacks._requirements import require_run
+from lit_grpo.callbacks._rollouts import fork_rng
+from lit_grpo.callbacks._schedule import due_step
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.fidelity import ALL, OBJECTIVES, bin_rows
 from lit_grpo.diagnostics.fidelity_pool import csv_text, figure, measure, pool, prompt_table
@@ -70,7 +67,8 @@ class GradientFidelity(Callback):
         subsamples: int = 1000,
         k: int = 4,
         maxrl_T: int | None = None,
-        probe: GradientProbe = GradientProbe(micro_batch_size=128),  # noqa: B008 (LightningCLI nests its options)
+        # a default instance (B008): LightningCLI nests its options
+        probe: GradientProbe = GradientProbe(micro_batch_size=128),  # noqa: B008
     ) -> None:
         checks = [
             (every_n_steps >= 1, f"every_n_steps={every_n_steps} must be >= 1"),
@@ -95,19 +93,32 @@ class GradientFidelity(Callback):
         if stage != "fit":
             return
         require_run(
-            NAME, trainer, pl_module, "policy", "engine", "score", "sampling", "group_size", "estimator", writer=True
+            NAME,
+            trainer,
+            pl_module,
+            "policy",
+            "engine",
+            "score",
+            "sampling",
+            "group_size",
+            "estimator",
+            writer=True,
         )
         from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
-        require(not isinstance(trainer.strategy, FSDPStrategy | ModelParallelStrategy),
-                f"{NAME} runs the policy on rank 0 alone, which a sharded policy cannot do; measure a checkpoint "
-                "with `lit-grpo fidelity` instead, or train under DDP or one process")
+        require(
+            not isinstance(trainer.strategy, FSDPStrategy | ModelParallelStrategy),
+            f"{NAME} runs the policy on rank 0 alone, which a sharded policy cannot do; measure a checkpoint "
+            "with `lit-grpo fidelity` instead, or train under DDP or one process",
+        )
         estimators = self.estimators or [pl_module.estimator]
         G = pl_module.group_size
         for estimator in estimators:
-            require(not (estimator.couples_groups or estimator.needs_lengths or estimator.min_group_size > G),
-                    f"{NAME}: {estimator!r} has no per-prompt estimate at group_size {G} (it is batch-coupled, "
-                    "needs the completions' lengths or needs larger groups); list other estimators in estimators")
+            require(
+                not (estimator.couples_groups or estimator.needs_lengths or estimator.min_group_size > G),
+                f"{NAME}: {estimator!r} has no per-prompt estimate at group_size {G} (it is batch-coupled, "
+                "needs the completions' lengths or needs larger groups); list other estimators in estimators",
+            )
         dm = trainer.datamodule
         require(dm is not None and hasattr(dm, "val_dataloader"),
                 f"{NAME} needs validation prompts; give the data a validation split or remove {NAME}")

@@ -8,16 +8,11 @@ from typing import ClassVar
 import torch
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import (
-    GradientProbe,
-    every,
-    fork_rng,
-    log_scalars,
-    logging_step,
-    require_run,
-    require_whole_gradients,
-    rollout_stats,
-)
+from lit_grpo.callbacks._logging import log_scalars
+from lit_grpo.callbacks._probe import GradientProbe
+from lit_grpo.callbacks._requirements import require_run, require_whole_gradients
+from lit_grpo.callbacks._rollouts import fork_rng, rollout_stats
+from lit_grpo.callbacks._schedule import every, logging_step
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.gradients import (
     LinearTarget,
@@ -92,7 +87,9 @@ class GradientRank(Callback):
         if stage != "fit":
             return
         require_run(NAME, trainer, pl_module, "policy", "sampling")
-        require_whole_gradients(NAME, trainer, "measure it under FSDP2 (ModelParallelStrategy), DDP or one process")
+        require_whole_gradients(
+            NAME, trainer, "measure it under FSDP2 (ModelParallelStrategy), DDP or one process"
+        )
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         policy = pl_module.policy

@@ -52,7 +52,9 @@ class HeldOutReport(Callback):
             f"  {k:<12} before {self.before.get(k, float('nan')):.3f}   after {v:.3f}"
             for k, v in self.after.items()
         ]
-        rank_zero_only(print)("Held-out prompts (accuracy = greedy, reward_mean = sampled):\n" + "\n".join(lines))
+        rank_zero_only(print)(
+            "Held-out prompts (accuracy = greedy, reward_mean = sampled):\n" + "\n".join(lines)
+        )
 
     @torch.no_grad()
     def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, float]:

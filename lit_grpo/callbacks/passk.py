@@ -11,7 +11,10 @@ from lightning import Callback, LightningModule, Trainer
 from torch import Tensor
 from torchmetrics import Metric
 
-from lit_grpo.callbacks._common import fork_rng, logging_step, require_logger, require_module, tensorboard
+from lit_grpo.callbacks._logging import tensorboard
+from lit_grpo.callbacks._requirements import require_logger, require_module
+from lit_grpo.callbacks._rollouts import fork_rng
+from lit_grpo.callbacks._schedule import logging_step
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.passk import pass_at_k_ks, pass_at_k_per_prompt
 from lit_grpo.diagnostics.plots import pass_at_k_figure
@@ -37,8 +40,8 @@ class PassAtKMetric(Metric):
         self.add_state("count", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, correct: Tensor) -> None:
-        if correct.dim() != 2 or correct.shape[1] != self.n:
-            raise ValueError(f"correct must have shape [P, n={self.n}], got {tuple(correct.shape)}")
+        require(correct.dim() == 2 and correct.shape[1] == self.n,
+                f"correct must have shape [P, n={self.n}], got {tuple(correct.shape)}")
         c = correct.bool().sum(-1)  # [P]
         per_k = torch.stack([pass_at_k_per_prompt(c, self.n, k).sum() for k in self.ks])  # [K]
         self.total += per_k.to(self.total.device)
@@ -83,10 +86,10 @@ class PassAtK(Callback):
         log_figure: bool = True,
     ) -> None:
         require(n >= 1, f"PassAtK: n={n} must be >= 1 (e.g. 16)")
-        if max_prompts is not None and max_prompts < 1:
-            raise ValueError(f"PassAtK: max_prompts={max_prompts} must be >= 1 or null (all)")
-        if temperature is not None and temperature <= 0:
-            raise ValueError(f"PassAtK: temperature={temperature} must be > 0 or null (training temperature)")
+        require(max_prompts is None or max_prompts >= 1,
+                f"PassAtK: max_prompts={max_prompts} must be >= 1 or null (all)")
+        require(temperature is None or temperature > 0,
+                f"PassAtK: temperature={temperature} must be > 0 or null (training temperature)")
         self.n, self.max_prompts = n, max_prompts
         self.correct_threshold, self.temperature = correct_threshold, temperature
         self.baseline_at_start, self.log_figure = baseline_at_start, log_figure
@@ -114,7 +117,8 @@ class PassAtK(Callback):
     # ---- measuring ---------------------------------------------------------------------------------
     @torch.no_grad()
     def update(self, pl_module: LightningModule, batch: PromptBatch) -> None:
-        """Sample ``n`` completions for (the first allowed prompts of) ``batch`` and count the correct ones."""
+        """Sample ``n`` completions for (the first allowed prompts of) ``batch`` and count the correct
+        ones."""
         if self.max_prompts is not None:
             batch = batch.select(list(range(min(len(batch), self.max_prompts - self._seen))))
         if len(batch) == 0:
@@ -160,7 +164,13 @@ class PassAtK(Callback):
         self.reset()
 
     def on_validation_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs,
+        batch,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         if not trainer.sanity_checking and isinstance(batch, PromptBatch):
             self.update(pl_module, batch)

@@ -7,7 +7,10 @@ from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import due_step, require_logger, rollout_stats, tensorboard
+from lit_grpo.callbacks._logging import tensorboard
+from lit_grpo.callbacks._requirements import require_logger
+from lit_grpo.callbacks._rollouts import rollout_stats
+from lit_grpo.callbacks._schedule import due_step
 from lit_grpo.checks import require_at_least
 from lit_grpo.types import RolloutStats
 
@@ -36,8 +39,8 @@ def completion_text(stats: RolloutStats, i: int) -> str:
 
 
 def format_samples(stats: RolloutStats, num_prompts: int, num_completions: int, max_chars: int) -> str:
-    """Markdown: per prompt its id, text and reference, then a table of completions (whole episodes, with roles)
-    with reward, advantage, length and whether it was truncated."""
+    """Markdown: per prompt its id, text and reference, then a table of completions (whole episodes, with
+    roles) with reward, advantage, length and whether it was truncated."""
     G = stats.group_size
     parts = []
     for p in range(min(num_prompts, len(stats.batch))):
@@ -45,8 +48,8 @@ def format_samples(stats: RolloutStats, num_prompts: int, num_completions: int, 
         for j in range(min(num_completions, G)):
             i = p * G + j
             rows.append(
-                f"| {j} | {_cell(completion_text(stats, i), max_chars)} | {_num(stats.rewards[p, j].item())} | "
-                f"{_num(stats.advantages[p, j].item())} | {int(stats.lengths[i])} | "
+                f"| {j} | {_cell(completion_text(stats, i), max_chars)} | {_num(stats.rewards[p, j].item())} "
+                f"| {_num(stats.advantages[p, j].item())} | {int(stats.lengths[i])} | "
                 f"{'yes' if bool(stats.truncated[i]) else 'no'} |"
             )
         parts.append(

@@ -7,19 +7,11 @@ from typing import ClassVar
 import torch
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import (
-    GradientProbe,
-    add_figure,
-    every,
-    fork_rng,
-    log_scalars,
-    log_this_step,
-    logging_step,
-    require_run,
-    require_whole_gradients,
-    rollout_stats,
-    tensorboard,
-)
+from lit_grpo.callbacks._logging import add_figure, log_scalars, tensorboard
+from lit_grpo.callbacks._probe import GradientProbe
+from lit_grpo.callbacks._requirements import require_run, require_whole_gradients
+from lit_grpo.callbacks._rollouts import fork_rng, rollout_stats
+from lit_grpo.callbacks._schedule import every, log_this_step, logging_step
 from lit_grpo.checks import require, require_at_least
 from lit_grpo.diagnostics.budget import BIN_LABELS, NUM_BINS
 from lit_grpo.diagnostics.gradients import LinearTarget, gradient_row_blocks, row_dim, take_rows
@@ -87,16 +79,18 @@ class ShadowEstimators(Callback):
                 f"{NAME}: estimators must be AdvantageEstimator instances, got {bad[0]!r}; give them by "
                 "class_path, e.g. {class_path: lit_grpo.MaxRL}"
             )
-        if names is not None and len(names) != len(estimators):
-            raise ValueError(
-                f"{NAME}: names has {len(names)} entries for {len(estimators)} estimators; give one each"
-            )
+        require(
+            names is None or len(names) == len(estimators),
+            f"{NAME}: names has {len(names or [])} entries for {len(estimators)} estimators; give one each",
+        )
         labels = list(names) if names is not None else unique_labels(estimators)
-        if len(set(labels)) != len(labels) or TRAIN in labels or any("/" in x or not x for x in labels):
-            raise ValueError(
-                f"{NAME}: names {labels} must be distinct, non-empty, without '/', and not {TRAIN!r}; "
-                "set names to such a list"
-            )
+        require(
+            len(set(labels)) == len(labels)
+            and TRAIN not in labels
+            and all(x and "/" not in x for x in labels),
+            f"{NAME}: names {labels} must be distinct, non-empty, without '/', and not {TRAIN!r}; "
+            "set names to such a list",
+        )
         require_at_least(NAME, 0, " (0: never)", gradient_every_n_steps=gradient_every_n_steps)
         self.estimators, self.labels = estimators, labels
         self.gradient_every_n_steps = gradient_every_n_steps
@@ -110,7 +104,14 @@ class ShadowEstimators(Callback):
             return
         draws = self.figure and self.gradient_every_n_steps > 0
         require_run(
-            NAME, trainer, pl_module, "policy", "sampling", "group_size", writer=draws, figure_option="figure: false"
+            NAME,
+            trainer,
+            pl_module,
+            "policy",
+            "sampling",
+            "group_size",
+            writer=draws,
+            figure_option="figure: false",
         )
         for estimator, label in zip(self.estimators, self.labels, strict=True):
             require(estimator.min_group_size <= pl_module.group_size,
@@ -127,8 +128,8 @@ class ShadowEstimators(Callback):
 
     # ---- measuring ---------------------------------------------------------------------------------
     def advantages(self, rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """``[E, P, G]`` advantages of every estimator for ``rewards`` and the completions' ``lengths`` ``[P, G]``,
-        called in order (collectives included)."""
+        """``[E, P, G]`` advantages of every estimator for ``rewards`` and the completions' ``lengths``
+        ``[P, G]``, called in order (collectives included)."""
         out = []
         for estimator, label in zip(self.estimators, self.labels, strict=True):
             try:
@@ -198,7 +199,9 @@ class ShadowEstimators(Callback):
             self.zero_train += 1
         for i, label in enumerate(self.labels, start=1):
             metrics[f"shadow/{label}/cos_train"] = cos[i, 0].item()
-            metrics[f"shadow/{label}/norm_ratio"] = (norms[i] / norms[0]).item() if norms[0] > 0 else float("nan")
+            metrics[f"shadow/{label}/norm_ratio"] = (
+                (norms[i] / norms[0]).item() if norms[0] > 0 else float("nan")
+            )
             for j in range(i + 1, len(labels)):
                 metrics[f"shadow/{label}/cos_{labels[j]}"] = cos[i, j].item()
         metrics["shadow/rows"] = float(rows)

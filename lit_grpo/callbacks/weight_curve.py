@@ -8,7 +8,8 @@ from typing import ClassVar
 import torch
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._common import require_run, tensorboard
+from lit_grpo.callbacks._logging import tensorboard
+from lit_grpo.callbacks._requirements import require_run
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.plots import weight_curve_figure
 from lit_grpo.diagnostics.weight_curve import TABLE_PS, format_table, weight_curve

@@ -1,8 +1,10 @@
-"""The ``lit-grpo`` command (also ``python -m lit_grpo``): one table from command name to the function that runs it.
+"""The ``lit-grpo`` command (also ``python -m lit_grpo``): one table from command name to the function that
+runs it.
 
-Each command function takes the arguments after its name and returns the exit status. A command parses its own
-arguments and writes its own files; the work is done by library functions it imports when it runs, so that
-``lit-grpo --version`` and ``lit-grpo configs`` answer without loading Lightning.
+Each command function takes the arguments after its name and returns the exit status. A command parses its
+own arguments and writes its own files; the work is done by library functions it imports when it runs, so
+that ``lit-grpo --version`` and ``lit-grpo configs`` answer without building LightningCLI's parser (``import
+lit_grpo`` itself loads torch and Lightning).
 """
 
 from __future__ import annotations
@@ -32,11 +34,18 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
 def usage() -> str:
     """What ``lit-grpo --help`` prints: every command with the first line of its docstring."""
     width = max(map(len, [*COMMANDS, "--version"]))
-    lines = [f"  {name:<{width}}  {(fn.__doc__ or '').strip().splitlines()[0]}" for name, fn in COMMANDS.items()]
-    return "\n".join([
-        "usage: lit-grpo COMMAND [ARGS]  (lit-grpo COMMAND --help: the command's options)", "", "commands:", *lines,
-        f"  {'--version':<{width}}  what is installed: lit-grpo, python, torch, lightning, transformers",
-    ])
+    lines = [
+        f"  {name:<{width}}  {(fn.__doc__ or '').strip().splitlines()[0]}" for name, fn in COMMANDS.items()
+    ]
+    return "\n".join(
+        [
+            "usage: lit-grpo COMMAND [ARGS]  (lit-grpo COMMAND --help: the command's options)",
+            "",
+            "commands:",
+            *lines,
+            f"  {'--version':<{width}}  what is installed: lit-grpo, python, torch, lightning, transformers",
+        ]
+    )
 
 
 def main(args: list[str] | None = None) -> int:

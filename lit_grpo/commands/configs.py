@@ -1,4 +1,5 @@
-"""``lit-grpo configs list|show|copy``: the built-in configs and experiment grids (:mod:`lit_grpo.resources`)."""
+"""``lit-grpo configs list|show|copy``: the built-in configs and experiment grids
+(:mod:`lit_grpo.resources`)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,17 @@ def configs(argv: list[str]) -> int:
         "Run one by name: lit-grpo fit --config quickstart; lit-grpo compare --config passk.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="the built-in configs and experiment grids, with the hardware each is meant for")
+    sub.add_parser(
+        "list", help="the built-in configs and experiment grids, with the hardware each is meant for"
+    )
     show = sub.add_parser("show", help="print a built-in config")
-    show.add_argument("name", help="e.g. quickstart, estimators/sign, real/quickstart, or an experiment: passk")
+    show.add_argument(
+        "name", help="e.g. quickstart, estimators/sign, real/quickstart, or an experiment: passk"
+    )
     copy = sub.add_parser("copy", help="copy a built-in config to a file to edit")
-    copy.add_argument("name", help="e.g. quickstart, estimators/sign, real/quickstart, or an experiment: passk")
+    copy.add_argument(
+        "name", help="e.g. quickstart, estimators/sign, real/quickstart, or an experiment: passk"
+    )
     copy.add_argument("dest", help="the file to write (or a folder: the config's file name is kept)")
     copy.add_argument("--force", action="store_true", help="overwrite an existing file")
     args = parser.parse_args(argv)

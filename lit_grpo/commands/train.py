@@ -10,18 +10,17 @@ def _lightning(subcommand: str, argv: list[str]) -> int:
     import sys
 
     from lit_grpo.checkpoint import exit_status
-    from lit_grpo.cli import LitGRPOCLI, deepest_error
+    from lit_grpo.cli import LitGRPOCLI, root_cause
     from lit_grpo.parallel import release_process_group
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = [subcommand, *argv]
     try:
-        cli = LitGRPOCLI(args=None if sys.argv[1:] == args else args)  # None: LightningCLI reads the command line
+        # None: LightningCLI reads the command line
+        cli = LitGRPOCLI(args=None if sys.argv[1:] == args else args)
     except Exception as err:  # the traceback (and any config dump) above, the problem on the last line
         traceback.print_exc()
-        lines = str(err).splitlines() or [""]
-        problem = deepest_error(str(err)) or f"{type(err).__name__}: {lines[0]}"
-        print(f"lit-grpo {subcommand}: error: {problem}", file=sys.stderr)
+        print(f"lit-grpo {subcommand}: error: {root_cause(err)}", file=sys.stderr)
         return 1
     finally:
         release_process_group()

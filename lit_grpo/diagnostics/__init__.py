@@ -1,4 +1,5 @@
-"""Diagnostics as pure functions: degeneracy, pass@k, spectral ranks, budgets, weight curves, gradient fidelity.
+"""Diagnostics as pure functions: degeneracy, pass@k, spectral ranks, budgets, weight curves, gradient
+fidelity.
 
 Callbacks and commands read training outputs and call these; nothing here logs, parses arguments, writes
 files or holds a model. (The statistics over seeds are :mod:`lit_grpo.experiments.stats`.)

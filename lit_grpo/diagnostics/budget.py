@@ -40,8 +40,11 @@ def budget_shares(budget: Tensor, pass_rate: Tensor) -> Tensor:
     Returns:
         ``[5]`` float64 shares summing to 1, or all zeros when the binned total is 0.
     """
-    require(budget.shape == pass_rate.shape and budget.dim() == 1,
-            f"budget and pass_rate must both have shape [P], got {tuple(budget.shape)} and {tuple(pass_rate.shape)}")
+    require(
+        budget.shape == pass_rate.shape and budget.dim() == 1,
+        f"budget and pass_rate must both have shape [P], got {tuple(budget.shape)} and "
+        f"{tuple(pass_rate.shape)}",
+    )
     index = bin_index(pass_rate)  # [P]
     keep = index >= 0
     totals = torch.zeros(NUM_BINS, dtype=torch.float64, device=budget.device)  # [5]
@@ -91,7 +94,9 @@ def positive_negative_shares(advantages: Tensor, weights: Tensor | None = None) 
     a = advantages.double().flatten()  # [N]
     mass = a.abs()
     if weights is not None:
-        require(weights.numel() == a.numel(), f"weights has {weights.numel()} entries, advantages {a.numel()}")
+        require(
+            weights.numel() == a.numel(), f"weights has {weights.numel()} entries, advantages {a.numel()}"
+        )
         mass = mass * weights.double().flatten()
     total = mass.sum()
     if total == 0:

@@ -84,8 +84,8 @@ def unbiased_iid_degeneracy(n: int, c: int | Tensor, G: int) -> float | Tensor:
             f"unbiased_iid_degeneracy needs n >= G samples, got n={n} < G={G}; "
             "draw at least G samples per prompt or use iid_degeneracy(c / n, G)")
     if isinstance(c, Tensor):
-        if bool(((c < 0) | (c > n)).any()):
-            raise ValueError(f"counts c must lie in [0, n={n}], got min {c.min()} max {c.max()}")
+        require(not bool(((c < 0) | (c > n)).any()),
+                f"counts c must lie in [0, n={n}], got min {c.min()} max {c.max()}")
         c = c.double()
         i = torch.arange(G, dtype=torch.float64)  # [G]
         denom = n - i  # [G]
@@ -169,7 +169,10 @@ class EMASuccessTracker:
     def update(self, ids: Sequence[str], rates: Tensor | Sequence[float]) -> None:
         """Fold in one visit: ``ids [P]`` with observed pass rates ``rates [P]`` (NaN rates are skipped)."""
         values = rates.tolist() if isinstance(rates, Tensor) else list(rates)
-        require(len(values) == len(ids), f"ids and rates must have the same length, got {len(ids)} and {len(values)}")
+        require(
+            len(values) == len(ids),
+            f"ids and rates must have the same length, got {len(ids)} and {len(values)}",
+        )
         for key, rate in zip(ids, values, strict=True):
             if math.isnan(rate):
                 continue

@@ -1,4 +1,5 @@
-"""Gradient fidelity: every estimator's size-G estimate against a large-group reference (METHODS.md section 3).
+"""Gradient fidelity: every estimator's size-G estimate against a large-group reference (METHODS.md section
+3).
 
 For one prompt, a pool of ``M`` completions (``M >= 256``) with binary rewards ``r [M]`` and score rows
 ``g_j = grad sum_t log pi(y_j,t)`` is drawn once. From it: the reference gradient of each objective with
@@ -33,23 +34,29 @@ ALL = "all"
 
 def check_pool(rewards: Tensor) -> Tensor:
     """``rewards [M]`` validated as binary (0 or 1, no NaN), as float64."""
-    if rewards.dim() != 1 or rewards.numel() < 2:
-        raise ValueError(f"pool rewards must have shape [M] with M >= 2, got {tuple(rewards.shape)}")
+    require(rewards.dim() == 1 and rewards.numel() >= 2,
+            f"pool rewards must have shape [M] with M >= 2, got {tuple(rewards.shape)}")
     r = rewards.detach().double()
     bad = r[(r != 0) & (r != 1)]
-    if bad.numel():
-        raise ValueError(
-            f"gradient fidelity needs binary rewards (0 or 1), got {bad[0].item()!r}; use a binary reward such "
-            "as lit_grpo.ExactMatch, and score unscorable completions as 0"
-        )
+    first = bad[0].item() if bad.numel() else None
+    require(
+        not bad.numel(),
+        f"gradient fidelity needs binary rewards (0 or 1), got {first!r}; use a binary reward such as "
+        "lit_grpo.ExactMatch, and score unscorable completions as 0",
+    )
     return r
 
 
 def _check_objective(objective: str, k: int, T: int, M: int) -> None:
-    require(objective in OBJECTIVES, f"objective {objective!r} is not known; choose from {', '.join(OBJECTIVES)}")
-    if objective in ("pass@k", "log_pass@k") and not 1 <= k <= M:
-        raise ValueError(f"{objective} needs 1 <= k <= M (the pool size {M}), got k={k}")
-    require(objective != "maxrl" or 1 <= T <= M, f"maxrl needs a truncation 1 <= T <= M (the pool size {M}), got T={T}")
+    require(
+        objective in OBJECTIVES, f"objective {objective!r} is not known; choose from {', '.join(OBJECTIVES)}"
+    )
+    require(objective not in ("pass@k", "log_pass@k") or 1 <= k <= M,
+            f"{objective} needs 1 <= k <= M (the pool size {M}), got k={k}")
+    require(
+        objective != "maxrl" or 1 <= T <= M,
+        f"maxrl needs a truncation 1 <= T <= M (the pool size {M}), got T={T}",
+    )
 
 
 def objective_derivative(objective: Objective, p: Tensor | float, k: int = 1, T: int = 1) -> Tensor:
@@ -118,17 +125,18 @@ def subsample_weights(estimator: Estimator, rewards: Tensor, index: Tensor) -> T
     The estimator sees the ``S`` subsamples as ``S`` groups of one batch, so an estimator whose
     ``couples_groups`` is true (a batch statistic) is refused, as is one that ``needs_lengths``.
     """
-    if isinstance(estimator, AdvantageEstimator) and estimator.couples_groups:
-        raise ValueError(
-            f"{estimator!r} scales every group by a statistic of the whole batch, so its estimate from one "
-            "prompt's subsample is not defined; measure its per-group part instead (DrGRPO for GPG and "
-            "ReinforcePlusPlus, GRPO scale=none for GRPO scale=batch)"
-        )
-    if isinstance(estimator, AdvantageEstimator) and estimator.needs_lengths:
-        raise ValueError(
-            f"{estimator!r} needs the completions' lengths, which a fidelity pool does not keep; measure "
-            "estimators that do not (DrGRPO is OPO with equal lengths)"
-        )
+    known = isinstance(estimator, AdvantageEstimator)
+    require(
+        not (known and estimator.couples_groups),
+        f"{estimator!r} scales every group by a statistic of the whole batch, so its estimate from one "
+        "prompt's subsample is not defined; measure its per-group part instead (DrGRPO for GPG and "
+        "ReinforcePlusPlus, GRPO scale=none for GRPO scale=batch)",
+    )
+    require(
+        not (known and estimator.needs_lengths),
+        f"{estimator!r} needs the completions' lengths, which a fidelity pool does not keep; measure "
+        "estimators that do not (DrGRPO is OPO with equal lengths)",
+    )
     S, G = index.shape
     adv = estimator(rewards[index].float()).double()  # [S, G]
     require(adv.shape == (S, G), f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(S, G)}")
@@ -150,7 +158,8 @@ def coordinates(rows: Tensor) -> Tensor:
 
 
 def pool_weight(estimator: Estimator, G: int, M: int, c: int) -> float:
-    """The exact subsample expectation of the measured ``omega`` for a centred pool of ``M`` with ``c`` correct.
+    """The exact subsample expectation of the measured ``omega`` for a centred pool of ``M`` with ``c``
+    correct.
 
     ``(M - 1) / M * (1/G) sum_K Hyp(K; M, c, G) [K A+(K) / p - (G - K) A-(K) / (1 - p)]`` with ``p = c / M``:
     :func:`~lit_grpo.diagnostics.weight_curve.weight_curve`'s formula with the hypergeometric law of ``K``

@@ -119,7 +119,8 @@ def csv_text(rows: list[dict]) -> str:
 
 
 def figure(prompt_rows: list[dict], bins: list[dict], estimators: dict[str, Estimator], G: int, title: str):
-    """The measured-against-predicted omega figure (see :func:`~lit_grpo.diagnostics.plots.fidelity_figure`)."""
+    """The measured-against-predicted omega figure (see
+    :func:`~lit_grpo.diagnostics.plots.fidelity_figure`)."""
     from lit_grpo.diagnostics.plots import fidelity_figure
 
     ps = torch.linspace(0, 1, 101, dtype=torch.float64)[1:-1]

@@ -1,12 +1,13 @@
 """Where a search agent's correct answer came from: a document its searches returned, or a guess.
 
 SignBalance's argument (Wang et al., METHODS.md) is that GRPO credits a lone correct completion with a large
-advantage whatever produced it, so a correct guess is reinforced as strongly as a correct answer found by the tool:
-a spurious advantage. In a search episode the source of an answer can be read off the conversation: each question
-has the document that holds its answer (``doc_id`` in the shipped collection's records), and a search result shows
-each document it returns under its id (``[doc-012] Title: text``, :class:`~lit_grpo.envs.search.SearchEnvironment`).
-A correct answer is **found** when an observation of the episode showed that document, and a **guess** otherwise:
-with no tool call at all, or after calls none of which returned it.
+advantage whatever produced it, so a correct guess is reinforced as strongly as a correct answer found by the
+tool: a spurious advantage. In a search episode the source of an answer can be read off the conversation: each
+question has the document that holds its answer (``doc_id`` in the shipped collection's records), and a search
+result shows each document it returns under its id (``[doc-012] Title: text``,
+:class:`~lit_grpo.envs.search.SearchEnvironment`). A correct answer is **found** when an observation of the
+episode showed that document, and a **guess** otherwise: with no tool call at all, or after calls none of
+which returned it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ DOC_FIELD = "doc_id"
 
 
 def returned_document(messages: Sequence[dict[str, Any]], doc_id: str) -> bool:
-    """Whether an observation (a message after the first assistant turn that is not itself an assistant turn) shows
-    the document ``doc_id`` in the search results' form ``[doc_id]``."""
+    """Whether an observation (a message after the first assistant turn that is not itself an assistant turn)
+    shows the document ``doc_id`` in the search results' form ``[doc_id]``."""
     require(bool(doc_id), "returned_document: doc_id is empty; the record names no answering document")
     marker = f"[{doc_id}]"
     seen_assistant = False
@@ -38,9 +39,9 @@ def returned_document(messages: Sequence[dict[str, Any]], doc_id: str) -> bool:
 
 
 def answer_source(messages: Sequence[dict[str, Any]], tool_calls: int, correct: bool, doc_id: str) -> Source:
-    """Where one episode's answer came from: ``wrong`` (not correct), ``found`` (an observation showed the answering
-    document), ``guess_no_search`` (correct with no tool call) or ``guess_not_returned`` (correct after tool calls
-    none of which returned the document)."""
+    """Where one episode's answer came from: ``wrong`` (not correct), ``found`` (an observation showed the
+    answering document), ``guess_no_search`` (correct with no tool call) or ``guess_not_returned`` (correct
+    after tool calls none of which returned the document)."""
     require(tool_calls >= 0, f"answer_source: tool_calls={tool_calls} must be >= 0")
     if not correct:
         return "wrong"

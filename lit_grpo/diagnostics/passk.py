@@ -34,7 +34,10 @@ def pass_at_k_per_prompt(num_correct: Tensor, n: int, k: int) -> Tensor:
     """
     _check(n, k)
     c = num_correct.long()
-    require(not bool(((c < 0) | (c > n)).any()), f"num_correct must lie in [0, n={n}], got min {c.min()} max {c.max()}")
+    require(
+        not bool(((c < 0) | (c > n)).any()),
+        f"num_correct must lie in [0, n={n}], got min {c.min()} max {c.max()}",
+    )
     i = torch.arange(1, n + 1, dtype=torch.float64)  # [n]
     factor = 1.0 - k / i  # [n]
     in_range = i > (n - c).unsqueeze(-1)  # [P, n]: i = n-c+1 .. n
@@ -63,8 +66,8 @@ def pass_at_k_curve(correct: Tensor) -> dict[int, float]:
     Returns:
         ``{k: mean pass@k}``.
     """
-    if correct.dim() != 2 or correct.shape[0] == 0:
-        raise ValueError(f"correct must have shape [P, n] with P >= 1, got {tuple(correct.shape)}")
+    require(correct.dim() == 2 and correct.shape[0] > 0,
+            f"correct must have shape [P, n] with P >= 1, got {tuple(correct.shape)}")
     n = correct.shape[1]
     c = correct.bool().sum(-1)  # [P]
     return {k: pass_at_k_per_prompt(c, n, k).mean().item() for k in pass_at_k_ks(n)}
@@ -79,9 +82,13 @@ def curve_crossing(x: list[float], gain: list[float], log_x: bool = True, atol: 
     crossing within the measured k). NaN gains are skipped.
     """
     points = [
-        (float(a), 0.0 if abs(g) <= atol else float(g)) for a, g in zip(x, gain, strict=True) if not math.isnan(g)
+        (float(a), 0.0 if abs(g) <= atol else float(g))
+        for a, g in zip(x, gain, strict=True)
+        if not math.isnan(g)
     ]
-    require(not log_x or not any(a <= 0 for a, _ in points), f"curve_crossing with log_x needs x > 0, got {x}")
+    require(
+        not log_x or not any(a <= 0 for a, _ in points), f"curve_crossing with log_x needs x > 0, got {x}"
+    )
     for j, (a, g) in enumerate(points):
         if g > 0:
             continue

@@ -19,9 +19,12 @@ TOP_SIGMAS = 5
 
 def _check_sigma(sigma: Tensor) -> Tensor:
     sigma = torch.as_tensor(sigma, dtype=torch.float64).flatten()
-    if sigma.numel() == 0 or not bool(torch.isfinite(sigma).all()) or bool((sigma < 0).any()):
-        raise ValueError("singular values must be a non-empty tensor of finite values >= 0")
-    require(float(sigma.sum()) != 0.0, "singular values are all zero: the rank of a zero matrix is undefined (skip it)")
+    require(sigma.numel() > 0 and bool(torch.isfinite(sigma).all()) and not bool((sigma < 0).any()),
+            "singular values must be a non-empty tensor of finite values >= 0")
+    require(
+        float(sigma.sum()) != 0.0,
+        "singular values are all zero: the rank of a zero matrix is undefined (skip it)",
+    )
     return sigma
 
 
@@ -89,7 +92,9 @@ def random_projection(
     expectation. The same ``seed`` always gives the same matrix (a CPU ``torch.Generator`` draws it,
     then it is moved to ``device``).
     """
-    require(dim_in >= 1 and dim_out >= 1, f"projection dims must be >= 1, got dim_in={dim_in}, dim_out={dim_out}")
+    require(
+        dim_in >= 1 and dim_out >= 1, f"projection dims must be >= 1, got dim_in={dim_in}, dim_out={dim_out}"
+    )
     gen = torch.Generator().manual_seed(seed)
     r = torch.randn(dim_in, dim_out, generator=gen, dtype=dtype)
     return (r / math.sqrt(dim_out)).to(device)

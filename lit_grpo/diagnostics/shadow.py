@@ -21,7 +21,8 @@ from lit_grpo.diagnostics.budget import NUM_BINS, advantage_budget, bin_index
 
 
 def starved_groups(advantages: Tensor) -> Tensor:
-    """Groups whose advantages are all exactly 0 (the estimator gives them no signal): ``[P, G] -> [P]`` bool."""
+    """Groups whose advantages are all exactly 0 (the estimator gives them no signal): ``[P, G] -> [P]``
+    bool."""
     return (advantages == 0).all(-1)
 
 
@@ -42,7 +43,8 @@ def budget_by_bin(advantages: Tensor, lengths: Tensor, pass_rate: Tensor) -> Ten
 
 
 def sequence_weights(lengths: Tensor, aggregation: str | None) -> Tensor:
-    """Per-completion weight ``w_i`` of the policy loss, up to one constant for the whole batch: ``[N]`` float64.
+    """Per-completion weight ``w_i`` of the policy loss, up to one constant for the whole batch: ``[N]``
+    float64.
 
     Every aggregation of METHODS section 2 gives all tokens of a completion the same weight; all but
     ``seq-mean-token-mean`` (``1 / T_i``) give every token of the batch the same weight, so ``w_i = 1``.

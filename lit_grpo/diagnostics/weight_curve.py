@@ -39,12 +39,12 @@ def binary_groups(G: int) -> Tensor:
 
 
 def _advantages(estimator: Estimator, G: int) -> Tensor:
-    if isinstance(estimator, AdvantageEstimator) and estimator.couples_groups:
-        raise ValueError(
-            f"{estimator!r} scales every group by a statistic of the whole batch, so omega(p) of one group "
-            "is not defined; its curve is that of its per-group part (DrGRPO's for GPG and ReinforcePlusPlus, "
-            "GRPO scale=none's for GRPO scale=batch) times that batch-dependent factor"
-        )
+    require(
+        not (isinstance(estimator, AdvantageEstimator) and estimator.couples_groups),
+        f"{estimator!r} scales every group by a statistic of the whole batch, so omega(p) of one group "
+        "is not defined; its curve is that of its per-group part (DrGRPO's for GPG and ReinforcePlusPlus, "
+        "GRPO scale=none's for GRPO scale=batch) times that batch-dependent factor",
+    )
     min_g = getattr(estimator, "min_group_size", 1)
     require(G >= min_g, f"group size G={G} is below the estimator's min_group_size={min_g}")
     groups = binary_groups(G)
@@ -52,7 +52,10 @@ def _advantages(estimator: Estimator, G: int) -> Tensor:
     adv = estimator(groups, lengths=torch.ones(G + 1, G)) if isinstance(estimator, AdvantageEstimator) \
         else estimator(groups)
     adv = adv.detach().double()  # [G + 1, G]
-    require(adv.shape == (G + 1, G), f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(G + 1, G)}")
+    require(
+        adv.shape == (G + 1, G),
+        f"estimator returned shape {tuple(adv.shape)} for rewards of shape {(G + 1, G)}",
+    )
     return adv
 
 
@@ -78,7 +81,9 @@ def weight_curve(estimator: Estimator, G: int, ps: Sequence[float] | Tensor) -> 
         ``[M]`` float64.
     """
     p = torch.as_tensor(ps, dtype=torch.float64).flatten()  # [M]
-    require(bool(((p > 0) & (p < 1)).all()), f"pass rates ps must lie strictly inside (0, 1), got {p.tolist()}")
+    require(
+        bool(((p > 0) & (p < 1)).all()), f"pass rates ps must lie strictly inside (0, 1), got {p.tolist()}"
+    )
     a_plus, a_minus = plus_minus_advantages(estimator, G)  # [G + 1] each
     k = torch.arange(G + 1, dtype=torch.float64)  # [G + 1]
     comb = torch.tensor([math.comb(G, int(j)) for j in k], dtype=torch.float64)  # [G + 1]
@@ -88,7 +93,8 @@ def weight_curve(estimator: Estimator, G: int, ps: Sequence[float] | Tensor) -> 
 
 
 def advantage_mass_by_k(estimator: Estimator, G: int) -> Tensor:
-    """Advantage mass ``sum_i |A_i| / 2`` of the binary group with ``K`` correct, ``K = 0 .. G``: ``[G + 1]``."""
+    """Advantage mass ``sum_i |A_i| / 2`` of the binary group with ``K`` correct, ``K = 0 .. G``:
+    ``[G + 1]``."""
     return advantage_mass(_advantages(estimator, G))  # [G + 1]
 
 

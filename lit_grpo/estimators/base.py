@@ -20,7 +20,8 @@ class AdvantageEstimator(ABC):
     #: data-parallel ranks): one group then has no advantages of its own, and every rank must call the
     #: estimator at the same step. The diagnostics that estimate one group at a time refuse such an estimator.
     couples_groups: bool = False
-    #: Whether the estimator needs the completions' lengths (``lengths [P, G]``): a call without them is an error.
+    #: Whether the estimator needs the completions' lengths (``lengths [P, G]``): a call without them is an
+    #: error.
     needs_lengths: bool = False
 
     @abstractmethod

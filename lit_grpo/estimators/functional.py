@@ -26,12 +26,14 @@ ScaleKind = Literal["group", "batch", "none"]
 AllCorrectKind = Literal["zero", "push"]
 PassAtKVariant = Literal["unbiased", "normalized"]
 GPGNorm = Literal["none", "std"]
-#: Sums a small float64 vector ``[K]`` over the batch's shards (data-parallel ranks); see :func:`sum_over_ranks`.
+#: Sums a small float64 vector ``[K]`` over the batch's shards (data-parallel ranks); see
+#: :func:`sum_over_ranks`.
 Reduce = Callable[[Tensor], Tensor]
 
 #: A group is constant when the spread (max - min) of its scorable rewards is at most
 #: ``CONSTANT_RTOL * max(1, max |r|)``: about 8 float32 ulps for rewards in [0, 1]. The one definition of a
-#: constant group: the estimators, ``GRPOModule(filter_degenerate=True)`` and the degeneracy diagnostics use it.
+#: constant group: the estimators, ``GRPOModule(filter_degenerate=True)`` and the degeneracy diagnostics use
+#: it.
 CONSTANT_RTOL = 1e-6
 #: SignBalance counts a reward as correct when it is at least this value.
 CORRECT_THRESHOLD = 0.5
@@ -43,8 +45,8 @@ CORRECT_THRESHOLD = 0.5
 
 def check_choice(option: str, value: object, choices: tuple[str, ...]) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{option} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    require(isinstance(value, str) and value in choices,
+            f"{option} must be one of {', '.join(map(repr, choices))}; got {value!r}")
 
 
 def check_positive(option: str, value: object, example: str) -> None:
@@ -53,7 +55,10 @@ def check_positive(option: str, value: object, example: str) -> None:
         raise TypeError(
             f"{option} must be a number, got {type(value).__name__} {value!r}; use e.g. {example}"
         )
-    require(math.isfinite(value) and value > 0, f"{option} must be finite and > 0, got {value!r}; use e.g. {example}")
+    require(
+        math.isfinite(value) and value > 0,
+        f"{option} must be finite and > 0, got {value!r}; use e.g. {example}",
+    )
 
 
 def check_rewards(rewards: Tensor) -> None:
@@ -380,7 +385,10 @@ def check_lengths(lengths: Tensor, rewards: Tensor) -> Tensor:
         raise TypeError(f"lengths must be integer or floating token counts, got {lengths.dtype}")
     out = lengths.detach().to(torch.float64)  # [P, G]
     bad = int((~out.isfinite() | (out < 0)).sum())
-    require(not bad, f"lengths contain {bad} negative or non-finite value(s); pass the number of completion tokens")
+    require(
+        not bad,
+        f"lengths contain {bad} negative or non-finite value(s); pass the number of completion tokens",
+    )
     return out
 
 

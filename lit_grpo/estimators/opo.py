@@ -11,8 +11,8 @@ from lit_grpo.estimators.functional import opo_advantages
 
 class OPO(AdvantageEstimator):
     """On-Policy RL with Optimal reward baseline (Hao et al., arXiv 2505.23585): ``A_i = r_i - b`` with the
-    length-weighted baseline ``b = sum_j l_j r_j / sum_j l_j`` over the group's scorable completions, ``l`` their
-    lengths in tokens.
+    length-weighted baseline ``b = sum_j l_j r_j / sum_j l_j`` over the group's scorable completions, ``l``
+    their lengths in tokens.
 
     The baseline that minimises the variance of the sequence-level gradient when each completion's gradient
     norm grows with its length. Equal lengths give DrGRPO; constant groups give exactly 0. Needs the lengths
@@ -23,7 +23,9 @@ class OPO(AdvantageEstimator):
     needs_lengths: bool = True
 
     def __call__(self, rewards: Tensor, lengths: Tensor | None = None) -> Tensor:
-        require(lengths is not None,
-                "OPO needs the completion lengths: call it as estimator(rewards, lengths=lengths) with lengths "
-                "[P, G] in tokens (GRPOModule's training step passes them)")
+        require(
+            lengths is not None,
+            "OPO needs the completion lengths: call it as estimator(rewards, lengths=lengths) with lengths "
+            "[P, G] in tokens (GRPOModule's training step passes them)",
+        )
         return opo_advantages(rewards, lengths)

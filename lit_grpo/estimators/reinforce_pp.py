@@ -20,8 +20,8 @@ class ReinforcePlusPlus(AdvantageEstimator):
     """REINFORCE++-baseline: ``A_i = (r_i - mu) / (sd_B + eps)``.
 
     Hu et al., REINFORCE++ (arXiv 2501.03262), its variant with a group baseline (verl's
-    ``reinforce_plus_plus_baseline``, OpenRLHF's ``reinforce_baseline``). ``mu`` is the mean of the group's scorable
-    rewards; ``sd_B`` is the std of the group-centred rewards over every scorable completion of the
+    ``reinforce_plus_plus_baseline``, OpenRLHF's ``reinforce_baseline``). ``mu`` is the mean of the group's
+    scorable rewards; ``sd_B`` is the std of the group-centred rewards over every scorable completion of the
     whole batch: the global batch of all data-parallel ranks (the ranks sum the few numbers it needs),
     so a multi-process run divides by the same value as one process on the same batch. The groups of
     a batch are therefore coupled by that one number. Constant groups give exactly 0 and count in

@@ -29,7 +29,9 @@ def check_model_files(model: str, weights: bool = True) -> None:
     if path is None:
         return
     if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"model={model!r}: the directory {path} has no config.json{_holding(path)}. {_SAVE}.")
+        raise FileNotFoundError(
+            f"model={model!r}: the directory {path} has no config.json{_holding(path)}. {_SAVE}."
+        )
     if weights and not any((path / name).is_file() for name in WEIGHT_FILES):
         raise FileNotFoundError(
             f"model={model!r}: the directory {path} has a config.json but no weights (none of "
@@ -55,8 +57,8 @@ def damaged(model: str, what: str, err: BaseException) -> OSError:
         problem = _safetensors_problem(file)
         if problem:
             return OSError(
-                f"model={model!r}: {file} is damaged ({problem}); it was probably truncated by an interrupted "
-                "copy or download. Copy, download or save the model again."
+                f"model={model!r}: {file} is damaged ({problem}); it was probably truncated by an "
+                "interrupted copy or download. Copy, download or save the model again."
             )
     return OSError(
         f"model={model!r}: loading the {what} from {path} failed: {type(err).__name__}: {err}. A file in the "

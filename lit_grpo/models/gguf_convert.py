@@ -44,25 +44,30 @@ def gguf_architecture(path: Path) -> str:
         end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
     except Exception as err:  # the reader raises ValueError, KeyError, IndexError... on bad bytes
         raise ModelSourceError(
-            f"{str(path)!r} is not a readable GGUF file ({type(err).__name__}: {err}); it is corrupt, truncated "
-            "or not a GGUF file at all: delete it and download or copy it again"
+            f"{str(path)!r} is not a readable GGUF file ({type(err).__name__}: {err}); it is corrupt, "
+            "truncated or not a GGUF file at all: delete it and download or copy it again"
         ) from None
     size = path.stat().st_size
     if end > size:
         raise ModelSourceError(
-            f"{str(path)!r} is truncated: its tensors need {end} bytes but the file has {size}; delete it and "
-            "download or copy it again"
+            f"{str(path)!r} is truncated: its tensors need {end} bytes but the file has {size}; delete it "
+            "and download or copy it again"
         )
     return architecture
 
 
 #: The special tokens a GGUF file names (``tokenizer.ggml.<key>``) and the tokenizer attribute each sets.
-GGUF_SPECIAL_TOKENS = {"bos_token_id": "bos_token", "eos_token_id": "eos_token", "padding_token_id": "pad_token",
-                       "unknown_token_id": "unk_token"}
+GGUF_SPECIAL_TOKENS = {
+    "bos_token_id": "bos_token",
+    "eos_token_id": "eos_token",
+    "padding_token_id": "pad_token",
+    "unknown_token_id": "unk_token",
+}
 
 
 def gguf_special_tokens(path: Path) -> dict[str, int]:
-    """The special token ids the GGUF file's tokenizer metadata names, by tokenizer attribute (``eos_token``...)."""
+    """The special token ids the GGUF file's tokenizer metadata names, by tokenizer attribute
+    (``eos_token``...)."""
     from gguf import GGUFReader
 
     fields = GGUFReader(str(path)).fields
@@ -113,8 +118,8 @@ def convert_gguf(path: Path, out: Path, expected_parameters: int | None = None) 
         loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except Exception as err:
         raise ModelSourceError(
-            f"transformers could not load {str(path)!r} as a causal LM ({type(err).__name__}: {err}); the file "
-            "may be damaged (download it again) or of a kind transformers does not convert"
+            f"transformers could not load {str(path)!r} as a causal LM ({type(err).__name__}: {err}); the "
+            "file may be damaged (download it again) or of a kind transformers does not convert"
         ) from err
     settings = loaded.config.to_dict()
     settings.pop("quantization_config", None)
@@ -161,5 +166,9 @@ def check_converted(out: Path, state: dict[str, torch.Tensor], expected_paramete
         problems.append("non-finite logits on a short prompt")
     if problems:
         raise ModelSourceError(f"the converted model in {str(out)!r} failed its check: {'; '.join(problems)}")
-    return {"architecture": model.config.model_type, "parameters": parameters, "eos_token": tokenizer.eos_token,
-            "chat_template": bool(tokenizer.chat_template)}
+    return {
+        "architecture": model.config.model_type,
+        "parameters": parameters,
+        "eos_token": tokenizer.eos_token,
+        "chat_template": bool(tokenizer.chat_template),
+    }

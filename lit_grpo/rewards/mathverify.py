@@ -11,6 +11,7 @@ from typing import Any, Literal
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from math_verify.errors import TimeoutException
 
+from lit_grpo.checks import require
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.pool import PooledScorer, StartMethod
 from lit_grpo.rewards.scoring import Counted, Unscorable, score_items
@@ -128,12 +129,12 @@ class MathVerify(PooledScorer, RewardFunction):
         wall_timeout_s: float | None = None,
         start_method: StartMethod = "forkserver",
     ) -> None:
-        if answer_format not in _FORMATS:
-            raise ValueError(f"answer_format={answer_format!r} is not supported; use one of {_FORMATS}")
-        if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
-            raise ValueError(f"timeout_s={timeout_s!r} must be a finite number of seconds > 0, e.g. 5.0")
-        if wall_timeout_s is not None and not (math.isfinite(wall_timeout_s) and wall_timeout_s > 0):
-            raise ValueError(f"wall_timeout_s={wall_timeout_s!r} must be a number of seconds > 0, or null")
+        require(answer_format in _FORMATS,
+                f"answer_format={answer_format!r} is not supported; use one of {_FORMATS}")
+        require(isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0,
+                f"timeout_s={timeout_s!r} must be a finite number of seconds > 0, e.g. 5.0")
+        require(wall_timeout_s is None or (math.isfinite(wall_timeout_s) and wall_timeout_s > 0),
+                f"wall_timeout_s={wall_timeout_s!r} must be a number of seconds > 0, or null")
         self.check_pool(workers, start_method)
         self.answer_format = answer_format
         self.timeout_s = timeout_s

@@ -54,8 +54,8 @@ class ScoringPool:
     def __init__(self, workers: int, timeout_s: float, start_method: StartMethod = "forkserver") -> None:
         require(workers >= 1, f"ScoringPool: workers={workers} must be >= 1")
         require(timeout_s > 0, f"ScoringPool: timeout_s={timeout_s} must be > 0")
-        if start_method not in ("forkserver", "spawn"):
-            raise ValueError(f"ScoringPool: start_method={start_method!r}; use 'forkserver' or 'spawn'")
+        require(start_method in ("forkserver", "spawn"),
+                f"ScoringPool: start_method={start_method!r}; use 'forkserver' or 'spawn'")
         self.workers = workers
         self.timeout_s = timeout_s
         self.start_method = start_method
@@ -162,9 +162,10 @@ class ScoringPool:
 
 
 class PooledScorer:
-    """What a reward that scores in worker processes shares: with ``workers > 0`` its :attr:`pool` starts on first
-    use with :meth:`pool_timeout_s` seconds an item, never travels to the workers with the reward's settings, and
-    :meth:`close` stops it. The reward sets ``workers`` and ``start_method`` (checked by :meth:`check_pool`)."""
+    """What a reward that scores in worker processes shares: with ``workers > 0`` its :attr:`pool` starts on
+    first use with :meth:`pool_timeout_s` seconds an item, never travels to the workers with the reward's
+    settings, and :meth:`close` stops it. The reward sets ``workers`` and ``start_method`` (checked by
+    :meth:`check_pool`)."""
 
     workers: int = 0
     start_method: StartMethod = "forkserver"
@@ -172,10 +173,16 @@ class PooledScorer:
     _pool: ScoringPool | None = None
 
     def check_pool(self, workers: int, start_method: StartMethod) -> None:
-        require(isinstance(workers, int) and workers >= 0,
-                f"{type(self).__name__}: workers={workers!r} must be an integer >= 0 (0: score in the calling process)")
-        require(start_method in ("forkserver", "spawn"),
-                f"{type(self).__name__}: start_method={start_method!r} is not supported; use 'forkserver' or 'spawn'")
+        require(
+            isinstance(workers, int) and workers >= 0,
+            f"{type(self).__name__}: workers={workers!r} must be an integer >= 0 (0: "
+            "score in the calling process)",
+        )
+        require(
+            start_method in ("forkserver", "spawn"),
+            f"{type(self).__name__}: start_method={start_method!r} is not supported; "
+            "use 'forkserver' or 'spawn'",
+        )
         self.workers, self.start_method = workers, start_method
 
     def pool_timeout_s(self) -> float:

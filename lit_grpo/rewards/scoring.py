@@ -84,7 +84,8 @@ def check_lengths(completions: Sequence[str], references: Sequence[Any], columns
     """``N``, after checking that ``references`` and every column have one value per completion."""
     n = len(completions)
     require(
-        len(references) == n, f"got {n} completions but {len(references)} references; pass one reference per completion"
+        len(references) == n,
+        f"got {n} completions but {len(references)} references; pass one reference per completion",
     )
     for key, values in columns.items():
         require(len(values) == n,
@@ -210,7 +211,10 @@ def checked_output(reward: RewardFunction, out: Any, n: int) -> RewardOutput:
     accounts for counted in ``unscorable``.
     """
     cls, name = type(reward).__qualname__, reward.name
-    contract = f"{cls}.__call__ must return RewardOutput(scores=<float tensor of shape [{n}]>), one score per completion"
+    contract = (
+        f"{cls}.__call__ must return RewardOutput(scores=<float tensor of shape [{n}]>), "
+        "one score per completion"
+    )
     if not isinstance(out, RewardOutput):
         raise TypeError(f"reward {name!r} returned {type(out).__name__} for {n} completions; {contract}")
     scores = out.scores
@@ -224,14 +228,23 @@ def checked_output(reward: RewardFunction, out: Any, n: int) -> RewardOutput:
     infinite = torch.isinf(scores)
     if infinite.any():
         counters["errors"] += int(infinite.sum())
-        _log_once(name, "non-finite", f"reward {name!r} returned non-finite scores ({cls}); using NaN for them")
+        _log_once(
+            name, "non-finite", f"reward {name!r} returned non-finite scores ({cls}); using NaN for them"
+        )
         scores = scores.masked_fill(infinite, math.nan)
-    terms = {k: v.masked_fill(torch.isinf(v), math.nan) if v.is_floating_point() else v for k, v in out.terms.items()}
+    terms = {
+        k: v.masked_fill(torch.isinf(v), math.nan) if v.is_floating_point() else v
+        for k, v in out.terms.items()
+    }
     unaccounted = int(torch.isnan(scores).sum()) - sum(counters[k] for k in STANDARD_COUNTERS)
     if unaccounted > 0:
         counters["unscorable"] += unaccounted
-        _log_once(name, "nan", f"reward {name!r} returned NaN for {unaccounted} of {n} completions ({cls}); they "
-                  "count as unscorable and train as nothing")
+        _log_once(
+            name,
+            "nan",
+            f"reward {name!r} returned NaN for {unaccounted} of {n} completions ({cls}); they "
+            "count as unscorable and train as nothing",
+        )
     return RewardOutput(scores=scores, terms=terms, counters=dict(counters))
 
 
@@ -239,7 +252,8 @@ def checked_output(reward: RewardFunction, out: Any, n: int) -> RewardOutput:
 #: Default wall-clock limit of one reward call (every completion of a step), in seconds.
 DEFAULT_REWARD_TIMEOUT_S = 300.0
 #: A reward that fails on every item of each of its first this many calls (raises, runs past its time
-#: limit, or scores NaN) stops the run: it is broken, and training on all-NaN rewards would only waste the compute.
+#: limit, or scores NaN) stops the run: it is broken, and training on all-NaN rewards would only waste the
+#: compute.
 FAIL_FAST_CALLS = 3
 
 
@@ -268,8 +282,12 @@ def time_limit(seconds: float | None, what: str | None = None) -> Iterator[bool]
     if seconds is None or threading.current_thread() is not threading.main_thread():
         if seconds is not None and what is not None and (what, "no-limit") not in _logged:
             _logged.add((what, "no-limit"))
-            logger.warning("%s runs outside the main thread, where its time limit of %g s cannot be enforced (logged "
-                           "once)", what, seconds)
+            logger.warning(
+                "%s runs outside the main thread, where its time limit of %g s cannot "
+                "be enforced (logged once)",
+                what,
+                seconds,
+            )
         yield False
         return
     done, fired = threading.Event(), threading.Event()
@@ -295,7 +313,8 @@ def time_limit(seconds: float | None, what: str | None = None) -> Iterator[bool]
     finally:
         done.set()
         watchdog.join()
-        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
+        # None: set outside Python
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
 
 
 class RewardGuard:
@@ -311,7 +330,9 @@ class RewardGuard:
         fail_after: Calls after which an always-failing reward stops the run (0: never stop).
     """
 
-    def __init__(self, timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S, fail_after: int = FAIL_FAST_CALLS) -> None:
+    def __init__(
+        self, timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S, fail_after: int = FAIL_FAST_CALLS
+    ) -> None:
         require(timeout_s is None or (isinstance(timeout_s, (int, float)) and 0 < timeout_s < math.inf),
                 f"reward_timeout_s={timeout_s!r} must be a number of seconds > 0, or null for no limit")
         require(fail_after >= 0, f"fail_after={fail_after} must be >= 0 (0: never stop the run)")
@@ -328,8 +349,12 @@ class RewardGuard:
             with time_limit(self.timeout_s, f"reward {name!r}"):
                 out, error = _call(reward, completions, references, columns)
         except RewardTimeout as exc:
-            _log_once(name, "call-timeout", f"reward {name!r} {exc} on a call of {n} completions; they count as "
-                      "timeouts (raise reward_timeout_s if the reward is only slow)")
+            _log_once(
+                name,
+                "call-timeout",
+                f"reward {name!r} {exc} on a call of {n} completions; they count as "
+                "timeouts (raise reward_timeout_s if the reward is only slow)",
+            )
             out, error = failed_output(name, n, "timeouts"), TimeoutError(f"reward {name!r} {exc}")
         self._track(name, out, n, error)
         return out
@@ -345,7 +370,7 @@ class RewardGuard:
                 f"reward {name!r} failed on every completion of each of its first {self.fail_after} calls "
                 f"(errors {out.counters.get('errors', 0)}, timeouts {out.counters.get('timeouts', 0)}, "
                 f"unscorable {out.counters.get('unscorable', 0)} of {n} in the last one): it is broken, and "
-                "training on NaN rewards learns nothing. The first "
-                "failure is logged above with its traceback (and chained below); fix the reward (call it on a "
-                "few completions by hand), or raise reward_timeout_s if it is only slow."
+                "training on NaN rewards learns nothing. The first failure is logged above with its "
+                "traceback (and chained below); fix the reward (call it on a few completions by hand), or "
+                "raise reward_timeout_s if it is only slow."
             ) from self.first_error

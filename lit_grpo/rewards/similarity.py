@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torchmetrics.functional.text import rouge_score, squad
 
+from lit_grpo.checks import require
 from lit_grpo.rewards.base import RewardFunction
 from lit_grpo.rewards.scoring import Unscorable, score_items
 from lit_grpo.types import RewardOutput
@@ -47,10 +48,9 @@ class TextSimilarity(RewardFunction):
 
     def __init__(self, f1_weight: float = 0.6, rouge_weight: float = 0.4) -> None:
         for name, value in [("f1_weight", f1_weight), ("rouge_weight", rouge_weight)]:
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name}={value} must be a finite number >= 0")
-        if f1_weight + rouge_weight == 0:
-            raise ValueError("f1_weight and rouge_weight are both 0; give at least one a positive weight")
+            require(math.isfinite(value) and value >= 0, f"{name}={value} must be a finite number >= 0")
+        require(f1_weight + rouge_weight != 0,
+                "f1_weight and rouge_weight are both 0; give at least one a positive weight")
         self.f1_weight = f1_weight
         self.rouge_weight = rouge_weight
 

@@ -62,8 +62,10 @@ class WeightedSum(RewardFunction):
                     "each entry must be a RewardFunction"
                 )
         weights = [1.0] * len(rewards) if weights is None else list(weights)
-        require(len(weights) == len(rewards),
-                f"WeightedSum got {len(rewards)} rewards but {len(weights)} weights; give one weight per reward")
+        require(
+            len(weights) == len(rewards),
+            f"WeightedSum got {len(rewards)} rewards but {len(weights)} weights; give one weight per reward",
+        )
         require(all(math.isfinite(w) for w in weights), f"weights={weights} must all be finite numbers")
         self.rewards = list(rewards)
         self.weights = [float(w) for w in weights]

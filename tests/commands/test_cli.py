@@ -115,7 +115,7 @@ def test_an_option_of_a_component_the_config_leaves_out_says_to_name_its_class(t
                    run=False)
     last = capsys.readouterr().err.strip().splitlines()[-1]
     name = option.split("=")[0]
-    assert done.value.code == 2 and last.startswith(f"--model.{component}.{name}: the config names no class for")
+    assert done.value.code == 2 and last.startswith(f"error: --model.{component}.{name}: the config names no class for")
     assert f"--model.{component}=CLASS --model.{component}.{option}" in last
 
 
@@ -124,25 +124,29 @@ def test_an_option_a_component_does_not_take_is_named_on_the_last_line(capsys):
         LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.loss.bogus=3"], run=False)
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert done.value.code == 2
-    assert last == "--model.loss.bogus: Problem with given class_path 'lit_grpo.PPOClip': Option 'bogus' is not accepted"
+    assert last.startswith("error: --model.loss.bogus: PPOClip takes no option 'bogus'; its options are eps_low, ")
 
 
 @pytest.mark.parametrize(
     ("option", "last_line"),
     [
-        ("--model.group_size=abc", "--model.group_size: Problem with given class_path 'lit_grpo.GRPOModule': "
-         "Parser key \"group_size\": Expected a <class 'int'>. Got value: abc"),
-        ("--model.sampling.max_new_tokens=x", "--model.sampling.max_new_tokens: Problem with given class_path "
-         "'lit_grpo.GRPOModule': Parser key \"sampling.max_new_tokens\": Expected a <class 'int'>. Got value: x"),
-        ("--model.bogus=1", "--model.bogus: Problem with given class_path 'lit_grpo.GRPOModule': "
-         "Option 'bogus' is not accepted"),
-        ("--data.prompts_per_step=x", "--data.prompts_per_step: Expected a <class 'int'>. Got value: x"),
+        ("--model.group_size=abc", "--model.group_size: GRPOModule's group_size takes a whole number, not 'abc'"),
+        ("--model.sampling.max_new_tokens=x",
+         "--model.sampling.max_new_tokens: Sampling's max_new_tokens takes a whole number, not 'x'"),
+        ("--model.bogus=1", "--model.bogus: GRPOModule takes no option 'bogus'; its options are model, reward, "),
+        ("--data.prompts_per_step=x", "--data.prompts_per_step: PromptDataModule's prompts_per_step takes a whole "
+         "number, not 'x'"),
+        ("--model.algorithm.aggregation=mean", "--model.algorithm.aggregation: 'mean' is not a choice of Algorithm's "
+         "aggregation; choose one of token-mean, seq-mean-token-mean, "),
+        # a class named on the command line: its options are checked
+        ("--model.loss.correction=MaskedIS --model.loss.correction.bogus=1",
+         "--model.loss.correction.bogus: MaskedIS takes no option 'bogus'; its options are level, "),
     ],
 )
 def test_a_bad_value_is_named_on_the_last_line(capsys, option, last_line):
     with pytest.raises(SystemExit) as done:
-        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", option], run=False)
-    assert done.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == last_line
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", *option.split()], run=False)
+    assert done.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1].startswith(f"error: {last_line}")
 
 
 def test_a_bad_value_in_a_config_file_is_named_on_the_last_line(tmp_path, capsys):
@@ -151,8 +155,19 @@ def test_a_bad_value_in_a_config_file_is_named_on_the_last_line(tmp_path, capsys
     with pytest.raises(SystemExit) as done:
         LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--config", str(config)], run=False)
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert done.value.code == 2 and last == ("--model: Problem with given class_path 'lit_grpo.GRPOModule': "
-                                             "Parser key \"group_size\": Expected a <class 'int'>. Got value: abc")
+    assert done.value.code == 2
+    assert last == f"error: model.init_args.group_size in {config}: GRPOModule's group_size takes a whole number, not 'abc'"
+
+
+def test_an_unknown_option_in_a_config_file_is_named_with_its_file(tmp_path, capsys):
+    config = tmp_path / "typo.yaml"
+    config.write_text("model:\n  init_args:\n    sampling:\n      max_new_token: 8\n")
+    with pytest.raises(SystemExit) as done:
+        LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--config", str(config)], run=False)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert done.value.code == 2
+    assert last.startswith(f"error: model.init_args.sampling.max_new_token in {config}: Sampling takes no option "
+                           "'max_new_token'; its options are ") and "max_new_tokens" in last
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,9 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
-from lit_grpo.callbacks._common import fork_rng, log_scalars, require_run
+from lit_grpo.callbacks._logging import log_scalars
+from lit_grpo.callbacks._requirements import require_run
+from lit_grpo.callbacks._rollouts import fork_rng
 from lit_grpo.checks import require
 from lit_grpo.diagnostics.passk import pass_at_k_ks, pass_at_k_per_prompt
 from lit_grpo.types import PromptBatch, SamplingParams
@@ -67,8 +69,8 @@ class TestSplitReport(Callback):
         seed: int = 0,
     ) -> None:
         require(samples >= 0, f"{NAME}: samples={samples} must be >= 0 (0: greedy only)")
-        if max_prompts is not None and max_prompts < 1:
-            raise ValueError(f"{NAME}: max_prompts={max_prompts} must be >= 1 or null (all)")
+        require(max_prompts is None or max_prompts >= 1,
+                f"{NAME}: max_prompts={max_prompts} must be >= 1 or null (all)")
         require(min_prompts >= 1, f"{NAME}: min_prompts={min_prompts} must be >= 1")
         require(not pass_at_k or samples >= 1, f"{NAME}: pass_at_k needs samples >= 1, got samples={samples}")
         self.samples, self.before, self.pass_at_k = samples, before, pass_at_k
@@ -81,11 +83,12 @@ class TestSplitReport(Callback):
         require_run(NAME, trainer, pl_module, "engine", "score", "sampling")
         dm = trainer.datamodule
         source = getattr(dm, "source", None)
-        if dm is None or not hasattr(dm, "test_dataloader") or (source is not None and not source.has_split("test")):
-            raise ValueError(
-                f"{NAME} needs a test split but the data source has none; give it one (e.g. "
-                "SyntheticArithmetic num_test: 1000) or remove the callback"
-            )
+        has_test = hasattr(dm, "test_dataloader") and (source is None or source.has_split("test"))
+        require(
+            dm is not None and has_test,
+            f"{NAME} needs a test split but the data source has none; give it one (e.g. "
+            "SyntheticArithmetic num_test: 1000) or remove the callback",
+        )
         dm.setup("test")
         available = sum(len(b) for b in dm.test_dataloader())
         scored = available if self.max_prompts is None else min(available, self.max_prompts)
@@ -120,7 +123,9 @@ class TestSplitReport(Callback):
                     self._score_part(pl_module, part, greedy, out)
         return out
 
-    def _score_part(self, pl_module, batch: PromptBatch, greedy: SamplingParams, out: dict[str, list]) -> None:
+    def _score_part(
+        self, pl_module, batch: PromptBatch, greedy: SamplingParams, out: dict[str, list]
+    ) -> None:
         rewards = pl_module.score(batch, pl_module.engine.rollout(batch, 1, greedy))[0]  # [P, 1]
         out["greedy"] += (rewards[:, 0].nan_to_num(0.0) >= 1.0).long().tolist()
         if self.samples:
@@ -193,7 +198,10 @@ class TestSplitReport(Callback):
         before = self.start if self.start is not None and self.start["id"] == result["id"] else None
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["id", "greedy", "correct", "samples"] + (["before_greedy", "before_correct"] if before else []))
+            w.writerow(
+                ["id", "greedy", "correct", "samples"]
+                + (["before_greedy", "before_correct"] if before else [])
+            )
             for i in range(len(result["id"])):
                 row = [result["id"][i], result["greedy"][i], result["correct"][i], self.samples]
                 w.writerow(row + ([before["greedy"][i], before["correct"][i]] if before else []))
