@@ -100,13 +100,11 @@ class MathVerify(PooledScorer, RewardFunction):
     - NaN when the reference has no parsable answer (``unscorable``), when parsing or verification
       raised (``errors``), or ran past its time limit (``timeouts``).
 
-    Time limits. math-verify's own timeout is SIGALRM-based and only works in a main thread; there
-    ``timeout_s`` bounds each parse and each comparison. In any other thread it is disabled. With
-    ``workers > 0`` the items are scored in a pool of worker processes (started on the first call,
-    never pickled with the reward), where math-verify runs in each worker's main thread with
-    ``timeout_s``, and every item also has a wall-clock limit of ``wall_timeout_s``: a worker that hangs
-    past it (in C code that SIGALRM cannot interrupt, say) is killed, the item counted in ``timeouts``
-    and the pool recreated; a worker that dies counts its item in ``errors``.
+    Time limits: in a main thread ``timeout_s`` bounds each parse and comparison (math-verify's SIGALRM
+    timeout, disabled in other threads). With ``workers > 0`` a pool of worker processes scores the items,
+    each with ``timeout_s`` and a wall-clock limit ``wall_timeout_s``: a worker hung past it (in C code, say)
+    is killed, its item counted in ``timeouts`` and the pool recreated; a worker that dies counts its item in
+    ``errors``.
 
     Args:
         answer_format: Which final-answer markers count: ``"gsm8k"`` (``####``), ``"boxed"``
