@@ -501,7 +501,7 @@ def part_tta(threads: int, quick: bool, workloads: tuple[str, ...] | None = None
 def paired_ratios(runs: dict[str, list[dict]]) -> dict:
     """Per seed both trainers reached the target: TRL's time / lit-grpo's; their geometric mean and its 95% t
     interval (on the log ratios; None below 2 seeds), and how many seeds each side reached."""
-    from lit_grpo.experiments.stats import t_quantile
+    from lit_grpo.lab.stats import t_quantile
 
     both = [(a["seed"], b["train_s"] / a["train_s"]) for a, b in zip(runs["lit-grpo"], runs["trl"], strict=True)
             if a["reached"] and b["reached"] and a["train_s"] > 0]

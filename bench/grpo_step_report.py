@@ -10,7 +10,7 @@ from pathlib import Path
 from grpo_step_common import PHASES
 from grpo_step_machine import describe
 
-from lit_grpo.experiments.stats import t_quantile
+from lit_grpo.lab.stats import t_quantile
 
 LARGE_VOCAB = 151_936  # Qwen2/2.5's vocabulary size
 

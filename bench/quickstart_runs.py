@@ -37,7 +37,7 @@ METRICS = {"greedy accuracy": ("heldout/accuracy_before", "val/accuracy", "heldo
 
 
 def run(seed: int, folder: Path) -> dict:
-    from lit_grpo.experiments.collect import read_scalars
+    from lit_grpo.lab.collect import read_scalars
 
     argv = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/quickstart.yaml", f"--seed_everything={seed}",
             f"--trainer.logger.init_args.save_dir={folder}", "--trainer.enable_progress_bar=false"]

@@ -1,7 +1,7 @@
 """Diagnostics as pure functions: degeneracy, pass@k, spectral ranks, budgets, weight curves, gradient fidelity.
 
 Callbacks and commands read training outputs and call these; nothing here logs, parses arguments, writes
-files or holds a model. (The statistics over seeds are :mod:`lit_grpo.experiments.stats`.)
+files or holds a model. (The statistics over seeds are :mod:`lit_grpo.lab.stats`.)
 """
 
 from lit_grpo.diagnostics.budget import (
