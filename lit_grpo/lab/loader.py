@@ -377,16 +377,9 @@ def _prepare(data: Any, where: str, named_in: Path) -> tuple[Prepare, ...]:
             "containing {output} (the directory it writes, e.g. SavePretrained's dirpath)",
         )
         command, configs = _config_args(command, named_in)
-        require = _requirement(step.get("require"), f"{where}.{name}.require", command, configs)
-        steps.append(
-            Prepare(
-                _label(name, f"{where}.{name}"),
-                command,
-                _strs(step.get("quick_args"), where),
-                require,
-                configs,
-            )
-        )
+        requirement = _requirement(step.get("require"), f"{where}.{name}.require", command, configs)
+        steps.append(Prepare(_label(name, f"{where}.{name}"), command, _strs(step.get("quick_args"), where),
+                             requirement, configs))
     return tuple(steps)
 
 
