@@ -37,7 +37,7 @@ from pathlib import Path
 
 from provenance import ROOT, command, write_block
 
-from lit_grpo.experiments.stats import t_quantile, t_sf
+from lit_grpo.lab.stats import t_quantile, t_sf
 
 #: The success criterion, fixed before the first run. Speed: per pair, r = async-k1's median step time / sync's; the
 #: 95% t-interval of mean(log r) over the pairs says "async faster" when its upper end is below log 1 = 0, "async
@@ -215,7 +215,7 @@ def holm_family(parts: dict[str, dict]) -> dict[str, dict]:
 
 
 def _heldout(folder: Path) -> float:
-    from lit_grpo.experiments.collect import read_scalars
+    from lit_grpo.lab.collect import read_scalars
 
     run = next(folder.rglob("events.out.tfevents.*")).parent
     return round(read_scalars(run)["heldout/reward_mean_after"][-1][1], 4)

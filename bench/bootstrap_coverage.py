@@ -6,9 +6,9 @@
 
 Draws ``--reps`` samples of ``n`` values from a standard normal (true IQM 0), builds each one's 95%
 percentile-bootstrap interval of the IQM from ``--resamples`` resamples (as
-``lit_grpo.experiments.stats.summarize`` does) and prints the share of intervals that contain 0, with
+``lit_grpo.lab.stats.summarize`` does) and prints the share of intervals that contain 0, with
 its Monte Carlo standard error. ``lit-grpo compare`` shows the bootstrap interval only from
-``MIN_BOOTSTRAP_N`` runs per cell (``lit_grpo/experiments/tables.py``) because of these numbers.
+``MIN_BOOTSTRAP_N`` runs per cell (``lit_grpo/lab/tables.py``) because of these numbers.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from lit_grpo.experiments.stats import interquartile_mean
+from lit_grpo.lab.stats import interquartile_mean
 
 
 def coverage(n: int, reps: int, resamples: int, seed: int) -> float:

@@ -37,7 +37,7 @@ METRICS = {"greedy accuracy": ("heldout/accuracy_before", "val/accuracy", "heldo
 
 
 def run(seed: int, folder: Path) -> dict:
-    from lit_grpo.experiments.collect import read_scalars
+    from lit_grpo.lab.collect import read_scalars
     from lit_grpo.rollout.hf import GENERATE_DRAWS_ARG  # the draws of the published runs
 
     argv = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/quickstart.yaml", f"--seed_everything={seed}",

@@ -31,7 +31,7 @@ from pathlib import Path
 from lightning import Callback
 from provenance import ROOT, command, write_block
 
-from lit_grpo.experiments.stats import t_quantile
+from lit_grpo.lab.stats import t_quantile
 
 #: The success criterion, fixed before the first run. Samples before ``warmup_steps`` are not judged (allocator
 #: pools, caches and the first validations settle). Memory: the least-squares slope of RSS over the judged samples

@@ -20,6 +20,7 @@ from pathlib import Path
 #: but dev (the test tools, which scripts/install.sh always installs).
 PACKAGES: dict[str, tuple[str, ...]] = {
     "agents": ("bm25s",),
+    "lab": ("matplotlib",),  # the research lab's figures; `plots` is its alias
     "mcp": ("mcp",),
     "openenv": ("openenv",),
     "plots": ("matplotlib",),

@@ -17,7 +17,7 @@ from pathlib import Path
 from jsonargparse import ArgumentParser
 
 from lit_grpo.data import SyntheticResidue
-from lit_grpo.experiments.loader import load_experiment
+from lit_grpo.lab.loader import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "sign_balance_skill.yaml"

@@ -62,7 +62,7 @@ def _printed(lines: list[str]) -> list[str]:
 
 def tensorboard_scalars(runs: Path) -> dict:
     """The last value of every scalar the training run logged, and how many optimizer steps it logged."""
-    from lit_grpo.experiments.collect import read_scalars
+    from lit_grpo.lab.collect import read_scalars
 
     final: dict[str, float] = {}
     for folder in sorted({events.parent for events in runs.rglob("events.out.tfevents.*")}):

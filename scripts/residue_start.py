@@ -48,7 +48,7 @@ def main() -> None:
     p.add_argument("--label", required=True, help="the key of this record in --json")
     p.add_argument("--json", type=Path, required=True)
     args = p.parse_args()
-    from lit_grpo.experiments.collect import read_scalars
+    from lit_grpo.lab.collect import read_scalars
 
     sys.path.insert(0, str(ROOT / "bench"))
     from provenance import code_commit, code_env

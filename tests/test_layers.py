@@ -1,4 +1,7 @@
-"""The package's layers (docs/design.md): the maths imports without Lightning, nothing below imports above."""
+"""The package's layers (docs/design.md): the maths imports without Lightning, nothing below imports above; the
+research lab (lit_grpo/lab) and the trainer are two rooms: no trainer file imports the lab, and the lab imports
+only itself and the light shared helpers (read from the sources, not from sys.modules: importing lit_grpo may
+load torch and Lightning for its public names)."""
 
 import ast
 import subprocess
@@ -41,13 +44,23 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-#: docs/design.md's layers, top first: a file imports only from lower layers or from its own package.
+#: docs/design.md's layers, top first: a file imports only from lower layers or from its own package. The lab
+#: (lit_grpo/lab) shares the line of cli.py: the commands may import it, nothing below them may; what the lab
+#: itself imports is held by test_the_lab_imports_only_itself_and_the_shared_helpers.
 LAYERS = [
-    ["__main__"], ["commands"], ["cli"], ["experiments"], ["callbacks"], ["module", "sft"],
-    ["step_metrics", "checkpoint", "batching"], ["policy", "data"], ["settings"], ["diagnostics", "envs"], ["rollout", "rewards"],
-    ["losses", "estimators"], ["logprobs"], ["models", "parallel"], ["lora", "perf", "types", "resources", "checks", "components", "extras"],
+    ["__main__"], ["commands"], ["cli", "lab"], ["callbacks"], ["module", "sft"],
+    ["step_metrics", "checkpoint", "batching"], ["policy", "data"], ["settings"], ["diagnostics", "envs"],
+    ["rollout", "rewards"], ["losses", "estimators"], ["logprobs"], ["models", "parallel"],
+    ["lora", "perf", "types", "resources", "checks", "components", "extras"],
 ]
 RANK = {part: len(LAYERS) - i for i, parts in enumerate(LAYERS) for part in parts}
+#: What the lab may import of lit_grpo besides itself: the light shared helpers (the argument check, the shipped
+#: files, the optional extras, the name-to-class lookup). It reads the trainer's classes by the class paths its
+#: configs name (lit_grpo.lab.registry, lit_grpo.lab.loader), never by an import.
+LAB_SHARED = ("checks", "resources", "extras", "components")
+#: Packages of the trainer the lab never imports; torch is the numerics of the lab's statistics alone.
+TRAINER_PACKAGES = ("lightning", "transformers", "peft", "torchmetrics", "vllm")
+LAB_TORCH = {"stats.py"}
 
 
 def _part(module: str) -> str | None:
@@ -92,14 +105,11 @@ def _importers(folder: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize(("folder", "forbidden"), [
-    ("rollout", ("lit_grpo.losses", "lit_grpo.policy", "lit_grpo.module", "lit_grpo.cli", "lit_grpo.experiments")),
-    ("diagnostics", ("lit_grpo.losses", "lit_grpo.policy", "lit_grpo.module", "lit_grpo.cli", "lit_grpo.experiments")),
-    ("data", ("lit_grpo.losses", "lit_grpo.policy", "lit_grpo.module", "lit_grpo.cli", "lit_grpo.experiments")),
+    ("rollout", ("lit_grpo.losses", "lit_grpo.policy", "lit_grpo.module", "lit_grpo.cli")),
+    ("diagnostics", ("lit_grpo.losses", "lit_grpo.policy", "lit_grpo.module", "lit_grpo.cli")),
+    ("data", ("lit_grpo.losses", "lit_grpo.policy", "lit_grpo.module", "lit_grpo.cli")),
     ("estimators", ("lit_grpo.losses", "lit_grpo.policy", "lit_grpo.module", "lightning", "lit_grpo.data")),
     ("losses", ("lit_grpo.policy", "lit_grpo.module", "lightning", "lit_grpo.rollout", "lit_grpo.data")),
-    ("experiments", ("lit_grpo.cli",)),
-    # the module never knows its callbacks; an experiment names them by class path
-    ("experiments", ("lit_grpo.callbacks",)),
 ])
 def test_nothing_below_imports_what_sits_above(folder, forbidden):
     assert _importers(folder, forbidden) == {}
@@ -115,3 +125,69 @@ def test_no_super_init_passes_more_than_two_arguments_positionally():
                     and len(node.args) > 2):
                 positional.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not positional, positional
+
+
+def _lit_grpo_imports(source: str) -> set[str]:
+    """The parts of lit_grpo (``lab``, ``checks``, ...) a source imports at any depth, by any import form."""
+    parts = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            parts.update(_part(alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "lit_grpo":
+            parts.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            parts.add(_part(node.module))
+    return parts - {None}
+
+
+def _lab_departures(name: str, source: str) -> list[str]:
+    """What a lab file ``name`` imports that the lab may not: trainer parts of lit_grpo, trainer packages,
+    torch outside :data:`LAB_TORCH`."""
+    found = [f"{name}: imports lit_grpo.{p}" for p in sorted(_lit_grpo_imports(source) - {"lab", *LAB_SHARED})]
+    roots = {m.split(".")[0] for m in _imports_of(source)}
+    found += [f"{name}: imports {r}" for r in sorted(roots & set(TRAINER_PACKAGES))]
+    if "torch" in roots and name not in LAB_TORCH:
+        found.append(f"{name}: imports torch")
+    return found
+
+
+def _imports_of(source: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_lab_imports_only_itself_and_the_shared_helpers():
+    lab = sorted((PACKAGE / "lab").rglob("*.py"))
+    assert len(lab) > 10
+    found = [d for path in lab for d in _lab_departures(path.name, path.read_text())]
+    assert found == []
+
+
+def test_the_lab_check_finds_a_trainer_import_in_any_form():
+    sources = {
+        "a.py": "from lit_grpo.module import GRPOModule",
+        "b.py": "def f():\n    import lit_grpo.rollout.hf",
+        "c.py": "from lit_grpo import policy, checks",
+        "d.py": "from lightning.pytorch.loggers import TensorBoardLogger",
+        "e.py": "import torch",
+        "stats.py": "import torch\nfrom lit_grpo.lab.spec import Metric\nfrom lit_grpo.checks import require",
+    }
+    found = [d for name, source in sources.items() for d in _lab_departures(name, source)]
+    assert found == ["a.py: imports lit_grpo.module", "b.py: imports lit_grpo.rollout", "c.py: imports lit_grpo.policy",
+                     "d.py: imports lightning", "e.py: imports torch"]
+
+
+def test_no_trainer_file_imports_the_lab():
+    importers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] in ("lab", "commands", "__main__.py"):
+            continue
+        if "lab" in _lit_grpo_imports(path.read_text()):
+            importers.append(str(rel))
+    assert importers == []

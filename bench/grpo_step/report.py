@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from lit_grpo.checks import require
-from lit_grpo.experiments.stats import t_quantile
+from lit_grpo.lab.stats import t_quantile
 
 from .common import PHASES
 from .machine import describe

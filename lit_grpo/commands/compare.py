@@ -1,11 +1,11 @@
 """``lit-grpo compare --config experiments/<name>.yaml [--quick]``: run an experiment grid and report it
-(:mod:`lit_grpo.experiments`).
+(:mod:`lit_grpo.lab`).
 
-Every config is read and every distinct run config is built (as LightningCLI would) before any run
-starts, so an unknown estimator, metric, option or file fails at once. Then, per experiment: the
-prepare steps (cached), the runs (finished ones skipped), and the report under
-``<root>/<name>[-quick]/report.md``. The runs execute here, or as Ray tasks or Slurm jobs (``--executor``;
-:mod:`lit_grpo.experiments.executors`, docs/grids.md). The exit code is 1 when a run failed (the report still lists it).
+Every config is read and every distinct run config is built (as LightningCLI would) before any run starts, so
+an unknown estimator, metric, option or file fails at once. Then, per experiment: the prepare steps (cached),
+the runs (finished ones skipped), and the report under ``<root>/<name>[-quick]/report.md``. The runs execute
+here, or as Ray tasks or Slurm jobs (``--executor``; :mod:`lit_grpo.lab.executors`, docs/grids.md). The exit
+code is 1 when a run failed (the report still lists it).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-#: Where the runs execute (lit_grpo.experiments.executors; importing it here would load torch for every command).
+#: Where the runs execute (lit_grpo.lab.executors; importing it here would load torch for every command).
 EXECUTORS = ("local", "ray", "slurm")
 
 
@@ -28,31 +28,51 @@ def build_parser() -> argparse.ArgumentParser:
         "and write a report per experiment: tables over seeds, tests, figures, the commands.",
     )
     p.add_argument(
-        "--config", nargs="+", action="extend", required=True, metavar="YAML",
-        help="experiment config(s): files, or built-in experiments by name, e.g. degeneracy (`lit-grpo configs "
-        "list`); several run one after another",
+        "--config",
+        nargs="+",
+        action="extend",
+        required=True,
+        metavar="YAML",
+        help="experiment config(s): files, or built-in experiments by name, e.g. degeneracy "
+        "(`lit-grpo configs list`); several run one after another",
     )
     p.add_argument("--quick", action="store_true", help="smoke size: each config's `quick` section (for CI)")
-    p.add_argument("--jobs", type=int, default=None,
-                   help="runs at a time with --executor local (default: CPU cores // the experiment's threads_per_run)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs at a time with --executor local (default: CPU cores // the experiment's threads_per_run)",
+    )
     p.add_argument("--root", default="runs/experiments", help="where runs, prepared models and reports go")
     p.add_argument("--report-only", action="store_true", help="collect and report without running anything")
-    p.add_argument("--dry-run", action="store_true", help="check the configs and print the commands, run nothing")
-    p.add_argument("--skip-failed", action="store_true", help="do not retry runs that failed before")
-    p.add_argument("--run-timeout", type=float, default=None, help="seconds after which a run is stopped (failed)")
     p.add_argument(
-        "--executor", choices=EXECUTORS, default="local",
-        help="where the runs execute: local (this machine, --jobs at a time), ray (a Ray task per run with the "
-        "experiment's `resources`; extra lit-grpo[ray]) or slurm (a job per run via submitit, a task per GPU; extra "
-        "lit-grpo[slurm]). "
+        "--dry-run", action="store_true", help="check the configs and print the commands, run nothing"
+    )
+    p.add_argument("--skip-failed", action="store_true", help="do not retry runs that failed before")
+    p.add_argument(
+        "--run-timeout", type=float, default=None, help="seconds after which a run is stopped (failed)"
+    )
+    p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="where the runs execute: local (this machine, --jobs at a time), ray (a Ray task per run with "
+        "the experiment's `resources`; extra lit-grpo[ray]) or slurm (a job per run via submitit, a task per "
+        "GPU; extra lit-grpo[slurm]). "
         "ray and slurm need the results directory (--root) on a filesystem every node sees; docs/grids.md",
     )
-    p.add_argument("--ray-address", metavar="HOST:PORT", default=None,
-                   help="with --executor ray: join this running Ray cluster (default: start Ray on this machine)")
     p.add_argument(
-        "--max-retries", type=int, default=2,
-        help="with --executor ray or slurm: times a run is tried again when its worker dies (ray) or it exits "
-        "75, interrupted (pre-empted, or warned of its time limit), which resumes from its checkpoint",
+        "--ray-address",
+        metavar="HOST:PORT",
+        default=None,
+        help="with --executor ray: join this running Ray cluster (default: start Ray on this machine)",
+    )
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=2,
+        help="with --executor ray or slurm: times a run is tried again when its worker dies (ray) or it "
+        "exits 75, interrupted (pre-empted, or warned of its time limit), which resumes from its checkpoint",
     )
     p.add_argument("--partition", default=None, help="with --executor slurm: the jobs' Slurm partition")
     p.add_argument("--account", default=None, help="with --executor slurm: the jobs' Slurm account")
@@ -72,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _record_invocation(out: Path, exp, ran: int, wall: float, jobs: int | str) -> None:
-    from lit_grpo.experiments.report import INVOCATIONS_FILE, compare_command
+    from lit_grpo.lab.report import INVOCATIONS_FILE, compare_command
 
     path = out / INVOCATIONS_FILE
     history = json.loads(path.read_text()) if path.is_file() else []
@@ -87,10 +107,10 @@ def _plan(paths: list[str], quick: bool, root: str, cli_class: type):
     """Load and check every experiment; ``(exp, prepared, runs, cells, selection runs)`` each, or a
     ValueError. With a selection stage the final runs are known only after it: ``runs`` is then the
     grid at each arm's first candidate value, checked as a stand-in."""
-    from lit_grpo.experiments.check import check_runs
-    from lit_grpo.experiments.grid import expand, expand_selection, standin_choice
-    from lit_grpo.experiments.loader import load_experiment
-    from lit_grpo.experiments.runner import prepared_outputs
+    from lit_grpo.commands.compare_check import check_runs
+    from lit_grpo.lab.grid import expand, expand_selection, standin_choice
+    from lit_grpo.lab.loader import load_experiment
+    from lit_grpo.lab.runner import prepared_outputs
 
     plans = []
     for path in paths:
@@ -112,19 +132,30 @@ def _plan(paths: list[str], quick: bool, root: str, cli_class: type):
 
 def _select(exp, prepared, root, selection, args, executor) -> tuple[list, dict]:
     """Run (unless --report-only) and read the selection stage; its records and the choice."""
-    from lit_grpo.experiments.collect import collect
-    from lit_grpo.experiments.grid import out_dir
-    from lit_grpo.experiments.runner import default_jobs, run_grid
-    from lit_grpo.experiments.select import select_choice
+    from lit_grpo.lab.collect import collect
+    from lit_grpo.lab.grid import out_dir
+    from lit_grpo.lab.runner import default_jobs, run_grid
+    from lit_grpo.lab.select import select_choice
 
     if not args.report_only:
         jobs = args.jobs or default_jobs(exp.threads_per_run)
         print(f"-- selection stage: {out_dir(exp, args.root) / 'select'}", flush=True)
-        run_grid(selection, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, _echo, executor,
-                 exp.resources)
+        run_grid(
+            selection,
+            exp.threads_per_run,
+            jobs,
+            not args.skip_failed,
+            args.run_timeout,
+            _echo,
+            executor,
+            exp.resources,
+        )
     records = collect(exp, selection, (exp.select.metric,))
     choice = select_choice(exp, records)
-    print("chosen: " + "; ".join(f"{arm} @ {s}: {exp.select.axis}={v}" for (arm, s), v in choice.items()), flush=True)
+    print(
+        "chosen: " + "; ".join(f"{arm} @ {s}: {exp.select.axis}={v}" for (arm, s), v in choice.items()),
+        flush=True,
+    )
     return records, choice
 
 
@@ -154,7 +185,7 @@ def compare(argv: list[str]) -> int:
         print(f"lit-grpo compare: error: {lacking}", file=sys.stderr)
         return 2
     if args.dry_run:
-        from lit_grpo.experiments.grid import shell_command
+        from lit_grpo.lab.grid import shell_command
 
         for exp, _, runs, _, selection in plans:
             if selection:
@@ -190,28 +221,39 @@ def _missing_extras(plans) -> str | None:
 
 
 def _executor(args):
-    """The Ray or Slurm executor of ``--executor`` (None for local: a thread pool per grid, for its --jobs)."""
-    from lit_grpo.experiments.executors import make_executor
+    """The Ray or Slurm executor of ``--executor`` (None for local: a thread pool per grid, for its
+    --jobs)."""
+    from lit_grpo.lab.executors import make_executor
 
     if args.executor == "local":
         return None
     folder = Path(args.root) / ".submitit"
     return make_executor(
-        args.executor, args.max_retries, args.ray_address, folder, args.partition, args.account, args.slurm_time
+        args.executor,
+        args.max_retries,
+        args.ray_address,
+        folder,
+        args.partition,
+        args.account,
+        args.slurm_time,
     )
 
 
 def _report_from_csv(exp, args) -> int:
-    from lit_grpo.experiments.grid import out_dir
-    from lit_grpo.experiments.report import write_report
-    from lit_grpo.experiments.results_csv import SELECT_CSV, read_runs_csv
+    from lit_grpo.lab.grid import out_dir
+    from lit_grpo.lab.report import write_report
+    from lit_grpo.lab.results_csv import SELECT_CSV, read_runs_csv
 
     records = read_runs_csv(exp, args.from_csv)
     sel_path = Path(args.from_csv).with_name(SELECT_CSV)
     selection = None
     if exp.select is not None and sel_path.is_file():
         sel_records = read_runs_csv(exp, sel_path)
-        choice = {(r.run.arm, r.run.setting_label): dict(r.run.chosen)[exp.select.axis] for r in records if r.run.chosen}
+        choice = {
+            (r.run.arm, r.run.setting_label): dict(r.run.chosen)[exp.select.axis]
+            for r in records
+            if r.run.chosen
+        }
         selection = (sel_records, choice)
     report = write_report(exp, records, {}, out_dir(exp, args.root), args.root, selection, figures=False)
     print(f"report: {report}", flush=True)
@@ -220,11 +262,11 @@ def _report_from_csv(exp, args) -> int:
 
 def _run(plan, args, cli_class: type, executor) -> bool:
     """Prepare, select, run (unless --report-only) and report one experiment; whether anything failed."""
-    from lit_grpo.experiments.check import check_runs
-    from lit_grpo.experiments.collect import collect
-    from lit_grpo.experiments.grid import expand, out_dir
-    from lit_grpo.experiments.report import publish, write_report
-    from lit_grpo.experiments.runner import default_jobs, run_grid, run_prepare
+    from lit_grpo.commands.compare_check import check_runs
+    from lit_grpo.lab.collect import collect
+    from lit_grpo.lab.grid import expand, out_dir
+    from lit_grpo.lab.report import publish, write_report
+    from lit_grpo.lab.runner import default_jobs, run_grid, run_prepare
 
     exp, prepared, runs, cells, selection = plan
     out = out_dir(exp, args.root)
@@ -247,7 +289,14 @@ def _run(plan, args, cli_class: type, executor) -> bool:
     if not args.report_only:
         jobs = args.jobs or default_jobs(exp.threads_per_run)
         ran, wall = run_grid(
-            runs, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, _echo, executor, exp.resources
+            runs,
+            exp.threads_per_run,
+            jobs,
+            not args.skip_failed,
+            args.run_timeout,
+            _echo,
+            executor,
+            exp.resources,
         )
         _record_invocation(out, exp, ran, wall, jobs if executor is None else executor.kind)
     records = collect(exp, runs)

@@ -2,12 +2,12 @@
 
     lit-grpo curves --estimators GRPO Sign MaxRL SoftmaxGRPO --group-size 4 --out curves.png
 
-An estimator is named as LightningCLI names ``--model.estimator`` (:func:`lit_grpo.components.resolve`): a short
-name of any imported :class:`~lit_grpo.estimators.AdvantageEstimator` or a dotted class path, optionally with
-constructor arguments after a colon: ``GRPO:std=population``, ``SoftmaxGRPO:tau=0.5``, ``my_pkg.MyEstimator:alpha=2``.
-The curves are exact (enumeration over ``K ~ Bin(G, p)``, :func:`lit_grpo.diagnostics.weight_curve.weight_curve`).
-A table of omega at a few pass rates is printed; ``--out`` writes a PNG and ``--logdir`` a TensorBoard figure
-(both need matplotlib).
+An estimator is named as LightningCLI names ``--model.estimator`` (:func:`lit_grpo.components.resolve`): a
+short name of any imported :class:`~lit_grpo.estimators.AdvantageEstimator` or a dotted class path, optionally
+with constructor arguments after a colon: ``GRPO:std=population``, ``SoftmaxGRPO:tau=0.5``,
+``my_pkg.MyEstimator:alpha=2``. The curves are exact (enumeration over ``K ~ Bin(G, p)``,
+:func:`lit_grpo.diagnostics.weight_curve.weight_curve`). A table of omega at a few pass rates is printed;
+``--out`` writes a PNG and ``--logdir`` a TensorBoard figure (both need matplotlib).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from lit_grpo.checks import require
 
 
 def estimator_from_spec(spec: str):
-    """``Name`` or ``pkg.mod.Class``, optionally ``:key=value,key=value`` -> an estimator instance; a ValueError
-    that names the fix otherwise (an unknown name's lists the valid ones)."""
+    """``Name`` or ``pkg.mod.Class``, optionally ``:key=value,key=value`` -> an estimator instance; a
+    ValueError that names the fix otherwise (an unknown name's lists the valid ones)."""
     from lit_grpo.components import resolve
     from lit_grpo.estimators import AdvantageEstimator
 
@@ -30,7 +30,9 @@ def estimator_from_spec(spec: str):
     kwargs = {}
     for item in filter(None, arg_text.split(",")):
         key, eq, value = item.partition("=")
-        require(eq, f"--estimators: bad argument {item!r} in {spec!r}; write key=value, e.g. GRPO:std=population")
+        require(
+            eq, f"--estimators: bad argument {item!r} in {spec!r}; write key=value, e.g. GRPO:std=population"
+        )
         try:
             kwargs[key.strip()] = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError):
@@ -65,12 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--group-size", "-G", type=int, default=8, help="group size G (default 8)")
     parser.add_argument("--points", type=int, default=199, help="pass rates drawn in (0, 1) (default 199)")
     parser.add_argument("--out", default=None, help="write the figure to this PNG file")
-    parser.add_argument("--logdir", default=None, help="write the figure as a TensorBoard event in this directory")
+    parser.add_argument(
+        "--logdir", default=None, help="write the figure as a TensorBoard event in this directory"
+    )
     return parser
 
 
 def curves(argv: list[str]) -> int:
-    """estimator weight curves omega(p), no run needed: lit-grpo curves --estimators GRPO Sign --out curves.png"""
+    """estimator weight curves omega(p), no run needed: lit-grpo curves --estimators GRPO Sign --out
+    curves.png"""
     import torch
 
     from lit_grpo.diagnostics.plots import weight_curve_figure

@@ -1,15 +1,17 @@
-"""``lit-grpo fidelity``: every estimator's gradient measured against a large-group reference, on a checkpoint.
+"""``lit-grpo fidelity``: every estimator's gradient measured against a large-group reference, on a
+checkpoint.
 
-The config gives the policy, reward, sampling settings, group size and prompts (as for ``lit-grpo fit``);
-the options (``--help``) choose a saved model or checkpoint instead, the estimators (named as for
-``lit-grpo curves``), the prompts and the reference. The measurement is :mod:`lit_grpo.experiments.fidelity`;
-what ``bins.csv``, ``prompts.csv`` and ``omega.png`` hold, docs/diagnostics.md.
+The config gives the policy, reward, sampling settings, group size and prompts (as for ``lit-grpo fit``); the
+options (``--help``) choose a saved model or checkpoint instead, the estimators (named as for ``lit-grpo
+curves``), the prompts and the reference. The measurement is :mod:`lit_grpo.commands.fidelity_measure`; what
+``bins.csv``, ``prompts.csv`` and ``omega.png`` hold, docs/diagnostics.md.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from lit_grpo.checks import require
 from lit_grpo.commands.curves import estimator_from_spec
 
 #: What ``--estimators`` defaults to.
@@ -25,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="a lit-grpo fit config (policy, reward, sampling, data)")
     p.add_argument("--out", required=True, help="output directory for bins.csv, prompts.csv and omega.png")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--model", default=None, help="a saved model directory to measure instead of the config's")
+    src.add_argument(
+        "--model", default=None, help="a saved model directory to measure instead of the config's"
+    )
     src.add_argument("--ckpt", default=None, help="a Lightning checkpoint (.ckpt) of this config to load")
     p.add_argument(
         "--estimators", nargs="+", default=list(DEFAULT_ESTIMATORS),
@@ -35,10 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="val", choices=["train", "val", "test"], help="where prompts come from")
     p.add_argument("--num-prompts", type=int, default=32, help="prompts measured (the first of the split)")
     p.add_argument("--ref-group-size", type=int, default=256, help="completions drawn per prompt (>= 256)")
-    p.add_argument("--group-size", "-G", type=int, default=None, help="G of the estimates (default: the config's)")
+    p.add_argument(
+        "--group-size", "-G", type=int, default=None, help="G of the estimates (default: the config's)"
+    )
     p.add_argument("--subsamples", type=int, default=2000, help="size-G subsamples per prompt")
     p.add_argument("--k", type=int, default=4, help="the k of the pass@k and log pass@k objectives")
-    p.add_argument("--maxrl-T", type=int, default=None, help="truncation T of the MaxRL objective (default G - 1)")
+    p.add_argument(
+        "--maxrl-T", type=int, default=None, help="truncation T of the MaxRL objective (default G - 1)"
+    )
     p.add_argument("--params", nargs="+", default=None,
                    help="regular expressions choosing nn.Linear parameters (default: every Linear weight)")
     p.add_argument("--lora", action="store_true", help="use the LoRA parameters")
@@ -54,7 +62,9 @@ def _problems(args: argparse.Namespace, G: int, estimators: dict) -> list[str]:
     """What is wrong with the options at group size ``G`` (nothing: an empty list)."""
     problems = []
     if args.ref_group_size < 256 and not args.allow_small_reference:
-        problems.append(f"--ref-group-size {args.ref_group_size} is below 256; the reference must be a large group")
+        problems.append(
+            f"--ref-group-size {args.ref_group_size} is below 256; the reference must be a large group"
+        )
     if not 1 <= G <= args.ref_group_size:
         problems.append(f"the group size {G} must lie in [1, --ref-group-size {args.ref_group_size}]")
     if args.num_prompts < 1:
@@ -81,8 +91,8 @@ def fidelity(argv: list[str]) -> int:
     from pathlib import Path
 
     from lit_grpo.cli import LitGRPOCLI
+    from lit_grpo.commands.fidelity_measure import load, measure_policy
     from lit_grpo.diagnostics.fidelity_pool import csv_text, figure
-    from lit_grpo.experiments.fidelity import load, measure_policy
 
     args = build_parser().parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -91,8 +101,7 @@ def fidelity(argv: list[str]) -> int:
         module, batch = load(args, LitGRPOCLI)
         G = args.group_size or module.group_size
         problems = _problems(args, G, estimators)
-        if problems:
-            raise ValueError("; ".join(problems))
+        require(not problems, "; ".join(problems))
         start = time.perf_counter()
         T = args.maxrl_T if args.maxrl_T is not None else max(G - 1, 1)
         prompt_rows, bins, counts = measure_policy(args, module, batch, estimators, G, T)
@@ -103,7 +112,9 @@ def fidelity(argv: list[str]) -> int:
     (out / "prompts.csv").write_text(csv_text(prompt_rows), newline="")
     (out / "bins.csv").write_text(csv_text(bins), newline="")
     M = args.ref_group_size
-    title = f"{Path(args.ckpt or args.model or module.model_name).name}: G = {G}, M = {M}, {len(batch)} prompts"
+    title = (
+        f"{Path(args.ckpt or args.model or module.model_name).name}: G = {G}, M = {M}, {len(batch)} prompts"
+    )
     fig = figure(prompt_rows, bins, estimators, G, title)
     if fig is not None:
         fig.savefig(out / "omega.png", dpi=130)

@@ -2,7 +2,7 @@
 fidelity.
 
 Callbacks and commands read training outputs and call these; nothing here logs, parses arguments, writes
-files or holds a model. (The statistics over seeds are :mod:`lit_grpo.experiments.stats`.)
+files or holds a model. (The statistics over seeds are :mod:`lit_grpo.lab.stats`.)
 """
 
 from lit_grpo.diagnostics.budget import (

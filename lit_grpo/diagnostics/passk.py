@@ -8,8 +8,6 @@ at least one of ``k`` samples is correct is ``1 - C(n - c, k) / C(n, k)``, compu
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -71,32 +69,3 @@ def pass_at_k_curve(correct: Tensor) -> dict[int, float]:
     n = correct.shape[1]
     c = correct.bool().sum(-1)  # [P]
     return {k: pass_at_k_per_prompt(c, n, k).mean().item() for k in pass_at_k_ks(n)}
-
-
-def curve_crossing(x: list[float], gain: list[float], log_x: bool = True, atol: float = 1e-6) -> float:
-    """Where a gain curve (trained minus starting pass@k at ``x = k``) first stops being positive.
-
-    The first ``x_j`` with ``gain_j <= 0`` (gains within ``atol`` of 0 count as 0: two saturated curves
-    meet), linearly interpolated (in ``log2 x`` with ``log_x``) from the last positive point before it;
-    ``x_0`` when the gain is never positive; NaN when it stays positive up to the last ``x`` (no
-    crossing within the measured k). NaN gains are skipped.
-    """
-    points = [
-        (float(a), 0.0 if abs(g) <= atol else float(g))
-        for a, g in zip(x, gain, strict=True)
-        if not math.isnan(g)
-    ]
-    require(
-        not log_x or not any(a <= 0 for a, _ in points), f"curve_crossing with log_x needs x > 0, got {x}"
-    )
-    for j, (a, g) in enumerate(points):
-        if g > 0:
-            continue
-        if j == 0:
-            return a
-        (a0, g0) = points[j - 1]
-        t = g0 / (g0 - g)
-        if log_x:
-            return 2 ** (math.log2(a0) + t * (math.log2(a) - math.log2(a0)))
-        return a0 + t * (a - a0)
-    return math.nan

@@ -546,7 +546,7 @@ def test_the_headline_rows_of_the_doc_are_their_json_as_paired_estimates():
     recomputed here from the pairs."""
     import math
 
-    from lit_grpo.experiments.stats import t_quantile
+    from lit_grpo.lab.stats import t_quantile
 
     doc = (ROOT / "docs" / "performance.md").read_text()
     rows = json.loads((ROOT / "docs" / "results" / "grpo_step_realistic.json").read_text())["realistic"]

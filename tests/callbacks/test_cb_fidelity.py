@@ -11,7 +11,7 @@ from lit_grpo import GRPO, MaxRL, ReinforcePlusPlus, Sign
 from lit_grpo.callbacks import GradientFidelity, GradientProbe
 from lit_grpo.commands import main as cli_main
 from lit_grpo.commands.fidelity import fidelity as fidelity_main
-from lit_grpo.experiments.registry import MetricPattern
+from lit_grpo.lab.registry import MetricPattern
 from tests.callbacks.events import read_events
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from lit_grpo.callbacks import (
     PassAtK,
     WeightCurve,
 )
-from lit_grpo.experiments.registry import MetricPattern, declared_metrics
+from lit_grpo.lab.registry import MetricPattern, declared_metrics
 from tests.callbacks.events import read_events
 
 

@@ -17,7 +17,7 @@ from lit_grpo.diagnostics.shadow import (
     starved_groups,
     unique_labels,
 )
-from lit_grpo.experiments.registry import MetricPattern
+from lit_grpo.lab.registry import MetricPattern
 from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.models.loading import load_policy, load_tokenizer
 from lit_grpo.rollout import HFGenerateEngine

@@ -11,7 +11,7 @@ from lit_grpo import extras
 from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.commands import COMMANDS, main
 from lit_grpo.estimators import REGISTRY
-from lit_grpo.experiments.loader import needed_extras
+from lit_grpo.lab.loader import needed_extras
 from lit_grpo.rollout import HFGenerateEngine
 
 ROOT = Path(__file__).resolve().parents[2]

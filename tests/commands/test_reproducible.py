@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_grpo.experiments.collect import read_scalars
+from lit_grpo.lab.collect import read_scalars
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 24  # two runs differed within 8 to 13 steps when the shared-prefix backward summed rows in thread order

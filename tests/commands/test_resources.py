@@ -11,7 +11,7 @@ import pytest
 import lit_grpo
 from lit_grpo import resources
 from lit_grpo.commands import main
-from lit_grpo.experiments.loader import load_experiment
+from lit_grpo.lab.loader import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 

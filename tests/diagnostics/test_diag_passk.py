@@ -67,16 +67,3 @@ def test_errors():
         pass_at_k(4, 5, 1)
     with pytest.raises(ValueError, match=r"\[P, n\]"):
         pass_at_k_curve(torch.zeros(4, dtype=torch.bool))
-
-
-def test_curve_crossing():
-    from lit_grpo.diagnostics.passk import curve_crossing
-
-    # gain +0.2 at k = 4, -0.2 at k = 16: half way in log2 k, k = 8
-    assert curve_crossing([1, 4, 16, 64], [0.3, 0.2, -0.2, -0.1]) == pytest.approx(8.0)
-    assert curve_crossing([1, 4, 16], [0.3, 0.2, -0.2], log_x=False) == pytest.approx(10.0)
-    assert curve_crossing([1, 4, 16], [-0.1, 0.2, 0.1]) == 1.0  # never above at all
-    assert math.isnan(curve_crossing([1, 4, 16], [0.3, 0.2, 0.1]))  # still above at the largest k
-    assert curve_crossing([1, 2, 4], [0.3, float("nan"), 0.0]) == 4.0
-    assert curve_crossing([1, 2, 4], [0.3, 0.1, -6e-8]) == 4.0  # float noise at saturation is a meeting
-    assert math.isnan(curve_crossing([1, 2, 4], [0.3, 0.1, 3e-5]))

@@ -187,9 +187,9 @@ def test_section_2c_prose_prints_its_data():
 
 
 def test_the_compute_summary_counts_every_experiment():
-    from lit_grpo.experiments.grid import expand, expand_selection, standin_choice
-    from lit_grpo.experiments.loader import load_experiment
-    from lit_grpo.experiments.runner import prepared_outputs
+    from lit_grpo.lab.grid import expand, expand_selection, standin_choice
+    from lit_grpo.lab.loader import load_experiment
+    from lit_grpo.lab.runner import prepared_outputs
 
     text = _flat(DOC[DOC.index("The whole suite:"):DOC.index("## 1.")])
     _, rows = table(DOC, "experiment | claim")

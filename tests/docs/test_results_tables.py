@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy
 import pytest
 
-from lit_grpo.experiments.loader import load_experiment
-from lit_grpo.experiments.results_csv import read_runs_csv
-from lit_grpo.experiments.stats import summarize
-from lit_grpo.experiments.tables import analyse, crossing_section, family_section, metric_section
+from lit_grpo.lab.loader import load_experiment
+from lit_grpo.lab.results_csv import read_runs_csv
+from lit_grpo.lab.stats import summarize
+from lit_grpo.lab.tables import analyse, crossing_section, family_section, metric_section
 from tests.docs.doc_tables import Pct, mismatches, numbers, table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,8 +209,8 @@ def _rg_claim() -> list:
 def _crossing(arm: str) -> tuple[int, list[float]]:
     """As the report's crossing table computes them: the runs whose trained pass@k curve fell to the start's,
     the k of each crossing and their median (the doc prints no number for a run that never crossed)."""
-    from lit_grpo.diagnostics.passk import curve_crossing
-    from lit_grpo.experiments.spec import Metric
+    from lit_grpo.lab.compute import curve_crossing
+    from lit_grpo.lab.spec import Metric
 
     pk = data("passk_crossing")
     profile = next(p for p in pk.exp.profiles if p.baseline)

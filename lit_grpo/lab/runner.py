@@ -1,0 +1,299 @@
+"""Running the grid: prepare steps once, then each run as its own ``lit-grpo fit`` process.
+
+A run writes ``run.log`` (its output), ``command.txt``, ``attempt.json`` and, when it ends, ``status.json``
+(``{"status": "done" | "failed", "returncode", "seconds", "args", "log", "attempt"}``, and ``resumed_from``
+when it went on from a checkpoint). A run whose ``status.json`` says done with the same arguments is skipped
+next time. A run stopped with exit 75 (a signal; it wrote ``last.ckpt``) with the same arguments, or started
+by this grid and lost with its worker or job, goes on from the newest ``last.ckpt`` in its directory; any
+other failed, unfinished or changed run starts again from an empty directory. A crash stays inside its
+process: it is recorded and the others go on.
+The runs execute on this machine, or on a Ray cluster or Slurm (:mod:`lit_grpo.lab.executors`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from lit_grpo.lab.executors import Executor, LocalExecutor
+from lit_grpo.lab.grid import Run, prepare_args, prepare_output, shell_command, substitute
+from lit_grpo.lab.spec import Experiment, Prepare, Resources
+
+#: The exit status of a ``lit-grpo fit`` child stopped by a signal after writing its checkpoint (interrupted,
+#: resumable): the trainer's ``lit_grpo.checkpoint.EXIT_INTERRUPTED``, which the lab reads from the child's
+#: exit status and does not import (tests/lab/test_exp_executors.py holds the two equal).
+EXIT_INTERRUPTED = 75
+STATUS_FILE = "status.json"
+ATTEMPT_FILE = "attempt.json"
+PREPARED_FILE = ".prepared.json"
+#: Starts ``python -m lit_grpo ARGS`` so that Linux kills it when the process that started it dies
+#: (``PR_SET_PDEATHSIG``, kept across exec): a run whose Ray worker or Slurm job dies leaves no orphan writing
+#: the run directory while the run is tried again. argv: the parent's pid, then the lit-grpo arguments.
+_LAUNCH = """import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+except AttributeError:  # not Linux
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("the process that started this run has died")
+os.execv(sys.executable, [sys.executable, "-m", "lit_grpo", *sys.argv[2:]])
+"""
+
+
+def default_jobs(threads_per_run: int) -> int:
+    """Parallel runs that fit the machine: CPU cores // threads per run (at least 1)."""
+    return max(1, (os.cpu_count() or 1) // threads_per_run)
+
+
+def read_status(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / STATUS_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def needs_run(run: Run, retry_failed: bool = True) -> bool:
+    """False when the run finished with these arguments (done, or failed and not retried)."""
+    status = read_status(run.run_dir)
+    if status is None or status.get("args") != list(run.args):
+        return True
+    return status.get("status") != "done" and retry_failed
+
+
+#: The ``lit-grpo`` children running now in this process (a Slurm job's task passes signals on to them).
+CHILDREN: set[subprocess.Popen] = set()
+#: Where :func:`_call` writes the command it runs, for the other tasks of a Slurm job of several tasks
+#: (:mod:`lit_grpo.lab.executors` sets it in the job's first task); None: nowhere.
+announce_to: Path | None = None
+
+
+def _env(threads: int) -> dict[str, str]:
+    threads_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    return {**os.environ, **threads_env, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+
+
+def _call(args: tuple[str, ...], log: Path | None, threads: int, timeout: float | None,
+          append: bool = False) -> tuple[int | str, float]:
+    """Run ``lit-grpo <args>`` in a child process, output to ``log`` (after what it holds, with ``append``;
+    None: this process's output); (return code or "timeout", seconds)."""
+    if announce_to is not None:  # written whole (renamed into place): the other tasks start the same command
+        announce_to.with_suffix(".tmp").write_text(json.dumps({"args": list(args), "threads": threads,
+                                                               "timeout": timeout}))
+        announce_to.with_suffix(".tmp").rename(announce_to)
+    start = time.monotonic()
+    output = contextlib.nullcontext() if log is None else open(log, "a" if append else "w")
+    with output as out:
+        command = [sys.executable, "-c", _LAUNCH, str(os.getpid()), *args]
+        with subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_env(threads)) as child:
+            CHILDREN.add(child)
+            try:
+                rc: int | str = child.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                rc = "timeout"
+            except BaseException:  # as subprocess.run: the child does not outlive an error here
+                child.kill()
+                raise
+            finally:
+                CHILDREN.discard(child)
+    return rc, time.monotonic() - start
+
+
+def _attempts(run_dir: Path, token: str) -> int:
+    """How many times this grid (``token``) has started the run: more than 1 after a worker died or a
+    pre-emption."""
+    try:
+        last = json.loads((run_dir / ATTEMPT_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return 0
+    return last["attempt"] if last.get("token") == token else 0
+
+
+def resume_checkpoint(run: Run, token: str = "") -> Path | None:
+    """The checkpoint ``run`` goes on from: the newest ``last.ckpt`` in its directory when the directory holds
+    an interrupted attempt of these arguments (``status.json``: exit 75), or one this grid (``token``)
+    started and never recorded (its worker or job was lost); else None (the run starts from scratch)."""
+    status = read_status(run.run_dir)
+    if status is None:
+        interrupted = _attempts(run.run_dir, token) > 0
+    else:
+        interrupted = status.get("returncode") == EXIT_INTERRUPTED and status.get("args") == list(run.args)
+    found = sorted(run.run_dir.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime) if interrupted else []
+    return found[-1] if found else None
+
+
+def run_one(run: Run, threads: int, timeout: float | None = None, token: str = "") -> dict:
+    """Run one grid cell and record its status: from the checkpoint of its interrupted attempt
+    (:func:`resume_checkpoint`; the log goes on after that attempt's), else from an empty directory."""
+    attempt = _attempts(run.run_dir, token) + 1
+    checkpoint, earlier = resume_checkpoint(run, token), read_status(run.run_dir) or {}
+    args = run.args if checkpoint is None else (*run.args, f"--ckpt_path={checkpoint}")
+    if checkpoint is None and run.run_dir.exists():
+        shutil.rmtree(run.run_dir)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    (run.run_dir / STATUS_FILE).unlink(missing_ok=True)  # unfinished until this attempt ends
+    (run.run_dir / ATTEMPT_FILE).write_text(json.dumps({"token": token, "attempt": attempt}))
+    (run.run_dir / "command.txt").write_text(shell_command(args, threads) + "\n")
+    if checkpoint is not None:
+        with open(run.log_path, "a") as log:
+            log.write(f"\n[lit-grpo compare] attempt {attempt}: resuming from {checkpoint}\n")
+    rc, seconds = _call(args, run.log_path, threads, timeout, append=checkpoint is not None)
+    if checkpoint is not None:  # the run's time is that of all its attempts
+        return _record(run, rc, seconds + earlier.get("seconds", 0), attempt, checkpoint)
+    return _record(run, rc, seconds, attempt)
+
+
+def _record(run: Run, rc: int | str, seconds: float, attempt: int, resumed_from: Path | None = None) -> dict:
+    status = {"status": "done" if rc == 0 else "failed", "returncode": rc, "seconds": round(seconds, 2),
+              "args": list(run.args), "log": str(run.log_path), "attempt": attempt}
+    if resumed_from is not None:
+        status["resumed_from"] = str(resumed_from)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    (run.run_dir / STATUS_FILE).write_text(json.dumps(status, indent=1))
+    return status
+
+
+def run_prepare(exp: Experiment, root: str | Path = "runs/experiments", threads: int = 1,
+                echo: Callable[[str], None] = print, executor: Executor | None = None) -> dict[str, Path]:
+    """Run each prepare step whose output is not cached yet, here or as a task of ``executor`` (with the
+    experiment's resources); their output directories by name."""
+    outputs = {}
+    for step in exp.prepare:
+        output = prepare_output(step, exp.quick, root)
+        args = tuple(substitute(a, outputs, output=output) for a in prepare_args(step, exp.quick))
+        args += (f"--trainer.logger.init_args.save_dir={output}-logs", "--trainer.enable_progress_bar=false")
+        outputs[step.name] = output
+        marker = output / PREPARED_FILE
+        if marker.is_file() and json.loads(marker.read_text()).get("args") == list(args):
+            echo(f"prepare {step.name}: cached at {output}")
+            continue
+        shutil.rmtree(output, ignore_errors=True)
+        shutil.rmtree(f"{output}-logs", ignore_errors=True)  # the requirement reads this step's log alone
+        log = Path(f"{output}.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        echo(f"prepare {step.name}: {shell_command(args, threads)}")
+        call = (args, log, threads, None)
+        rc, seconds = (
+            executor.result(executor.submit(exp.resources, _call, *call)) if executor else _call(*call)
+        )
+        if rc != 0 or not output.is_dir():
+            raise RuntimeError(f"prepare step {step.name!r} failed (exit {rc}, no {output}); see {log}")
+        reached = _check_requirement(step, exp.quick, output, echo)
+        marker.write_text(json.dumps({"args": list(args), "seconds": round(seconds, 2), **reached}))
+        echo(f"prepare {step.name}: done in {seconds:.0f} s -> {output}")
+    return outputs
+
+
+def _check_requirement(step: Prepare, quick: bool, output: Path, echo: Callable[[str], None]) -> dict:
+    """The value a prepare step's requirement reached (``{}`` without one, or in quick mode, whose shortened
+    step is not meant to reach it); a RuntimeError when it misses, so that no run starts from an output
+    the experiment does not assume. The output stays on disk, unmarked: the next call runs the step again."""
+    from lit_grpo.lab.collect import read_scalars, reduce_series  # collect imports this module
+
+    if step.require is None:
+        return {}
+    want = step.require.describe()
+    if quick:
+        echo(f"prepare {step.name}: requirement {want} not checked in quick mode")
+        return {}
+    scalars: dict = {}
+    for events in sorted({p.parent for p in Path(f"{output}-logs").rglob("events.out.tfevents.*")}):
+        scalars.update(read_scalars(events))
+    value = reduce_series(scalars.get(step.require.metric.name, []), step.require.metric.reduce)
+    if not step.require.met(value):
+        got = "was never logged" if value != value else f"reached {value:.4g}"
+        raise RuntimeError(
+            f"prepare step {step.name!r} did not meet its requirement {want}: {step.require.metric.name} "
+            f"{got} (log: {output}-logs, output kept unmarked in {output}). The experiment's runs assume it; "
+            f"change the step (more steps, another lr) or the requirement, then run again"
+        )
+    echo(f"prepare {step.name}: requirement {want} met ({value:.4g})")
+    return {"required": want, "reached": value}
+
+
+def prepared_outputs(exp: Experiment, root: str | Path = "runs/experiments") -> dict[str, Path]:
+    """The output directories of the prepare steps (whether or not they exist yet)."""
+    return {step.name: prepare_output(step, exp.quick, root) for step in exp.prepare}
+
+
+class Progress:
+    """One line per finished run: ``[done/total] ok|FAILED run-id (seconds)``; with ``state``, a line of how
+    many runs wait, run, finished and failed, and the cluster's free resources."""
+
+    def __init__(self, total: int, done: int, echo: Callable[[str], None] = print) -> None:
+        self.total, self.done, self.failed, self.echo = total, done, 0, echo
+
+    def finished(self, run: Run, status: dict) -> None:
+        self.done += 1
+        ok = status["status"] == "done"
+        self.failed += not ok
+        tail = "" if ok else f"  exit {status['returncode']}, log: {status['log']}"
+        retried = f", retried: attempt {status['attempt']}" if status.get("attempt", 1) > 1 else ""
+        self.echo(
+            f"[{self.done}/{self.total}] {'ok    ' if ok else 'FAILED'} {run.run_id} "
+            f"({status['seconds']:.0f} s{retried}){tail}"
+        )
+
+    def state(self, pending: list[Run], token: str, free: str) -> None:
+        running = sum(read_status(r.run_dir) is None and _attempts(r.run_dir, token) > 0 for r in pending)
+        self.echo(
+            f"[runs] {len(pending) - running} pending, {running} running, {self.done - self.failed} done, "
+            f"{self.failed} failed{'; ' + free if free else ''}"
+        )
+
+
+def run_grid(
+    runs: list[Run],
+    threads: int,
+    jobs: int,
+    retry_failed: bool = True,
+    timeout: float | None = None,
+    echo: Callable[[str], None] = print,
+    executor: Executor | None = None,
+    resources: Resources | None = None,
+) -> tuple[int, float]:
+    """Run every run that needs it, ``jobs`` at a time here, or as tasks of ``executor`` (each holding
+    ``resources``); returns how many ran and the wall seconds spent. A run that exits 75 (interrupted, e.g.
+    pre-empted) is submitted again, at most ``executor.retries`` times."""
+    todo = [r for r in runs if needs_run(r, retry_failed)]
+    progress = Progress(len(runs), len(runs) - len(todo), echo)
+    pool = executor or LocalExecutor(jobs)
+    where = f"{jobs} at a time" if executor is None else f"as {pool.kind}"
+    echo(
+        f"{len(runs)} runs: {len(runs) - len(todo)} already finished (skipped), {len(todo)} to run, "
+        f"{where} with {threads} thread(s) each"
+    )
+    start, token, resources = time.monotonic(), uuid.uuid4().hex, resources or Resources(cpus=threads)
+    pending = {pool.submit(resources, run_one, r, threads, timeout, token): r for r in todo}
+    try:
+        while pending:
+            for handle in pool.wait(pending, pool.progress_every):
+                run = pending.pop(handle)
+                try:
+                    status = pool.result(handle)
+                except Exception as err:  # the task was lost (its worker died once too often, the job failed)
+                    status = _record(run, f"lost: {type(err).__name__}", 0, _attempts(run.run_dir, token))
+                if status["returncode"] == EXIT_INTERRUPTED and status["attempt"] <= pool.retries:
+                    attempt = status["attempt"]
+                    echo(f"requeued {run.run_id}: exit 75 (interrupted, e.g. pre-empted) at attempt "
+                         f"{attempt}")
+                    pending[pool.submit(resources, run_one, run, threads, timeout, token)] = run
+                    continue
+                progress.finished(run, status)
+            if pool.progress_every is not None:
+                progress.state(list(pending.values()), token, pool.free())
+    except BaseException:  # Ctrl-C: local children get it too; start nothing more
+        pool.close(pending)
+        raise
+    if executor is None:
+        pool.close()
+    return len(todo), time.monotonic() - start
