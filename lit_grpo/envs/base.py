@@ -1,5 +1,4 @@
-"""The environment interface: an episode starts from a data record, the environment answers each assistant
-turn.
+"""The environment interface: an episode starts from a data record; the environment answers each turn.
 
 An :class:`Environment` is configured once (``class_path``/``init_args``, like every component) and holds no
 episode state: :meth:`Environment.reset` returns a fresh :class:`Episode` for each of the ``G`` episodes of a
@@ -123,8 +122,7 @@ class Environment(ABC):
         return True
 
     def turn_reduction(self, episode: Episode) -> TurnReduction | None:
-        """How ``episode``'s per-turn rewards make its reward (``turn_reward``; a router asks the episode's
-        own)."""
+        """How ``episode``'s turn rewards make its reward: ``turn_reward`` (a router: the episode's own)."""
         return self.turn_reward
 
 

@@ -20,8 +20,7 @@ IGNORE = -100  # the label of a token that is not trained (Hugging Face's ignore
 
 
 def render_turns(turns: Sequence[str], record: Record) -> list[str]:
-    """The demonstration turns for ``record``: each template formatted with the record's fields and
-    columns."""
+    """The demonstration turns for ``record``: each template formatted with its fields and columns."""
     fields = {**record.get("columns", {}), "prompt": record["prompt"], "reference": record["reference"],
               "id": record.get("id")}
     out = []

@@ -248,8 +248,7 @@ def tool_schema(tool: Any) -> dict:
 
 
 def _untitled(schema: Any) -> Any:
-    """``schema`` without the ``title`` of each (sub)schema; argument names (keys of ``properties``) are
-    kept."""
+    """``schema`` without each (sub)schema's ``title``; argument names (keys of ``properties``) are kept."""
     if isinstance(schema, list):
         return [_untitled(s) for s in schema]
     if not isinstance(schema, dict):
@@ -345,8 +344,7 @@ class _Runtime:
         self._thread: threading.Thread | None = None
 
     def run(self, coroutine, timeout: float):
-        """Runs ``coroutine`` on the loop; waits at most ``timeout`` seconds (then cancels it:
-        TimeoutError)."""
+        """Runs ``coroutine`` on the loop; waits at most ``timeout`` s (then cancels it: TimeoutError)."""
         loop = self._ensure_loop()
         if threading.current_thread() is self._thread:  # waiting here would stall the loop it waits on
             coroutine.close()

@@ -1,5 +1,4 @@
-"""Environments served by OpenEnv (``openenv-core``, the environment protocol TRL integrates) as lit-grpo
-environments.
+"""OpenEnv servers (``openenv-core``, the environment protocol TRL integrates) as lit-grpo environments.
 
 Each episode opens its own WebSocket session on the server (OpenEnv's ``GenericEnvClient``) and holds it until
 the episode ends, so the server must allow as many concurrent sessions as episodes run at once
@@ -171,8 +170,7 @@ class OpenEnvEnvironment(Environment):
         return sum(rewards) if self.reward_mode == "sum" else rewards[-1]
 
     def close(self) -> None:
-        """Closes every session this environment still has open (e.g. of a rollout that stopped on an
-        error)."""
+        """Closes every session this environment still has open (e.g. of a rollout stopped by an error)."""
         with self._lock:
             clients = list(self._sessions.values())
         for client in clients:

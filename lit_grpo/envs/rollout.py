@@ -60,8 +60,8 @@ class _Track:
 
 
 def check_truncated_reward(value: TruncatedReward) -> TruncatedReward:
-    """``value`` if it is a valid ``truncated_reward`` (a finite number, ``score`` or ``drop``), else a clear
-    error."""
+    """``value`` if it is a valid ``truncated_reward`` (a finite number, ``score`` or ``drop``); else an
+    error that says what is valid."""
     ok = value in ("score", "drop") if isinstance(value, str) else \
         isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     require(ok, f"truncated_reward={value!r}: use a finite number (the reward of an episode that never "
@@ -141,8 +141,7 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
 
 
 def _budget(budget: int, context: int | None, track: _Track, episode: Episode) -> int:
-    """The tokens an episode may hold after its prompt: ``max_episode_tokens``, within the engine's
-    context."""
+    """How many tokens an episode may hold after its prompt: ``max_episode_tokens``, within the context."""
     if context is None:
         return budget
     room = context - len(track.prompt)
@@ -283,8 +282,7 @@ def _assemble(tracks: list[_Track], episodes: list[Episode], n: int, pad: int, d
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """The ``env/…`` scalars of one step's episodes: means per episode, totals of errors, timeouts and
-    seconds."""
+    """One step's ``env/…`` scalars: means per episode, totals of errors, timeouts and seconds."""
     k = max(len(episodes), 1)
     return {
         "env/turns_mean": sum(e.turns for e in episodes) / k,

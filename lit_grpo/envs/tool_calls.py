@@ -101,8 +101,7 @@ def check_arguments(arguments: dict[str, Any], schema: dict) -> str | None:
 
 
 def _check_value(name: str, value: Any, spec: dict) -> str | None:
-    """What is wrong with one argument's value for its schema ``spec`` (type, null, enum; not nested
-    items)."""
+    """What is wrong with an argument's value for its schema ``spec`` (type, null, enum; not nested items)."""
     if value is None and spec.get("nullable"):
         return None
     kinds = spec.get("type")

@@ -30,8 +30,8 @@ class RolloutEngine(ABC):
         """``P`` prompts -> ``P * n`` completions, group-major, with the sampling log-probs."""
 
     def rollout(self, batch: PromptBatch, n: int, sampling: SamplingParams) -> Rollouts:
-        """``n`` rollouts of each prompt of ``batch``, group-major: the completions of its prompts. An engine
-        that runs multi-turn episodes (:class:`lit_grpo.envs.EpisodeEngine`) reads the whole records
+        """``n`` rollouts of each prompt of ``batch``, group-major: the completions of its prompts. An
+        engine that runs multi-turn episodes (:class:`lit_grpo.envs.EpisodeEngine`) reads the whole records
         instead."""
         return self.generate(batch.prompts, n, sampling)
 

@@ -36,8 +36,7 @@ def pad_prompts(prompt_ids: list[list[int]], pad_token_id: int) -> tuple[Tensor,
 
 
 def unpad_prompts(ids: Tensor, mask: Tensor) -> list[list[int]]:
-    """Left-padded ``ids, mask [P, Tp]`` -> the token ids of each prompt (the inverse of
-    :func:`pad_prompts`)."""
+    """Left-padded ``ids, mask [P, Tp]`` -> each prompt's token ids (the inverse of :func:`pad_prompts`)."""
     return [row[m].tolist() for row, m in zip(ids, mask, strict=True)]
 
 

@@ -1,5 +1,5 @@
-"""Each distinct prompt prefilled once for ``generate``: a key/value cache of the prompts, expanded to the
-rows that sample from them.
+"""Each distinct prompt prefilled once for ``generate``: a key/value cache of the prompts, expanded to
+the rows that sample from them.
 
 The ``n`` rows of a group repeat one prompt, so the plain path computes every prompt ``n`` times. Here the
 distinct prompts run once over all but their last token into a :class:`~transformers.DynamicCache`, which is

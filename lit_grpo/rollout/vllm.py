@@ -33,8 +33,7 @@ INSTALL_HINT = (
 
 
 class VLLMEngine(RolloutEngine):
-    """``vllm.LLM`` in the training process: ``n`` samples per prompt, weights loaded in place after each
-    step.
+    """``vllm.LLM`` in the training process: ``n`` samples per prompt, weights loaded in place each step.
 
     The engine is created in :meth:`bind` from the policy's config and tokenizer directory with dummy
     weights; the policy's own weights are loaded into it before the first rollout and after every
