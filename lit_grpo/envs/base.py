@@ -185,8 +185,8 @@ class EnvironmentRouter(Environment):
     def __init__(self, column: str, environments: dict[str, Environment],
                  default: Environment | None = None) -> None:
         require(bool(environments) or default is not None,
-                "EnvironmentRouter: environments is empty and there is no default; map at least one column "
-                "value")
+                "EnvironmentRouter: environments is empty and there is no default; map at least one "
+                "column value")
         self.column = column
         self.environments = dict(environments)
         self.default = default
@@ -197,8 +197,8 @@ class EnvironmentRouter(Environment):
         env = self.environments.get(str(value)) if value is not None else None
         require(env is not None or self.default is not None,
                 f"EnvironmentRouter: record {record.get('id')!r} has {self.column}={value!r}, which names no "
-                f"environment; known values: {sorted(self.environments)}. Add it to environments or set a "
-                "default")
+                f"environment; known values: {sorted(self.environments)}. Add it to environments or "
+                "set a default")
         return env or self.default
 
     def reset(self, record: Record) -> Episode:

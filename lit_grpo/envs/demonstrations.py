@@ -57,12 +57,12 @@ def demonstration_row(environment: Environment, chat: ChatFormat, record: Record
         require(result.done == last,
                 f"demonstration of record {record.get('id')!r}: the environment "
                 + (f"ended the episode after turn {k + 1} of {len(turns)} ({text!r})" if result.done else
-                   f"did not end the episode after the last turn ({text!r}); the last turn must be a final "
-                   "answer"))
+                   f"did not end the episode after the last turn ({text!r}); the last turn must be a "
+                   "final answer"))
+        answer = result.observations[-1]["content"] if result.observations else ""
         require(episode.tool_errors == 0 and episode.tool_timeouts == 0,
                 f"demonstration of record {record.get('id')!r}: turn {k + 1} ({text!r}) got an error from "
-                f"the environment ({result.observations[-1]['content'] if result.observations else ''!r}); "
-                "fix the turn")
+                f"the environment ({answer!r}); fix the turn")
         episode.messages.extend(result.observations)
         if not last:
             bridge = chat.bridge_ids(history, result.observations, episode.tools, episode.tool_instructions,

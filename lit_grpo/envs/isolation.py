@@ -93,8 +93,8 @@ class WorkerPool:
         require(memory_mb is None or memory_mb >= 1,
                 f"memory_mb={memory_mb} must be >= 1, or null for no limit")
         require(start_method in ("forkserver", "spawn"),
-                f"start_method={start_method!r}; use 'forkserver' or 'spawn' (fork is unsafe in a process "
-                "with threads)")
+                f"start_method={start_method!r}; use 'forkserver' or 'spawn' (fork is unsafe in a "
+                "process with threads)")
         self.blob = check_picklable(tools)
         self.modules = sorted({m for m in (_module_of(t) for t in tools.values()) if m and m != "__main__"})
         self.workers, self.memory_mb, self.start_method = workers, memory_mb, start_method
@@ -186,8 +186,8 @@ class _Worker:
         if kind != "ready":
             worker.kill()
             raise WorkerStartError(f"a tool worker could not load the tools: {detail}; a worker imports each "
-                                   "tool's module anew: define the tools in an importable module, or set "
-                                   "isolation: none")
+                                   "tool's module anew: define the tools in an importable module, or "
+                                   "set isolation: none")
         return worker
 
     def run(self, request: tuple[str, dict], timeout_s: float) -> tuple[str, Any]:
@@ -198,8 +198,8 @@ class _Worker:
             raise _NotTaken from None
         try:
             if not self.conn.poll(timeout_s):
-                raise ToolTimeout(f"ran past its time limit of {timeout_s:g} s; its worker process was "
-                                  "killed")
+                raise ToolTimeout(f"ran past its time limit of {timeout_s:g} s; its worker process "
+                                  "was killed")
             return self.conn.recv()
         except (EOFError, OSError):
             self.process.join(timeout=5)

@@ -160,8 +160,8 @@ class MCPToolEnvironment(Environment):
             self._runtime.stop(server)
             cause = _leaf(err)
             return _error(episode, f"tool {call.name!r} failed: the MCP server stopped answering "
-                                   f"({type(cause).__name__}: {cause}); it is started again for the next "
-                                   "call")
+                                   f"({type(cause).__name__}: {cause}); it is started again for the "
+                                   "next call")
         text, failed = result_text(result)
         if failed:
             return _error(episode, f"tool {call.name!r} failed: {text}")

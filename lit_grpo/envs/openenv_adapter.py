@@ -40,8 +40,8 @@ from lit_grpo.envs.tools import describe_tools
 
 #: the optional extra this module's classes need (lit_grpo.extras)
 EXTRA = "openenv"
-INSTALL_HINT = ("OpenEnvEnvironment needs openenv-core: pip install 'lit-grpo[openenv]' (or pip install "
-                "openenv-core)")
+INSTALL_HINT = ("OpenEnvEnvironment needs openenv-core: pip install 'lit-grpo[openenv]' (or "
+                "pip install openenv-core)")
 
 
 class OpenEnvError(RuntimeError):
@@ -89,8 +89,8 @@ class OpenEnvEnvironment(Environment):
                  max_result_chars: int = 2000, connect_timeout_s: float = 10.0,
                  message_timeout_s: float = 60.0) -> None:
         require(base_url.startswith(("http://", "https://", "ws://", "wss://")),
-                f"OpenEnvEnvironment: base_url={base_url!r} must start with http://, https://, ws:// or "
-                "wss://")
+                f"OpenEnvEnvironment: base_url={base_url!r} must start with http://, https://, "
+                "ws:// or wss://")
         require(actions in ("text", "tools"), f"actions={actions!r}; use text or tools")
         require(opening in ("prompt", "observation", "both"),
                 f"opening={opening!r}; use prompt, observation or both")
@@ -298,8 +298,8 @@ class OpenEnvEnvironment(Environment):
         if self.observation_field is None or self.actions == "tools":
             return observation if isinstance(observation, str) else json.dumps(observation, default=str)
         require(isinstance(observation, dict) and self.observation_field in observation,
-                f"OpenEnvEnvironment: the observation has no field {self.observation_field!r}; its fields "
-                "are "
+                f"OpenEnvEnvironment: the observation has no field {self.observation_field!r}; its "
+                "fields are "
                 f"{sorted(observation) if isinstance(observation, dict) else type(observation).__name__}. "
                 "Set observation_field to one of them (or null for the whole observation)")
         return str(observation[self.observation_field])

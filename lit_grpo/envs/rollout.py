@@ -225,8 +225,8 @@ def _turn_reward(environment: Environment, episode: Episode, reward) -> None:
     require(how in TURN_REDUCTIONS, f"{type(environment).__name__}: turn_reward={how!r} is not a reduction; "
                                     f"use one of {list(TURN_REDUCTIONS)}")
     require(reward is None or (isinstance(reward, int | float) and not isinstance(reward, bool)),
-            f"{type(environment).__name__}.step returned the turn reward {reward!r}; a turn reward is a "
-            "number")
+            f"{type(environment).__name__}.step returned the turn reward {reward!r}; a turn reward is "
+            "a number")
     episode.turn_rewards.append(0.0 if reward is None else float(reward))
 
 
@@ -245,8 +245,8 @@ def _reset(environment: Environment, record: Record) -> Episode:
     start = time.perf_counter()
     episode = environment.reset(record)
     require(isinstance(episode, Episode),
-            f"{type(environment).__name__}.reset returned {type(episode).__name__}; it must return an "
-            "Episode")
+            f"{type(environment).__name__}.reset returned {type(episode).__name__}; it must return "
+            "an Episode")
     episode.env_seconds += time.perf_counter() - start
     return episode
 

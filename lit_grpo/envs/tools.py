@@ -76,9 +76,8 @@ def describe_tools(schemas: list[dict], tags: tuple[str, str]) -> str:
         "You can call these tools (JSON schemas):\n"
         f"{listing}\n"
         f'To call a tool, write {opening}{{"name": "<tool name>", "arguments": {{<arguments>}}}}{closing} '
-        'and '
-        "stop; the result comes back in the next message. When you know the answer, reply without a tool "
-        "call."
+        "and stop; the result comes back in the next message. When you know the answer, reply without a "
+        "tool call."
     )
 
 
