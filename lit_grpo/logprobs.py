@@ -6,7 +6,8 @@ transformers' cache classes, inside the shared-prefix forward), so importing thi
 Lightning. ``masked_mean``, the KL estimators between two policies' log-probs (the loss's KL penalty uses
 them) and the rollout/trainer mismatch statistics live here too.
 
-Shapes: ``N`` completions, ``T`` completion tokens, ``H`` hidden size, ``V`` vocabulary (see ``lit_grpo.types``).
+Shapes (see ``lit_grpo.types``): ``N`` completions, ``T`` completion tokens, ``H`` hidden size, ``V``
+vocabulary.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from lit_grpo.checks import require
 from lit_grpo.lora import base_model
 from lit_grpo.parallel import is_sharded
 from lit_grpo.perf import Fallback, attention_refusal
@@ -55,7 +57,8 @@ def sequence_logprobs(
     if rows is not None:
         hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=positions,
                                      use_cache=False).last_hidden_state[:, -(t + 1) : -1]  # [N, T, H]
-        return _head_logprobs(model, hidden, rollouts.completion_ids, temperature, rows, with_entropy, entropy_grad)
+        return _head_logprobs(model, hidden, rollouts.completion_ids, temperature, rows, with_entropy,
+                              entropy_grad)
     logits = policy(input_ids=ids, attention_mask=attn, position_ids=positions, logits_to_keep=t + 1,
                     use_cache=False).logits
     logits = logits[:, :-1]  # [N, T, V]: position j predicts completion token j
@@ -153,9 +156,12 @@ def chunked_head_logprobs(
     recompute = torch.is_grad_enabled() and (flat_hidden.requires_grad or head.weight.requires_grad)
     logps, entropies = [], []
     for start in range(0, flat_ids.shape[0], chunk_rows):
-        args = (head, flat_hidden[start : start + chunk_rows], flat_ids[start : start + chunk_rows], temperature,
-                with_entropy, entropy_grad)
-        logp, entropy = checkpoint(_head_chunk, *args, use_reentrant=False) if recompute else _head_chunk(*args)
+        rows = slice(start, start + chunk_rows)
+        args = (head, flat_hidden[rows], flat_ids[rows], temperature, with_entropy, entropy_grad)
+        if recompute:
+            logp, entropy = checkpoint(_head_chunk, *args, use_reentrant=False)
+        else:
+            logp, entropy = _head_chunk(*args)
         logps.append(logp)
         entropies.append(entropy)
     logp = torch.cat(logps).view(ids.shape)  # [N, T]
@@ -169,7 +175,8 @@ def _head_chunk(head: nn.Module, hidden: Tensor, ids: Tensor, temperature: float
     return token_logprobs(logits, ids, temperature), entropy
 
 
-def token_entropy(logits: Tensor, temperature: float = 1.0, chunk_size: int = 4096, grad: bool = False) -> Tensor:
+def token_entropy(logits: Tensor, temperature: float = 1.0, chunk_size: int = 4096,
+                  grad: bool = False) -> Tensor:
     """Entropy of each position's sampling distribution, ``[N, T]`` (with gradient only when ``grad``)."""
     with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
         flat = logits.reshape(-1, logits.shape[-1])
@@ -191,14 +198,14 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: KLEstimator = "k3") -
 
     k1 = logp - ref, k2 = (logp - ref)^2 / 2, k3 = exp(ref - logp) - (ref - logp) - 1 (Schulman 2020).
     """
+    require(estimator in get_args(KLEstimator),
+            f"kl_estimator={estimator!r} is not known; choose one of {list(get_args(KLEstimator))}")
     log_ratio = logp - ref_logp
     if estimator == "k1":
         return log_ratio
     if estimator == "k2":
         return 0.5 * log_ratio.square()
-    if estimator == "k3":
-        return torch.expm1(-log_ratio) + log_ratio
-    raise ValueError(f"kl_estimator={estimator!r} is not known; choose one of {list(get_args(KLEstimator))}")
+    return torch.expm1(-log_ratio) + log_ratio
 
 
 @torch.no_grad()
@@ -231,12 +238,13 @@ def shared_prefix_logprobs(
 ) -> tuple[Tensor, Tensor | None]:
     """What :func:`sequence_logprobs` returns, each distinct prompt of ``rollouts`` encoded once.
 
-    The rows of a group repeat one prompt. Here the distinct prompts (equal tokens and padding) run through the
-    decoder once with a key/value cache; each completion then runs against its prompt's keys and values, picked
-    out per row, with the attention mask and position ids of the plain path. The pick is an index into the
-    prompt pass's tensors, so gradients flow back into it, summed over the rows that share the prompt: log-probs
-    and gradients equal the plain path's up to float summation order. The first completion token's log-prob
-    comes from the prompt's last position, the others from the completion pass over all but the last token.
+    The rows of a group repeat one prompt. Here the distinct prompts (equal tokens and padding) run through
+    the decoder once with a key/value cache; each completion then runs against its prompt's keys and values,
+    picked out per row, with the attention mask and position ids of the plain path. The pick is an index into
+    the prompt pass's tensors, so gradients flow back into it, summed over the rows that share the prompt:
+    log-probs and gradients equal the plain path's up to float summation order. The first completion token's
+    log-prob comes from the prompt's last position, the others from the completion pass over all but the last
+    token.
 
     With ``packed`` the completion pass runs on the tokens that exist: the completions of a prompt are packed
     end to end into as few rows as the longest one fills (:func:`pack_rows`), each attending to its prompt and
@@ -260,12 +268,14 @@ def shared_prefix_logprobs(
         if len(unique) < n:
             first = torch.full((len(unique),), n, device=inverse.device).scatter_reduce(
                 0, inverse, torch.arange(n, device=inverse.device), "amin")  # [U] a row of each prompt
-            hidden, reason = _shared_prefix_hidden(model, rollouts, first, inverse, packed)  # [N, T, H] or [M, H]
+            # [N, T, H], or [M, H] when packed
+            hidden, reason = _shared_prefix_hidden(model, rollouts, first, inverse, packed)
             if reason is not None:
                 FALLBACK.remember(model, reason)
             if hidden is not None and hidden.dim() == 2:  # packed: the completion tokens only
-                return _scattered_head_logprobs(model, hidden, rollouts.completion_ids, rollouts.completion_mask,
-                                                temperature, with_entropy, entropy_grad)
+                return _scattered_head_logprobs(model, hidden, rollouts.completion_ids,
+                                                rollouts.completion_mask, temperature, with_entropy,
+                                                entropy_grad)
             if hidden is not None:
                 rows = _head_chunk_rows(model, n * t)
                 return _head_logprobs(model, hidden, rollouts.completion_ids, temperature, rows, with_entropy,
@@ -280,8 +290,8 @@ def _shared_prefix_refusal(policy: nn.Module, model: nn.Module) -> str | None:
     if (known := FALLBACK.remembered(model)) is not None:
         return known
     if is_sharded(policy):
-        return "the policy is sharded (FSDP), whose root unit gathers the embedding and LM head only inside " \
-               "the whole model's forward"
+        return ("the policy is sharded (FSDP), whose root unit gathers the embedding and LM head only "
+                "inside the whole model's forward")
     split = _split_head_refusal(model)
     if split is not None:
         return f"{type(model).__name__}: {split}"
@@ -293,9 +303,9 @@ def _shared_prefix_refusal(policy: nn.Module, model: nn.Module) -> str | None:
 def _shared_prefix_hidden(model: nn.Module, rollouts: Rollouts, first: Tensor, inverse: Tensor,
                           packed: bool = False) -> tuple[Tensor | None, str | None]:
     """The decoder's hidden states that predict the completion tokens: the prompts ``first [U]`` (one row of
-    each) run once, the completions against row ``inverse [N]`` of their keys and values. ``[N, T, H]``, or with
-    ``packed`` (where :func:`_packing_refusal` allows) ``[M, H]`` for the ``M`` completion tokens in row-major
-    order. None and the reason when the decoder returns no plain dynamic cache."""
+    each) run once, the completions against row ``inverse [N]`` of their keys and values. ``[N, T, H]``, or
+    with ``packed`` (where :func:`_packing_refusal` allows) ``[M, H]`` for the ``M`` completion tokens in
+    row-major order. None and the reason when the decoder returns no plain dynamic cache."""
     from transformers.cache_utils import DynamicLayer
 
     decoder = model.get_decoder()
@@ -306,13 +316,14 @@ def _shared_prefix_hidden(model: nn.Module, rollouts: Rollouts, first: Tensor, i
     cache = out.past_key_values
     layers = getattr(cache, "layers", None)
     if not layers or any(type(layer) is not DynamicLayer for layer in layers):
-        return None, f"{type(model).__name__}'s decoder returns {type(cache).__name__}, not a cache of full " \
-                     "attention layers"
+        return None, (f"{type(model).__name__}'s decoder returns {type(cache).__name__}, not a cache of "
+                      "full attention layers")
     if packed and _packing_refusal(model, rollouts) is None:
-        return _packed_hidden(decoder, cache, out.last_hidden_state[:, -1], rollouts, inverse, attn[first, :tp],
-                              positions[:, tp:]), None
-    # index_select, not x[inverse]: the backward of advanced indexing with repeated rows accumulates with atomic
-    # adds over threads on the CPU, in an order that changes from run to run; index_select's (index_add_) does not
+        return _packed_hidden(decoder, cache, out.last_hidden_state[:, -1], rollouts, inverse,
+                              attn[first, :tp], positions[:, tp:]), None
+    # index_select, not x[inverse]: the backward of advanced indexing with repeated rows accumulates with
+    # atomic adds over threads on the CPU, in an order that changes from run to run; index_select's
+    # (index_add_) does not
     last = out.last_hidden_state[:, -1:].index_select(0, inverse)  # [N, 1, H]: predicts completion token 0
     if rollouts.completion_ids.shape[1] == 1:
         return last, None
@@ -335,16 +346,18 @@ def _packing_refusal(model: nn.Module, rollouts: Rollouts) -> str | None:
     return None
 
 
-def pack_rows(owners: list[int], lengths: list[int], capacity: int) -> list[tuple[int, list[tuple[int, int]]]]:
-    """Rows of ``lengths`` tokens packed end to end into bins of ``capacity`` tokens, a bin holding only rows of
-    one owner (``owners``: each row's prompt): first fit, longest rows first. Returns each bin's owner and its
-    ``(row, offset)`` pairs; rows of length 0 are left out."""
+def pack_rows(owners: list[int], lengths: list[int],
+              capacity: int) -> list[tuple[int, list[tuple[int, int]]]]:
+    """Rows of ``lengths`` tokens packed end to end into bins of ``capacity`` tokens, a bin holding only rows
+    of one owner (``owners``: each row's prompt): first fit, longest rows first. Returns each bin's owner and
+    its ``(row, offset)`` pairs; rows of length 0 are left out."""
     bins: list[tuple[int, list[tuple[int, int]]]] = []
     room: list[int] = []
     for row in sorted(range(len(lengths)), key=lambda r: (owners[r], -lengths[r], r)):
         if lengths[row] == 0:
             continue
-        fit = next((b for b in range(len(bins)) if bins[b][0] == owners[row] and room[b] >= lengths[row]), None)
+        fit = next((b for b in range(len(bins)) if bins[b][0] == owners[row] and room[b] >= lengths[row]),
+                   None)
         if fit is None:
             bins.append((owners[row], []))
             room.append(capacity)
@@ -356,10 +369,10 @@ def pack_rows(owners: list[int], lengths: list[int], capacity: int) -> list[tupl
 
 def _packed_hidden(decoder: nn.Module, cache, last: Tensor, rollouts: Rollouts, inverse: Tensor,
                    prompt_mask: Tensor, positions: Tensor) -> Tensor:
-    """Hidden states ``[M, H]`` that predict the ``M`` completion tokens of ``rollouts`` (row-major): token 0 of
-    row ``r`` from ``last [U, H]`` (its prompt's last position), the others from one decoder pass over the
-    completions' inputs packed by :func:`pack_rows`, against the prompt keys and values in ``cache`` (``U`` rows,
-    ``prompt_mask [U, Tp]``). ``positions [N, T]``: each completion token's position id."""
+    """Hidden states ``[M, H]`` that predict the ``M`` completion tokens of ``rollouts`` (row-major): token 0
+    of row ``r`` from ``last [U, H]`` (its prompt's last position), the others from one decoder pass over the
+    completions' inputs packed by :func:`pack_rows`, against the prompt keys and values in ``cache`` (``U``
+    rows, ``prompt_mask [U, Tp]``). ``positions [N, T]``: each completion token's position id."""
     ids, mask = rollouts.completion_ids, rollouts.completion_mask  # [N, T]
     n, t = ids.shape
     device = ids.device
@@ -374,7 +387,8 @@ def _packed_hidden(decoder: nn.Module, cache, last: Tensor, rollouts: Rollouts, 
         slot_row = torch.zeros(len(bins), c, dtype=torch.long)  # [B, C] the completion token in each slot
         slot_col = torch.zeros(len(bins), c, dtype=torch.long)
         segment = torch.full((len(bins), c), -1, dtype=torch.long)  # [B, C] which packed row, -1 for padding
-        for b, (_, rows) in enumerate(bins):  # integer planning on the CPU; the tokens move in one gather below
+        # integer planning on the CPU; the tokens move in one gather below
+        for b, (_, rows) in enumerate(bins):
             for k, (row, offset) in enumerate(rows):
                 length = inputs[row]
                 slot_row[b, offset : offset + length] = row
@@ -385,24 +399,26 @@ def _packed_hidden(decoder: nn.Module, cache, last: Tensor, rollouts: Rollouts, 
         bin_ids = ids[slot_row, slot_col].masked_fill(~real, 0)  # [B, C]
         bin_pos = positions[slot_row, slot_col].masked_fill(~real, 0)
         owner = torch.tensor([u for u, _ in bins], device=device)  # [B]
-        for layer in cache.layers:  # each bin gets its prompt's keys and values; autograd sums their gradients
+        # each bin gets its prompt's keys and values; autograd sums their gradients
+        for layer in cache.layers:
             layer.keys, layer.values = layer.keys.index_select(0, owner), layer.values.index_select(0, owner)
         causal = torch.ones(c, c, dtype=torch.bool).tril()  # [C, C]
         own = (segment[:, :, None] == segment[:, None, :]) & (segment[:, None, :] >= 0) & causal  # [B, C, C]
         allowed = torch.cat([prompt_mask.bool().index_select(0, owner)[:, None, :].expand(-1, c, -1),
                              own.to(device)], dim=-1)[:, None]  # [B, 1, C, Tp + C]
         if decoder.config._attn_implementation == "eager":  # eager attention adds its mask to the scores
-            allowed = torch.zeros(allowed.shape, device=device).masked_fill(~allowed, torch.finfo(torch.float32).min)
-        packed = decoder(input_ids=bin_ids, attention_mask=allowed, position_ids=bin_pos, past_key_values=cache,
-                         use_cache=True).last_hidden_state  # [B, C, H]
+            allowed = torch.zeros(allowed.shape, device=device).masked_fill(~allowed,
+                                                                            torch.finfo(torch.float32).min)
+        packed = decoder(input_ids=bin_ids, attention_mask=allowed, position_ids=bin_pos,
+                         past_key_values=cache, use_cache=True).last_hidden_state  # [B, C, H]
         flat = torch.cat([last, packed.reshape(-1, packed.shape[-1])])  # [U + B*C, H]
     return flat.index_select(0, source.to(device)[mask])  # [M, H]
 
 
 def _scattered_head_logprobs(model: nn.Module, hidden: Tensor, ids: Tensor, mask: Tensor, temperature: float,
                              with_entropy: bool, entropy_grad: bool) -> tuple[Tensor, Tensor | None]:
-    """Log-probs (and entropy) ``[N, T]`` of ``ids`` from the hidden states ``hidden [M, H]`` of its ``M`` tokens
-    under ``mask [N, T]``; 0 elsewhere."""
+    """Log-probs (and entropy) ``[N, T]`` of ``ids`` from the hidden states ``hidden [M, H]`` of its ``M``
+    tokens under ``mask [N, T]``; 0 elsewhere."""
     rows = _head_chunk_rows(model, len(hidden))
     logp, entropy = _head_logprobs(model, hidden[None], ids[mask][None], temperature, rows, with_entropy,
                                    entropy_grad)  # [1, M]

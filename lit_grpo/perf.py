@@ -1,5 +1,5 @@
-"""Wall-clock time per phase of a training step, logged as ``perf/<phase>``; what the fast paths remember about
-the models they fall back on."""
+"""Wall-clock time per phase of a training step, logged as ``perf/<phase>``; what the fast paths remember
+about the models they fall back on."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ class PhaseTimer:
 
 
 class Fallback:
-    """A fast path's memory of why it cannot serve a model: the reason found for a model at run time (kept while
-    the model lives), and each reason logged once per process as ``message % reason``."""
+    """A fast path's memory of why it cannot serve a model: the reason found for a model at run time (kept
+    while the model lives), and each reason logged once per process as ``message % reason``."""
 
     def __init__(self, logger: logging.Logger, message: str) -> None:
         self._logger, self._message = logger, message
@@ -66,4 +66,5 @@ def attention_refusal(model: object, consequence: str) -> str | None:
     kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
     if kinds == {"full_attention"}:
         return None
-    return f"{type(model).__name__} has layers with {sorted(kinds - {'full_attention'})} attention, {consequence}"
+    others = sorted(kinds - {"full_attention"})
+    return f"{type(model).__name__} has layers with {others} attention, {consequence}"

@@ -1,8 +1,8 @@
 """Environments and tools for multi-turn episodes: the interface, tool use, and the token-exact rollout.
 
-See docs/agents.md. Importing this package registers its environments for ``class_path`` short names; the optional
-libraries (bm25s for search, openenv-core for OpenEnv servers, mcp for MCP tools) are imported only when such an
-environment is built.
+See docs/agents.md. Importing this package registers its environments for ``class_path`` short names; the
+optional libraries (bm25s for search, openenv-core for OpenEnv servers, mcp for MCP tools) are imported only
+when such an environment is built.
 """
 
 from lit_grpo.envs.base import Environment, EnvironmentRouter, Episode, SingleTurn, StepResult
@@ -17,8 +17,9 @@ from lit_grpo.envs.search import SearchEnvironment
 from lit_grpo.envs.tools import ToolEnvironment
 
 __all__ = [
-    "Environment", "EnvironmentRouter", "Episode", "EpisodeEngine", "SingleTurn", "StepResult", "ToolEnvironment",
-    "SearchEnvironment", "OpenEnvEnvironment", "MCPToolEnvironment", "ChatFormat", "ConcurrentSteps", "calculator",
+    "Environment", "EnvironmentRouter", "Episode", "EpisodeEngine", "SingleTurn", "StepResult",
+    "ToolEnvironment", "SearchEnvironment", "OpenEnvEnvironment", "MCPToolEnvironment", "ChatFormat",
+    "ConcurrentSteps", "calculator",
     "episode_metrics",
     "records_of", "run_episodes",
 ]  # fmt: skip

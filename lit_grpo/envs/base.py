@@ -1,9 +1,9 @@
-"""The environment interface: an episode starts from a data record, the environment answers each assistant turn.
+"""The environment interface: an episode starts from a data record; the environment answers each turn.
 
 An :class:`Environment` is configured once (``class_path``/``init_args``, like every component) and holds no
-episode state: :meth:`Environment.reset` returns a fresh :class:`Episode` for each of the ``G`` episodes of a record,
-and :meth:`Environment.step` and :meth:`Environment.reward` read and change only the episode they are given, so
-the episodes of a step run side by side without sharing anything.
+episode state: :meth:`Environment.reset` returns a fresh :class:`Episode` for each of the ``G`` episodes of a
+record, and :meth:`Environment.step` and :meth:`Environment.reward` read and change only the episode they are
+given, so the episodes of a step run side by side without sharing anything.
 
 A record is the dict a :class:`~lit_grpo.data.sources.PromptSource` returns:
 ``{"prompt": str, "reference": str, "id": str, "columns": {name: value}}``.
@@ -39,10 +39,10 @@ class Episode:
     """One episode's state: the conversation so far, the environment's own state and the counters.
 
     The driver (:func:`lit_grpo.envs.run_episodes`) appends each assistant turn (``{"role": "assistant",
-    "content": text}``) and each step's observations to ``messages`` and fills ``turns``, ``done``, ``truncated``,
-    ``answered`` and ``reward``; environments count their tool calls here. ``messages`` hold exactly what the
-    episode's tokens hold: observations that no further turn reads (after the last turn, or past the token
-    budget) are left out.
+    "content": text}``) and each step's observations to ``messages`` and fills ``turns``, ``done``,
+    ``truncated``, ``answered`` and ``reward``; environments count their tool calls here. ``messages`` hold
+    exactly what the episode's tokens hold: observations that no further turn reads (after the last turn, or
+    past the token budget) are left out.
     """
 
     record: Record
@@ -60,7 +60,8 @@ class Episode:
     answered: bool = False  # it ended on an answer: done, or a last turn cut without EOS that is no call
     max_turns: int = 0  # the most assistant turns it could have had (the driver's max_turns)
     turn_tokens: list[int] = field(default_factory=list)  # tokens the policy sampled in each turn
-    turn_rewards: list[float] = field(default_factory=list)  # each turn's reward, when the environment gives them
+    # each turn's reward, when the environment gives them
+    turn_rewards: list[float] = field(default_factory=list)
     reward: float | None = None  # the environment's own reward, when it owns one (NaN: unscorable)
 
     @property
@@ -85,9 +86,9 @@ class Environment(ABC):
     Subclasses implement :meth:`reset` and :meth:`step`, and :meth:`reward` when the environment owns the
     reward. Keep all per-episode state in the :class:`Episode` (``episode.state``), never on ``self``.
 
-    Per-turn rewards: an environment that sets ``turn_reward`` (``sum``, ``mean``, ``last``, ``min`` or ``max``)
-    gives each turn a reward in ``StepResult.reward`` (None counts as 0, as does a turn it was not asked to
-    answer: one cut without EOS, or a last turn that is no answer); the episode's reward is their
+    Per-turn rewards: an environment that sets ``turn_reward`` (``sum``, ``mean``, ``last``, ``min`` or
+    ``max``) gives each turn a reward in ``StepResult.reward`` (None counts as 0, as does a turn it was not
+    asked to answer: one cut without EOS, or a last turn that is no answer); the episode's reward is their
     ``turn_reward`` reduction over its sampled turns (``Episode.turn_rewards``), and :meth:`reward` must then
     return None, so an episode has one reward source.
     """
@@ -108,26 +109,27 @@ class Environment(ABC):
         return None
 
     def answers(self, episode: Episode, text: str) -> bool:
-        """Whether the assistant turn ``text`` would be the episode's answer (rather than a tool call or another
-        move that asks for a further turn), decided without acting on it.
+        """Whether the assistant turn ``text`` would be the episode's answer (rather than a tool call or
+        another move that asks for a further turn), decided without acting on it.
 
         The driver asks on the turns it will not continue: the last allowed turn, before stepping it (a turn
         that is no answer is then not stepped, so no tool runs for a result no turn would read), and a turn
         cut without EOS (never stepped). An episode whose last turn is no answer is *unanswered* and scored
-        as ``truncated_reward`` says. The default, True, steps the last turn and leaves cut turns scored as cut
-        completions are; environments that can tell (``ToolEnvironment``: the turn holds no call) override it.
+        as ``truncated_reward`` says. The default, True, steps the last turn and leaves cut turns scored as
+        cut completions are; environments that can tell (``ToolEnvironment``: the turn holds no call) override
+        it.
         """
         return True
 
     def turn_reduction(self, episode: Episode) -> TurnReduction | None:
-        """How ``episode``'s per-turn rewards make its reward (``turn_reward``; a router asks the episode's own)."""
+        """How ``episode``'s turn rewards make its reward: ``turn_reward`` (a router: the episode's own)."""
         return self.turn_reward
 
 
 async def step_async(environment: Environment, episode: Episode, text: str) -> StepResult:
-    """``environment``'s answer to the turn ``text``: its ``astep`` coroutine where it has one (so the steps of
-    different episodes run at once, e.g. :class:`~lit_grpo.envs.ToolEnvironment`'s tool calls), else its ``step``
-    in the calling thread."""
+    """``environment``'s answer to the turn ``text``: its ``astep`` coroutine where it has one (so the steps
+    of different episodes run at once, e.g. :class:`~lit_grpo.envs.ToolEnvironment`'s tool calls), else its
+    ``step`` in the calling thread."""
     astep = getattr(environment, "astep", None)
     if astep is not None:
         return await astep(episode, text)
@@ -176,13 +178,15 @@ class EnvironmentRouter(Environment):
     Args:
         column: The record column that names the environment (a key of ``columns``).
         environments: Environment for each value of the column.
-        default: Environment for records without the column or with a value not in ``environments`` (null: such
-            a record is an error naming the value).
+        default: Environment for records without the column or with a value not in ``environments`` (null:
+            such a record is an error naming the value).
     """
 
-    def __init__(self, column: str, environments: dict[str, Environment], default: Environment | None = None) -> None:
+    def __init__(self, column: str, environments: dict[str, Environment],
+                 default: Environment | None = None) -> None:
         require(bool(environments) or default is not None,
-                "EnvironmentRouter: environments is empty and there is no default; map at least one column value")
+                "EnvironmentRouter: environments is empty and there is no default; map at least one "
+                "column value")
         self.column = column
         self.environments = dict(environments)
         self.default = default
@@ -193,7 +197,8 @@ class EnvironmentRouter(Environment):
         env = self.environments.get(str(value)) if value is not None else None
         require(env is not None or self.default is not None,
                 f"EnvironmentRouter: record {record.get('id')!r} has {self.column}={value!r}, which names no "
-                f"environment; known values: {sorted(self.environments)}. Add it to environments or set a default")
+                f"environment; known values: {sorted(self.environments)}. Add it to environments or "
+                "set a default")
         return env or self.default
 
     def reset(self, record: Record) -> Episode:

@@ -35,7 +35,8 @@ def calculator(expression: str) -> str:
     if not isinstance(expression, str):
         raise CalculatorError(f"expression must be text, got {type(expression).__name__}")
     if len(expression) > MAX_CHARS:
-        raise CalculatorError(f"expression is {len(expression)} characters long; at most {MAX_CHARS} are accepted")
+        raise CalculatorError(f"expression is {len(expression)} characters long; at most {MAX_CHARS} "
+                              "are accepted")
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError as err:
@@ -58,7 +59,8 @@ def _value(node: ast.AST) -> int | float:
             raise CalculatorError("division by zero") from None
         except OverflowError:
             raise CalculatorError(f"the result exceeds {MAX_MAGNITUDE:.0e}") from None
-    raise CalculatorError(f"{type(node).__name__} is not allowed: only numbers, + - * / // % ** and parentheses")
+    raise CalculatorError(f"{type(node).__name__} is not allowed: only numbers, + - * / // % ** "
+                          "and parentheses")
 
 
 def _check_power(base: int | float, exponent: int | float) -> None:

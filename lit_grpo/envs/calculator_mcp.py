@@ -1,8 +1,9 @@
 """lit-grpo's calculator served over MCP (stdio): ``python -m lit_grpo.envs.calculator_mcp``.
 
-An MCP server with one tool, :func:`lit_grpo.envs.calculator.calculator` (the same parser, the same limits), for
-:class:`~lit_grpo.envs.MCPToolEnvironment` (``configs/real/calculator_mcp.yaml``) or any other MCP client. An
-expression the calculator refuses is an error result whose text says why. Needs ``pip install 'lit-grpo[mcp]'``.
+An MCP server with one tool, :func:`lit_grpo.envs.calculator.calculator` (the same parser, the same limits),
+for :class:`~lit_grpo.envs.MCPToolEnvironment` (``configs/real/calculator_mcp.yaml``) or any other MCP client.
+An expression the calculator refuses is an error result whose text says why. Needs
+``pip install 'lit-grpo[mcp]'``.
 """
 
 from typing import Annotated
@@ -15,8 +16,8 @@ EXTRA = "mcp"
 
 
 def _described() -> tuple[str, str]:
-    """The Python tool's description and its argument's, as ``ToolEnvironment`` shows them, so that the policy sees
-    the same schema either way."""
+    """The Python tool's description and its argument's, as ``ToolEnvironment`` shows them, so that the policy
+    sees the same schema either way."""
     from transformers.utils import get_json_schema
 
     function = get_json_schema(evaluate)["function"]

@@ -9,9 +9,9 @@ The policy's sampled tokens are kept as they are; everything else comes from the
   placeholder assistant turn twice, without and with the observations (and the generation prompt), and taking
   the difference of the two texts, so no sampled text is ever rendered or tokenised again.
 
-Observations in the ``tool`` role stay in that role where the template has a tool format (Qwen2.5/3, Llama 3.x:
-detected by rendering a probe tool schema); elsewhere (SmolLM2 and other templates without tools) they become
-one user message that wraps each result in ``<tool_response>`` tags, and the tool descriptions
+Observations in the ``tool`` role stay in that role where the template has a tool format (Qwen2.5/3, Llama
+3.x: detected by rendering a probe tool schema); elsewhere (SmolLM2 and other templates without tools) they
+become one user message that wraps each result in ``<tool_response>`` tags, and the tool descriptions
 (``Episode.tool_instructions``) go into the system message.
 """
 
@@ -31,7 +31,8 @@ _PROBE = {"type": "function", "function": {"name": "probe_tool_4c7e", "descripti
 def template_has_tools(tokenizer) -> bool:
     """Whether the chat template renders tool schemas (and so has a tool-call format and a tool role)."""
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tools=[_PROBE], tokenize=False)
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tools=[_PROBE],
+                                             tokenize=False)
     except Exception:
         return False
     return _PROBE["function"]["name"] in text
@@ -42,17 +43,18 @@ class ChatFormat:
 
     Args:
         tokenizer: The policy's tokenizer; it needs a chat template.
-        tool_role: ``tool``: observations keep the ``tool`` role; ``user``: they become user messages wrapped in
-            ``response_tags``; ``auto``: ``tool`` where the template has a tool format, else ``user``.
+        tool_role: ``tool``: observations keep the ``tool`` role; ``user``: they become user messages wrapped
+            in ``response_tags``; ``auto``: ``tool`` where the template has a tool format, else ``user``.
         response_tags: Opening and closing tag around each tool result in the ``user`` form.
     """
 
     def __init__(self, tokenizer, tool_role: Literal["auto", "tool", "user"] = "auto",
                  response_tags: tuple[str, str] = ("<tool_response>", "</tool_response>")) -> None:
         require(bool(getattr(tokenizer, "chat_template", None)),
-                "multi-turn episodes render messages with the tokenizer's chat template, and this tokenizer has "
-                "none; set tokenizer.chat_template (or use a model whose tokenizer has one)")
-        require(tool_role in ("auto", "tool", "user"), f"tool_role={tool_role!r}; use 'auto', 'tool' or 'user'")
+                "multi-turn episodes render messages with the tokenizer's chat template, and this tokenizer "
+                "has none; set tokenizer.chat_template (or use a model whose tokenizer has one)")
+        require(tool_role in ("auto", "tool", "user"),
+                f"tool_role={tool_role!r}; use 'auto', 'tool' or 'user'")
         self.tokenizer = tokenizer
         self.native_tools = template_has_tools(tokenizer)
         self.tool_role = tool_role == "tool" or (tool_role == "auto" and self.native_tools)
@@ -88,7 +90,8 @@ class ChatFormat:
                                                   add_generation_prompt=add_generation_prompt, **given)
 
     # ---- token ids ---------------------------------------------------------------------------------
-    def prompt_ids(self, messages: list[Message], tools: list[dict], tool_instructions: str = "") -> list[int]:
+    def prompt_ids(self, messages: list[Message], tools: list[dict],
+                   tool_instructions: str = "") -> list[int]:
         """The episode's prompt: the opening messages and the generation prompt, encoded as the engines encode
         prompt text (:func:`~lit_grpo.rollout.functional.encode_prompts`)."""
         text = self.render(messages, tools, tool_instructions, add_generation_prompt=True)
@@ -105,9 +108,10 @@ class ChatFormat:
         before = self.render(turn, tools, tool_instructions, add_generation_prompt=False)
         after = self.render([*turn, *observations], tools, tool_instructions, add_generation_prompt=True)
         require(after.startswith(before),
-                "the chat template renders a conversation differently once messages follow an assistant turn, so "
-                "the tokens between turns cannot be derived from it; use a template whose rendering of earlier "
-                f"messages does not change (rendered {before[-80:]!r} then {after[:len(before)][-80:]!r})")
+                "the chat template renders a conversation differently once messages follow an assistant "
+                "turn, so the tokens between turns cannot be derived from it; use a template whose rendering "
+                f"of earlier messages does not change (rendered {before[-80:]!r} then "
+                f"{after[:len(before)][-80:]!r})")
         tail = before[before.rindex(PLACEHOLDER) + len(PLACEHOLDER):]  # the template's end of the turn
         return self.tokenizer.encode(self._after_eos(tail, ended_with) + after[len(before):],
                                      add_special_tokens=False)
@@ -119,7 +123,8 @@ class ChatFormat:
         sampled = self.tokenizer.convert_ids_to_tokens(ended_with)
         if sampled and tail.startswith(sampled):
             return tail[len(sampled):]
-        for special in self.tokenizer.all_special_tokens:  # the template closes with another end-of-turn token
+        # the template closes with another end-of-turn token
+        for special in self.tokenizer.all_special_tokens:
             if special and tail.startswith(special) and special != self.tokenizer.pad_token:
                 return tail[len(special):]
         return tail

@@ -1,12 +1,12 @@
-"""Steps of a sync environment run in a bounded thread pool, so that the episodes of a rollout wait on it together.
+"""A sync environment's steps in a bounded thread pool, so that a rollout's episodes wait on it together.
 
 The rollout awaits the live episodes' answers together (:func:`lit_grpo.envs.base.step_async`); an environment
-with only a sync ``step`` answers them one after another. :class:`ConcurrentSteps` runs such a ``step`` in up to
-``workers`` threads: worth it where a step waits (a remote server, a subprocess, a sleep), not where it computes in
-Python (the GIL). The wrapped environment must let its episodes be stepped from several threads at once, which
-the :class:`~lit_grpo.envs.Environment` contract (no episode state on the environment) gives, and it gives up
-what only the main thread has: a ``SIGALRM`` time limit inside ``step`` (tools that need a hard limit belong in
-:class:`~lit_grpo.envs.ToolEnvironment`, isolated).
+with only a sync ``step`` answers them one after another. :class:`ConcurrentSteps` runs such a ``step`` in up
+to ``workers`` threads: worth it where a step waits (a remote server, a subprocess, a sleep), not where it
+computes in Python (the GIL). The wrapped environment must let its episodes be stepped from several threads at
+once, which the :class:`~lit_grpo.envs.Environment` contract (no episode state on the environment) gives, and
+it gives up what only the main thread has: a ``SIGALRM`` time limit inside ``step`` (tools that need a hard
+limit belong in :class:`~lit_grpo.envs.ToolEnvironment`, isolated).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from lit_grpo.envs.base import Environment, Episode, Record, StepResult
 
 
 class ConcurrentSteps(Environment):
-    """``environment`` with its ``step`` run in up to ``workers`` threads, the episodes of a rollout side by side.
+    """``environment`` with its ``step`` run in up to ``workers`` threads, a rollout's episodes side by side.
 
     Args:
         environment: A sync environment (one without ``astep``).

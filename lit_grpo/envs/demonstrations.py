@@ -3,9 +3,9 @@
 A model whose chat template has no tool format (SmolLM2) may never call a tool on its own; a short supervised
 stage on demonstrations of the call format gives RL a start that does. A demonstration is a list of assistant
 turns, ``str.format`` templates over the record (``{prompt}``, ``{reference}``, ``{id}`` and its columns, e.g.
-``{a}``); the environment answers each turn as it answers the policy (the tool really runs), and the row is laid
-out token for token as :func:`~lit_grpo.envs.run_episodes` lays out a sampled episode: the prompt, each turn
-followed by the end-of-turn token, and the template's bridge tokens. Only the turns are labelled.
+``{a}``); the environment answers each turn as it answers the policy (the tool really runs), and the row is
+laid out token for token as :func:`~lit_grpo.envs.run_episodes` lays out a sampled episode: the prompt, each
+turn followed by the end-of-turn token, and the template's bridge tokens. Only the turns are labelled.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ IGNORE = -100  # the label of a token that is not trained (Hugging Face's ignore
 
 
 def render_turns(turns: Sequence[str], record: Record) -> list[str]:
-    """The demonstration turns for ``record``: each template formatted with the record's fields and columns."""
+    """The demonstration turns for ``record``: each template formatted with its fields and columns."""
     fields = {**record.get("columns", {}), "prompt": record["prompt"], "reference": record["reference"],
               "id": record.get("id")}
     out = []
@@ -29,8 +29,8 @@ def render_turns(turns: Sequence[str], record: Record) -> list[str]:
             out.append(template.format(**fields))
         except (KeyError, IndexError, ValueError) as err:
             raise ValueError(
-                f"demonstration turn {template!r} does not format with record {record.get('id')!r} ({err!r}); "
-                f"the fields are {sorted(fields)}, and literal braces are written {{{{ and }}}}"
+                f"demonstration turn {template!r} does not format with record {record.get('id')!r} "
+                f"({err!r}); the fields are {sorted(fields)}, and literal braces are written {{{{ and }}}}"
             ) from None
     return out
 
@@ -39,8 +39,8 @@ def demonstration_row(environment: Environment, chat: ChatFormat, record: Record
                       end_of_turn: int) -> tuple[list[int], list[int]]:
     """``(ids, labels)`` of the episode in which the policy says ``turns`` (already formatted) for ``record``.
 
-    ``end_of_turn`` is the token that ends an assistant turn (the policy's EOS). The environment must go on after
-    every turn but the last and end the episode after the last, as it would for a sampled episode.
+    ``end_of_turn`` is the token that ends an assistant turn (the policy's EOS). The environment must go on
+    after every turn but the last and end the episode after the last, as it would for a sampled episode.
     """
     require(len(turns) >= 1, "a demonstration needs at least one assistant turn")
     tokenizer = chat.tokenizer
@@ -57,10 +57,12 @@ def demonstration_row(environment: Environment, chat: ChatFormat, record: Record
         require(result.done == last,
                 f"demonstration of record {record.get('id')!r}: the environment "
                 + (f"ended the episode after turn {k + 1} of {len(turns)} ({text!r})" if result.done else
-                   f"did not end the episode after the last turn ({text!r}); the last turn must be a final answer"))
+                   f"did not end the episode after the last turn ({text!r}); the last turn must be a "
+                   "final answer"))
+        answer = result.observations[-1]["content"] if result.observations else ""
         require(episode.tool_errors == 0 and episode.tool_timeouts == 0,
-                f"demonstration of record {record.get('id')!r}: turn {k + 1} ({text!r}) got an error from the "
-                f"environment ({result.observations[-1]['content'] if result.observations else ''!r}); fix the turn")
+                f"demonstration of record {record.get('id')!r}: turn {k + 1} ({text!r}) got an error from "
+                f"the environment ({answer!r}); fix the turn")
         episode.messages.extend(result.observations)
         if not last:
             bridge = chat.bridge_ids(history, result.observations, episode.tools, episode.tool_instructions,

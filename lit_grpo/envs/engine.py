@@ -18,11 +18,11 @@ class EpisodeEngine(RolloutEngine):
 
     Configured as the module's engine (``model.engine: {class_path: lit_grpo.envs.EpisodeEngine, init_args:
     {environment: ..., engine: ...}}``); the training step, held-out scoring and the callbacks then see whole
-    episodes in the usual :class:`~lit_grpo.types.Rollouts`: the prompt, then every assistant turn, observation and
-    template bridge token as the completion, with ``policy_mask`` marking the tokens the policy sampled (the only
-    ones the loss, the KL, the entropy and the engine comparison read). The texts the reward scores are the final
-    assistant turns; an environment that owns the reward (``Environment.reward``) replaces it. Each turn samples
-    up to ``sampling.max_new_tokens`` tokens. See docs/agents.md.
+    episodes in the usual :class:`~lit_grpo.types.Rollouts`: the prompt, then every assistant turn,
+    observation and template bridge token as the completion, with ``policy_mask`` marking the tokens the
+    policy sampled (the only ones the loss, the KL, the entropy and the engine comparison read). The texts the
+    reward scores are the final assistant turns; an environment that owns the reward (``Environment.reward``)
+    replaces it. Each turn samples up to ``sampling.max_new_tokens`` tokens. See docs/agents.md.
 
     Args:
         environment: Answers each assistant turn (``ToolEnvironment``, ``SearchEnvironment``,
@@ -36,8 +36,8 @@ class EpisodeEngine(RolloutEngine):
             ``score`` (scored as usual, its last turn read as the answer) or ``drop`` (unscorable: NaN, left
             out of its group's statistics with advantage 0). Logged as ``env/unanswered_frac``.
         max_observation_tokens: Longest observation (a tool result, an environment's message) in tokens of the
-            policy's tokenizer; a longer one is cut to its first ``max_observation_tokens`` tokens and ends with
-            ``[result cut at N tokens]``. Null: no cap beyond the environment's own.
+            policy's tokenizer; a longer one is cut to its first ``max_observation_tokens`` tokens and ends
+            with ``[result cut at N tokens]``. Null: no cap beyond the environment's own.
     """
 
     def __init__(self, environment: Environment, engine: RolloutEngine | None = None, max_turns: int = 4,
@@ -80,8 +80,8 @@ class EpisodeEngine(RolloutEngine):
         return self.engine.max_sequence_length()
 
     def max_sampled_tokens(self, max_new_tokens: int) -> int:
-        """The episode's length budget: the most tokens the policy samples in one episode, ``max_turns`` turns of
-        ``max_new_tokens``, and no more than ``max_episode_tokens`` (which counts observations too)."""
+        """The episode's length budget: the most tokens the policy samples in one episode, ``max_turns`` turns
+        of ``max_new_tokens``, and no more than ``max_episode_tokens`` (which counts observations too)."""
         most = self.max_turns * max_new_tokens
         return most if self.max_episode_tokens is None else min(most, self.max_episode_tokens)
 

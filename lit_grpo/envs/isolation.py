@@ -1,17 +1,18 @@
 """Tools run in worker processes with a hard wall-clock limit, a memory limit and none of the trainer's state.
 
-A call still running ``timeout_s`` after its worker took it is stopped by killing that worker (``SIGKILL``), so
-code that never returns to Python (a C loop holding the GIL, a huge ``pow``) is stopped as surely as a sleep;
-the other workers and their calls go on, and the next call that needs a worker starts a fresh one. A worker
-limits its own address space (``RLIMIT_AS``) to what it holds once its tools are loaded plus ``memory_mb``, so a
-tool that allocates past it gets a ``MemoryError`` (an error observation), not the machine's memory. A tool that
-raises anything, ``SystemExit`` and ``KeyboardInterrupt`` included, answers with the error; one that ends its
-process (``os._exit``, a crash in C) is answered with how the worker ended.
+A call still running ``timeout_s`` after its worker took it is stopped by killing that worker (``SIGKILL``),
+so code that never returns to Python (a C loop holding the GIL, a huge ``pow``) is stopped as surely as a
+sleep; the other workers and their calls go on, and the next call that needs a worker starts a fresh one. A
+worker limits its own address space (``RLIMIT_AS``) to what it holds once its tools are loaded plus
+``memory_mb``, so a tool that allocates past it gets a ``MemoryError`` (an error observation), not the
+machine's memory. A tool that raises anything, ``SystemExit`` and ``KeyboardInterrupt`` included, answers with
+the error; one that ends its process (``os._exit``, a crash in C) is answered with how the worker ended.
 
-Workers start with ``forkserver`` (each forks from a small server process that imported the tools' modules once;
-it never forks the trainer, whose threads make ``fork`` unsafe) or ``spawn``; they receive the tools pickled, so
-a worker sees the tools' modules as imported, never the trainer's objects (its model, optimizer, data).
-:class:`WorkerPool` is thread-safe: up to ``workers`` calls run at once, each waited on in the caller's thread.
+Workers start with ``forkserver`` (each forks from a small server process that imported the tools' modules
+once; it never forks the trainer, whose threads make ``fork`` unsafe) or ``spawn``; they receive the tools
+pickled, so a worker sees the tools' modules as imported, never the trainer's objects (its model, optimizer,
+data). :class:`WorkerPool` is thread-safe: up to ``workers`` calls run at once, each waited on in the caller's
+thread.
 """
 
 from __future__ import annotations
@@ -58,18 +59,20 @@ def check_picklable(tools: dict[str, Callable[..., Any]]) -> bytes:
     """The tools pickled for the workers; a tool that cannot be is an error naming it and the fix."""
     main = sys.modules.get("__main__")
     for name, tool in tools.items():
-        if _module_of(tool) == "__main__" and not getattr(main, "__file__", None):
-            raise ValueError(
-                f"tool {name!r} is defined in an interactive session (a notebook or a REPL), which a worker process "
-                "cannot import; define it in a module file, or set isolation: none to run it in the trainer's process"
-            )
+        interactive = _module_of(tool) == "__main__" and not getattr(main, "__file__", None)
+        require(
+            not interactive,
+            f"tool {name!r} is defined in an interactive session (a notebook or a REPL), which a worker "
+            "process cannot import; define it in a module file, or set isolation: none to run it in the "
+            "trainer's process",
+        )
         try:
             pickle.dumps(tool)
         except Exception as err:
             raise ValueError(
-                f"tool {name!r} cannot be sent to a worker process ({type(err).__name__}: {err}); define it at "
-                "module level (not inside a function, not a lambda), or set isolation: none to run it in the "
-                "trainer's process"
+                f"tool {name!r} cannot be sent to a worker process ({type(err).__name__}: {err}); define it "
+                "at module level (not inside a function, not a lambda), or set isolation: none to run it in "
+                "the trainer's process"
             ) from None
     return pickle.dumps(tools)
 
@@ -87,9 +90,11 @@ class WorkerPool:
     def __init__(self, tools: dict[str, Callable[..., Any]], workers: int = 4, memory_mb: int | None = 1024,
                  start_method: StartMethod = "forkserver") -> None:
         require(workers >= 1, f"workers={workers} must be >= 1")
-        require(memory_mb is None or memory_mb >= 1, f"memory_mb={memory_mb} must be >= 1, or null for no limit")
+        require(memory_mb is None or memory_mb >= 1,
+                f"memory_mb={memory_mb} must be >= 1, or null for no limit")
         require(start_method in ("forkserver", "spawn"),
-                f"start_method={start_method!r}; use 'forkserver' or 'spawn' (fork is unsafe in a process with threads)")
+                f"start_method={start_method!r}; use 'forkserver' or 'spawn' (fork is unsafe in a "
+                "process with threads)")
         self.blob = check_picklable(tools)
         self.modules = sorted({m for m in (_module_of(t) for t in tools.values()) if m and m != "__main__"})
         self.workers, self.memory_mb, self.start_method = workers, memory_mb, start_method
@@ -103,9 +108,9 @@ class WorkerPool:
     def call(self, name: str, arguments: dict[str, Any], timeout_s: float) -> tuple[str, Any]:
         """Runs tool ``name`` in a worker: ``("ok", value)``, ``("type", type name)`` for a result of another
         type than text or a number, or ``("raised", "Kind: message")``. Raises :class:`ToolTimeout` past
-        ``timeout_s`` and :class:`WorkerDied` when the worker ended during the call; both leave the pool usable.
-        A worker found dead before it took the call (killed from outside while idle) is replaced, and the call
-        sent again."""
+        ``timeout_s`` and :class:`WorkerDied` when the worker ended during the call; both leave the pool
+        usable. A worker found dead before it took the call (killed from outside while idle) is replaced, and
+        the call sent again."""
         with self._slots:
             for attempt in range(2):
                 worker = self._take()
@@ -162,7 +167,8 @@ class _Worker:
             ctx.set_forkserver_preload([__name__, *pool.modules])
         parent, child = ctx.Pipe()
         memory = None if pool.memory_mb is None else pool.memory_mb * 2**20
-        process = ctx.Process(target=_serve, args=(child, pool.blob, memory), name="lit-grpo-tool", daemon=True)
+        process = ctx.Process(target=_serve, args=(child, pool.blob, memory), name="lit-grpo-tool",
+                              daemon=True)
         process.start()
         child.close()
         worker = cls(process, parent)
@@ -179,8 +185,9 @@ class _Worker:
             raise
         if kind != "ready":
             worker.kill()
-            raise WorkerStartError(f"a tool worker could not load the tools: {detail}; a worker imports each tool's "
-                                   "module anew: define the tools in an importable module, or set isolation: none")
+            raise WorkerStartError(f"a tool worker could not load the tools: {detail}; a worker imports each "
+                                   "tool's module anew: define the tools in an importable module, or "
+                                   "set isolation: none")
         return worker
 
     def run(self, request: tuple[str, dict], timeout_s: float) -> tuple[str, Any]:
@@ -191,7 +198,8 @@ class _Worker:
             raise _NotTaken from None
         try:
             if not self.conn.poll(timeout_s):
-                raise ToolTimeout(f"ran past its time limit of {timeout_s:g} s; its worker process was killed")
+                raise ToolTimeout(f"ran past its time limit of {timeout_s:g} s; its worker process "
+                                  "was killed")
             return self.conn.recv()
         except (EOFError, OSError):
             self.process.join(timeout=5)

@@ -8,10 +8,10 @@ with one ``tool`` message each; a turn without a call is the final answer.
 
 MCP clients are asynchronous; the environment runs them on an event loop of its own, in a daemon thread, so it
 is called from synchronous code (the episode loop) and from any thread. A call that runs past ``timeout_s``, a
-server that exits or a call the server fails is an error observation, counted on the episode (``tool_timeouts``,
-``tool_errors``), and never stops the run: after a timeout or an exit the server process is stopped (killed if
-it must be) and started again for the next call. Sessions are closed when the episode ends (``session:
-episode``), when the environment is closed or collected, and at interpreter exit.
+server that exits or a call the server fails is an error observation, counted on the episode
+(``tool_timeouts``, ``tool_errors``), and never stops the run: after a timeout or an exit the server process
+is stopped (killed if it must be) and started again for the next call. Sessions are closed when the episode
+ends (``session: episode``), when the environment is closed or collected, and at interpreter exit.
 
 Install the extra: ``pip install 'lit-grpo[mcp]'``.
 """
@@ -29,7 +29,13 @@ from typing import Any, Literal
 
 from lit_grpo.checks import require
 from lit_grpo.envs.base import Environment, Episode, Record, StepResult, user_messages
-from lit_grpo.envs.tool_calls import ToolCall, check_arguments, parse_tool_calls
+from lit_grpo.envs.tool_calls import (
+    ToolCall,
+    check_arguments,
+    check_call_options,
+    cut_result,
+    parse_tool_calls,
+)
 from lit_grpo.envs.tools import describe_tools
 
 #: the optional extra this module's classes need (lit_grpo.extras)
@@ -45,8 +51,8 @@ class MCPToolEnvironment(Environment):
     """The tools of an MCP server (started over stdio) offered to the policy in every episode.
 
     Args:
-        command: The server's executable, e.g. ``npx``; ``python`` (or ``python3``) is the interpreter lit-grpo
-            runs in.
+        command: The server's executable, e.g. ``npx``; ``python`` (or ``python3``) is the interpreter
+            lit-grpo runs in.
         args: Its arguments, e.g. ``[-m, my_package.server]``.
         env: Environment variables for the server, over the default ones MCP passes (null: none).
         cwd: The server's working directory (null: this process's).
@@ -55,7 +61,8 @@ class MCPToolEnvironment(Environment):
             ``episode``: a server process per episode, started at its reset and stopped at its end.
         system_prompt: A system message before the prompt (null: none). Where the chat template has no tool
             format, the tool descriptions and the call format are added to it.
-        call_format: How calls are read from a turn: ``auto``, ``tags`` or ``json``, as in ``ToolEnvironment``.
+        call_format: How calls are read from a turn: ``auto``, ``tags`` or ``json``, as in
+            ``ToolEnvironment``.
         call_tags: Opening and closing tag of a call in the ``tags`` format.
         timeout_s: Wall-clock seconds one tool call may take; then the call is an error observation and the
             server is restarted.
@@ -69,13 +76,13 @@ class MCPToolEnvironment(Environment):
                  session: Literal["shared", "episode"] = "shared", system_prompt: str | None = None,
                  call_format: Literal["auto", "tags", "json"] = "auto",
                  call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"), timeout_s: float = 30.0,
-                 start_timeout_s: float = 60.0, max_calls_per_turn: int = 4, max_result_chars: int = 2000) -> None:
-        require(bool(command), "MCPToolEnvironment: command is empty; give the server's executable, e.g. python")
+                 start_timeout_s: float = 60.0, max_calls_per_turn: int = 4,
+                 max_result_chars: int = 2000) -> None:
+        require(bool(command),
+                "MCPToolEnvironment: command is empty; give the server's executable, e.g. python")
         require(session in ("shared", "episode"), f"session={session!r}; use shared or episode")
-        require(call_format in ("auto", "tags", "json"), f"call_format={call_format!r}; use auto, tags or json")
+        check_call_options(call_format, max_calls_per_turn, max_result_chars)
         require(timeout_s > 0 and start_timeout_s > 0, "timeout_s and start_timeout_s must be > 0")
-        require(max_calls_per_turn >= 1, f"max_calls_per_turn={max_calls_per_turn} must be >= 1")
-        require(max_result_chars >= 1, f"max_result_chars={max_result_chars} must be >= 1")
         self.command, self.args, self.env, self.cwd = command, list(args or []), env, cwd
         self.tool_names = None if tools is None else list(tools)
         self.session, self.system_prompt = session, system_prompt
@@ -153,13 +160,12 @@ class MCPToolEnvironment(Environment):
             self._runtime.stop(server)
             cause = _leaf(err)
             return _error(episode, f"tool {call.name!r} failed: the MCP server stopped answering "
-                                   f"({type(cause).__name__}: {cause}); it is started again for the next call")
+                                   f"({type(cause).__name__}: {cause}); it is started again for the "
+                                   "next call")
         text, failed = result_text(result)
         if failed:
             return _error(episode, f"tool {call.name!r} failed: {text}")
-        if len(text) > self.max_result_chars:
-            text = text[: self.max_result_chars] + f"\n[result cut at {self.max_result_chars} characters]"
-        return text
+        return cut_result(text, self.max_result_chars)
 
     def close(self) -> None:
         """Stops every server process this environment started (the shared one and those of open episodes)."""
@@ -198,8 +204,8 @@ class MCPToolEnvironment(Environment):
             require(bool(schemas), f"the MCP server {self.server!r} lists no tools")
             return list(schemas.values())
         unknown = [n for n in self.tool_names if n not in schemas]
-        require(not unknown, f"MCPToolEnvironment: tools {unknown} are not served by {self.server!r}; it serves "
-                             f"{sorted(schemas)}")
+        require(not unknown, f"MCPToolEnvironment: tools {unknown} are not served by {self.server!r}; it "
+                             f"serves {sorted(schemas)}")
         return [schemas[n] for n in self.tool_names]
 
     def _end(self, episode: Episode) -> None:
@@ -222,8 +228,8 @@ class MCPToolEnvironment(Environment):
 
 
 def tool_schema(tool: Any) -> dict:
-    """The episode tool schema (``ToolEnvironment``'s form) of an MCP ``Tool``: name, description, arguments and,
-    where the server declares an output schema, the return value.
+    """The episode tool schema (``ToolEnvironment``'s form) of an MCP ``Tool``: name, description, arguments
+    and, where the server declares an output schema, the return value.
 
     The ``title`` that MCP servers generate for each (sub)schema is left out and ``type`` comes first, and an
     output schema holding only ``result`` (how MCP's Python servers wrap a plain return value) is that value's
@@ -242,7 +248,7 @@ def tool_schema(tool: Any) -> dict:
 
 
 def _untitled(schema: Any) -> Any:
-    """``schema`` without the ``title`` of each (sub)schema; argument names (keys of ``properties``) are kept."""
+    """``schema`` without each (sub)schema's ``title``; argument names (keys of ``properties``) are kept."""
     if isinstance(schema, list):
         return [_untitled(s) for s in schema]
     if not isinstance(schema, dict):
@@ -261,8 +267,8 @@ def _untitled(schema: Any) -> Any:
 def result_text(result: Any) -> tuple[str, bool]:
     """The text of an MCP tool result (``CallToolResult`` or its JSON form) and whether it is an error result.
 
-    Text content items are joined by newlines; other content (images, resources) is shown as JSON; a result with
-    no content shows its structured content as JSON.
+    Text content items are joined by newlines; other content (images, resources) is shown as JSON; a result
+    with no content shows its structured content as JSON.
     """
     if result is None:
         return "", False
@@ -271,7 +277,8 @@ def result_text(result: Any) -> tuple[str, bool]:
     data = result if isinstance(result, dict) else _as_dict(result)
     failed = bool(data.get("is_error", data.get("isError", False)))
     items = [c if isinstance(c, dict) else _as_dict(c) for c in data.get("content") or []]
-    parts = [item.get("text", "") if item.get("type") == "text" else json.dumps(item, default=str) for item in items]
+    parts = [item.get("text", "") if item.get("type") == "text" else json.dumps(item, default=str)
+             for item in items]
     if not parts:
         structured = data.get("structured_content", data.get("structuredContent", data.get("data")))
         if structured is not None:
@@ -314,7 +321,8 @@ def in_background(function, *args) -> None:
 
 def _leaf(err: BaseException) -> BaseException:
     """The first exception inside (nested) exception groups: what actually went wrong."""
-    while isinstance(getattr(err, "exceptions", None), tuple) and err.exceptions:  # an exception group (3.11+)
+    # an exception group (3.11+)
+    while isinstance(getattr(err, "exceptions", None), tuple) and err.exceptions:
         err = err.exceptions[0]
     return err
 
@@ -336,7 +344,7 @@ class _Runtime:
         self._thread: threading.Thread | None = None
 
     def run(self, coroutine, timeout: float):
-        """Runs ``coroutine`` on the loop; waits at most ``timeout`` seconds (then cancels it: TimeoutError)."""
+        """Runs ``coroutine`` on the loop; waits at most ``timeout`` s (then cancels it: TimeoutError)."""
         loop = self._ensure_loop()
         if threading.current_thread() is self._thread:  # waiting here would stall the loop it waits on
             coroutine.close()
@@ -391,8 +399,8 @@ class _Runtime:
 
 
 class _Server:
-    """One MCP server process and its client session, owned by one task on the runtime's loop (the MCP client's
-    task groups must be entered and left by the same task)."""
+    """One MCP server process and its client session, owned by one task on the runtime's loop (the MCP
+    client's task groups must be entered and left by the same task)."""
 
     def __init__(self, runtime: _Runtime, params, name: str) -> None:
         self.runtime, self.params, self.name = runtime, params, name
@@ -404,7 +412,8 @@ class _Server:
 
     @property
     def alive(self) -> bool:
-        return not self.closed and self.session is not None and self._task is not None and not self._task.done()
+        return (not self.closed and self.session is not None and self._task is not None
+                and not self._task.done())
 
     def open(self, timeout: float) -> None:
         try:
@@ -413,8 +422,8 @@ class _Server:
             cause = _leaf(err)
             raise MCPServerError(f"the MCP server {self.name!r} did not start and list its tools "
                                  f"({type(cause).__name__}: {cause}; start_timeout_s={timeout:g}); check the "
-                                 "command, args and cwd (the server must speak MCP over stdio; its stderr says "
-                                 "why it stopped), or raise start_timeout_s") from err
+                                 "command, args and cwd (the server must speak MCP over stdio; its stderr "
+                                 "says why it stopped), or raise start_timeout_s") from err
 
     def call(self, name: str, arguments: dict, timeout: float):
         return self.runtime.run(self._call(name, arguments, timeout), timeout + 5)

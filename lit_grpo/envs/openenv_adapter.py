@@ -1,21 +1,22 @@
-"""Environments served by OpenEnv (``openenv-core``, the environment protocol TRL integrates) as lit-grpo environments.
+"""OpenEnv servers (``openenv-core``, the environment protocol TRL integrates) as lit-grpo environments.
 
-Each episode opens its own WebSocket session on the server (OpenEnv's ``GenericEnvClient``) and holds it until the
-episode ends, so the server must allow as many concurrent sessions as episodes run at once
-(``create_app(..., max_concurrent_envs=...)`` and an environment with ``SUPPORTS_CONCURRENT_SESSIONS = True``); a
-server at its limit is an error that says so. Two kinds of action:
+Each episode opens its own WebSocket session on the server (OpenEnv's ``GenericEnvClient``) and holds it until
+the episode ends, so the server must allow as many concurrent sessions as episodes run at once
+(``create_app(..., max_concurrent_envs=...)`` and an environment with
+``SUPPORTS_CONCURRENT_SESSIONS = True``); a server at its limit is an error that says so. Two kinds of action:
 
-- ``text``: the assistant's turn text goes into one field of the server's action, one field of each observation
-  (or the whole observation as JSON) comes back as a message; the episode ends when the server says ``done``.
+- ``text``: the assistant's turn text goes into one field of the server's action, one field of each
+  observation (or the whole observation as JSON) comes back as a message; the episode ends when the server
+  says ``done``.
 - ``tools``: the server's MCP tools (OpenEnv's ``list_tools`` action, at reset) are offered to the policy as
   episode tools, with their names, descriptions and argument schemas; each tool call of a turn is sent as a
-  ``call_tool`` action (tool name and arguments) and its result comes back as a ``tool`` message; a turn without a
-  call is the final answer and ends the episode (as in :class:`~lit_grpo.envs.ToolEnvironment`).
+  ``call_tool`` action (tool name and arguments) and its result comes back as a ``tool`` message; a turn
+  without a call is the final answer and ends the episode (as in :class:`~lit_grpo.envs.ToolEnvironment`).
 
-The episode's reward is the sum (or last) of the server's rewards (at reset and at each step), or left to the configured reward (``reward:
-none``) for every episode: one source per run, never a mix. An episode that the server answered without any reward
-is an error naming the server, or 0 with ``missing_reward: zero``; an episode cut (truncated) before its first
-turn reached the server scores 0.
+The episode's reward is the sum (or last) of the server's rewards (at reset and at each step), or left to the
+configured reward (``reward: none``) for every episode: one source per run, never a mix. An episode that the
+server answered without any reward is an error naming the server, or 0 with ``missing_reward: zero``; an
+episode cut (truncated) before its first turn reached the server scores 0.
 
 Sessions are closed when the episode ends, when its reward is read, when any call to the server fails (reset
 included), when the episode object is garbage-collected, and by :meth:`OpenEnvEnvironment.close`.
@@ -34,12 +35,13 @@ from typing import Any, Literal
 from lit_grpo.checks import require
 from lit_grpo.envs.base import Environment, Episode, Record, StepResult, user_messages
 from lit_grpo.envs.mcp_tools import in_background, result_text
-from lit_grpo.envs.tool_calls import check_arguments, parse_tool_calls
+from lit_grpo.envs.tool_calls import check_arguments, check_call_options, cut_result, parse_tool_calls
 from lit_grpo.envs.tools import describe_tools
 
 #: the optional extra this module's classes need (lit_grpo.extras)
 EXTRA = "openenv"
-INSTALL_HINT = "OpenEnvEnvironment needs openenv-core: pip install 'lit-grpo[openenv]' (or pip install openenv-core)"
+INSTALL_HINT = ("OpenEnvEnvironment needs openenv-core: pip install 'lit-grpo[openenv]' (or "
+                "pip install openenv-core)")
 
 
 class OpenEnvError(RuntimeError):
@@ -56,18 +58,19 @@ class OpenEnvEnvironment(Environment):
         action_field: The action field that receives each assistant turn's text (``text`` actions).
         observation_field: The observation field shown to the policy (null: the whole observation as JSON;
             ``text`` actions).
-        opening: The opening user message: the record's ``prompt``, the ``observation`` returned by the server's
-            reset, or ``both`` (the prompt, a blank line, the observation).
+        opening: The opening user message: the record's ``prompt``, the ``observation`` returned by the
+            server's reset, or ``both`` (the prompt, a blank line, the observation).
         observation_role: Role of the observation messages of ``text`` actions (``user``, or ``tool``).
         reward: The episode's reward: the ``sum`` or the ``last`` of the rewards the server gave (at reset and
-            at each step; answers without one count 0), or ``none`` to score every episode's final answer with the configured reward function.
+            at each step; answers without one count 0), or ``none`` to score every episode's final answer with
+            the configured reward function.
         missing_reward: An episode the server answered without any reward (``reward: sum | last``): ``error``
             (the run stops, naming the server) or ``zero``. An episode truncated before its first turn reached
             the server scores 0 either way.
         system_prompt: A system message before the opening message (null: none). With ``tools`` actions on a
             chat template without a tool format, the tool descriptions and the call format are added to it.
-        call_format: How tool calls are read from a turn (``tools`` actions): ``auto``, ``tags`` or ``json``, as
-            in :class:`~lit_grpo.envs.ToolEnvironment`.
+        call_format: How tool calls are read from a turn (``tools`` actions): ``auto``, ``tags`` or ``json``,
+            as in :class:`~lit_grpo.envs.ToolEnvironment`.
         call_tags: Opening and closing tag of a call in the ``tags`` format.
         max_calls_per_turn: Calls sent per turn; further calls in the same turn get an error observation.
         max_result_chars: Longest tool result (``tools`` actions); longer ones are cut, saying so.
@@ -75,25 +78,29 @@ class OpenEnvEnvironment(Environment):
         message_timeout_s: Seconds to wait for the server's answer to a reset or a step.
     """
 
-    def __init__(self, base_url: str, actions: Literal["text", "tools"] = "text", action_field: str = "message",
-                 observation_field: str | None = None, opening: Literal["prompt", "observation", "both"] = "prompt",
-                 observation_role: Literal["user", "tool"] = "user", reward: Literal["sum", "last", "none"] = "sum",
+    def __init__(self, base_url: str, actions: Literal["text", "tools"] = "text",
+                 action_field: str = "message", observation_field: str | None = None,
+                 opening: Literal["prompt", "observation", "both"] = "prompt",
+                 observation_role: Literal["user", "tool"] = "user",
+                 reward: Literal["sum", "last", "none"] = "sum",
                  missing_reward: Literal["error", "zero"] = "error", system_prompt: str | None = None,
                  call_format: Literal["auto", "tags", "json"] = "auto",
                  call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"), max_calls_per_turn: int = 4,
                  max_result_chars: int = 2000, connect_timeout_s: float = 10.0,
                  message_timeout_s: float = 60.0) -> None:
         require(base_url.startswith(("http://", "https://", "ws://", "wss://")),
-                f"OpenEnvEnvironment: base_url={base_url!r} must start with http://, https://, ws:// or wss://")
+                f"OpenEnvEnvironment: base_url={base_url!r} must start with http://, https://, "
+                "ws:// or wss://")
         require(actions in ("text", "tools"), f"actions={actions!r}; use text or tools")
-        require(opening in ("prompt", "observation", "both"), f"opening={opening!r}; use prompt, observation or both")
-        require(observation_role in ("user", "tool"), f"observation_role={observation_role!r}; use user or tool")
+        require(opening in ("prompt", "observation", "both"),
+                f"opening={opening!r}; use prompt, observation or both")
+        require(observation_role in ("user", "tool"),
+                f"observation_role={observation_role!r}; use user or tool")
         require(reward in ("sum", "last", "none"), f"reward={reward!r}; use sum, last or none")
         require(missing_reward in ("error", "zero"), f"missing_reward={missing_reward!r}; use error or zero")
-        require(call_format in ("auto", "tags", "json"), f"call_format={call_format!r}; use auto, tags or json")
-        require(max_calls_per_turn >= 1, f"max_calls_per_turn={max_calls_per_turn} must be >= 1")
-        require(max_result_chars >= 1, f"max_result_chars={max_result_chars} must be >= 1")
-        require(connect_timeout_s > 0 and message_timeout_s > 0, "connect_timeout_s and message_timeout_s must be > 0")
+        check_call_options(call_format, max_calls_per_turn, max_result_chars)
+        require(connect_timeout_s > 0 and message_timeout_s > 0,
+                "connect_timeout_s and message_timeout_s must be > 0")
         self.base_url, self.actions = base_url, actions
         self.action_field, self.observation_field = action_field, observation_field
         self.opening, self.observation_role, self.reward_mode = opening, observation_role, reward
@@ -140,7 +147,8 @@ class OpenEnvEnvironment(Environment):
         if result.done:
             self._close(episode)
             return StepResult(observations=[], done=True)
-        return StepResult([{"role": self.observation_role, "content": self._show(result.observation)}], done=False)
+        observation = {"role": self.observation_role, "content": self._show(result.observation)}
+        return StepResult([observation], done=False)
 
     def reward(self, episode: Episode) -> float | None:
         self._close(episode)
@@ -153,16 +161,16 @@ class OpenEnvEnvironment(Environment):
             if self.missing_reward == "zero":
                 return 0.0
             raise OpenEnvError(
-                f"OpenEnv server {self.base_url} gave episode {episode.record.get('id')!r} no reward (its reset "
-                f"and {episode.state['steps']} step(s), none with a reward); a group takes its rewards from one source. Set "
-                "missing_reward: zero to score such "
+                f"OpenEnv server {self.base_url} gave episode {episode.record.get('id')!r} no reward (its "
+                f"reset and {episode.state['steps']} step(s), none with a reward); a group takes its rewards "
+                "from one source. Set missing_reward: zero to score such "
                 "episodes 0, or reward: none to score every episode with the configured reward function"
             )
         rewards = [0.0 if r is None else float(r) for r in given]
         return sum(rewards) if self.reward_mode == "sum" else rewards[-1]
 
     def close(self) -> None:
-        """Closes every session this environment still has open (e.g. of a rollout that stopped on an error)."""
+        """Closes every session this environment still has open (e.g. of a rollout stopped by an error)."""
         with self._lock:
             clients = list(self._sessions.values())
         for client in clients:
@@ -174,12 +182,12 @@ class OpenEnvEnvironment(Environment):
         tools = result.observation.get("tools") if isinstance(result.observation, dict) else None
         require(isinstance(tools, list) and tools,
                 f"OpenEnv server {self.base_url} listed no MCP tools (its list_tools answer was "
-                f"{json.dumps(result.observation, default=str)[:200]}); actions: tools needs an MCP environment "
-                "(openenv.core.env_server.mcp_environment.MCPEnvironment) served with CallToolAction; use actions: "
-                "text for a server whose action is a text field")
-        return [{"type": "function", "function": {"name": t["name"], "description": t.get("description") or "",
-                                                  "parameters": t.get("input_schema") or {"type": "object",
-                                                                                          "properties": {}}}}
+                f"{json.dumps(result.observation, default=str)[:200]}); actions: tools needs an MCP "
+                "environment (openenv.core.env_server.mcp_environment.MCPEnvironment) served with "
+                "CallToolAction; use actions: text for a server whose action is a text field")
+        return [{"type": "function",
+                 "function": {"name": t["name"], "description": t.get("description") or "",
+                              "parameters": t.get("input_schema") or _no_arguments()}}
                 for t in tools]
 
     def _tool_step(self, episode: Episode, client, text: str) -> StepResult:
@@ -193,9 +201,12 @@ class OpenEnvEnvironment(Environment):
                 break
             episode.tool_calls += 1
             schema = episode.state["schemas"].get(call.name) if call.error is None else None
-            problem = (call.error if call.error is not None
-                       else f"unknown tool {call.name!r}; the tools are {sorted(episode.state['schemas'])}"
-                       if schema is None else check_arguments(call.arguments, schema))
+            if call.error is not None:
+                problem = call.error
+            elif schema is None:
+                problem = f"unknown tool {call.name!r}; the tools are {sorted(episode.state['schemas'])}"
+            else:
+                problem = check_arguments(call.arguments, schema)
             if index >= self.max_calls_per_turn:
                 problem = f"at most {self.max_calls_per_turn} tool calls are run per turn"
             if problem:
@@ -223,9 +234,7 @@ class OpenEnvEnvironment(Environment):
         if failed:
             episode.tool_errors += 1
             text = f"error: tool {name!r} failed: {text}"
-        if len(text) > self.max_result_chars:
-            text = text[: self.max_result_chars] + f"\n[result cut at {self.max_result_chars} characters]"
-        return text
+        return cut_result(text, self.max_result_chars)
 
     # ---- sessions ----------------------------------------------------------------------------------
     def _connect(self):
@@ -254,16 +263,17 @@ class OpenEnvEnvironment(Environment):
             self._discard(client)
             if "CAPACITY_REACHED" in f"{pending} {err}":
                 raise OpenEnvError(
-                    f"OpenEnv server {self.base_url} is at its session limit ({pending or err}). Each episode holds "
-                    "one session from its reset to its end, so the server must allow as many concurrent sessions "
-                    "as episodes run at once (prompts per step x group size on each rank, and the held-out batch "
-                    "x its samples): raise max_concurrent_envs in the server's create_app(...) (its environment "
-                    "must set SUPPORTS_CONCURRENT_SESSIONS = True), or run fewer episodes at once"
+                    f"OpenEnv server {self.base_url} is at its session limit ({pending or err}). Each "
+                    "episode holds one session from its reset to its end, so the server must allow as many "
+                    "concurrent sessions as episodes run at once (prompts per step x group size on each "
+                    "rank, and the held-out batch x its samples): raise max_concurrent_envs in the server's "
+                    "create_app(...) (its environment must set SUPPORTS_CONCURRENT_SESSIONS = True), or run "
+                    "fewer episodes at once"
                 ) from err
             raise OpenEnvError(
                 f"OpenEnv server {self.base_url}: {what} failed ({type(err).__name__}: {err}"
-                f"{'; the server said: ' + pending if pending else ''}); check that the server runs and allows as "
-                "many concurrent sessions as episodes run at once (max_concurrent_envs)"
+                f"{'; the server said: ' + pending if pending else ''}); check that the server runs and "
+                "allows as many concurrent sessions as episodes run at once (max_concurrent_envs)"
             ) from err
 
     def _discard(self, client) -> None:
@@ -288,7 +298,8 @@ class OpenEnvEnvironment(Environment):
         if self.observation_field is None or self.actions == "tools":
             return observation if isinstance(observation, str) else json.dumps(observation, default=str)
         require(isinstance(observation, dict) and self.observation_field in observation,
-                f"OpenEnvEnvironment: the observation has no field {self.observation_field!r}; its fields are "
+                f"OpenEnvEnvironment: the observation has no field {self.observation_field!r}; its "
+                "fields are "
                 f"{sorted(observation) if isinstance(observation, dict) else type(observation).__name__}. "
                 "Set observation_field to one of them (or null for the whole observation)")
         return str(observation[self.observation_field])
@@ -316,3 +327,8 @@ def _pending_error(client) -> str:
         return f"{data.get('message', '')} (code: {data.get('code', 'UNKNOWN')})"
     except Exception:
         return ""
+
+
+def _no_arguments() -> dict[str, Any]:
+    """The input schema of a tool that takes no arguments (a new dict each time)."""
+    return {"type": "object", "properties": {}}

@@ -3,8 +3,8 @@
 An episode's sequence is its prompt (the opening messages rendered by the chat template) followed by the
 assistant turns the policy sampled and, between them, the bridge tokens of the chat template
 (:meth:`~lit_grpo.envs.chat.ChatFormat.bridge_ids`: the end of the turn, the observations, the next generation
-prompt). Sampled tokens are kept exactly as the engine returned them and the next turn continues from the token
-ids (:meth:`~lit_grpo.rollout.RolloutEngine.generate_ids`), never from re-tokenised text.
+prompt). Sampled tokens are kept exactly as the engine returned them and the next turn continues from the
+token ids (:meth:`~lit_grpo.rollout.RolloutEngine.generate_ids`), never from re-tokenised text.
 
 The returned :class:`~lit_grpo.types.Rollouts` holds everything after the prompt in ``completion_ids`` /
 ``completion_mask`` and marks the sampled tokens in ``policy_mask``; engine log-probs are 0 off it.
@@ -33,7 +33,8 @@ from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
 T = TypeVar("T")
 #: What an unanswered episode is scored: a number, ``score`` (as if it had answered) or ``drop`` (unscorable).
 TruncatedReward = float | Literal["score", "drop"]
-#: Seed offset of turn ``k`` (``SamplingParams.seed + k * TURN_SEED_STRIDE``), so turns do not replay one stream.
+#: Seed offset of turn ``k`` (``SamplingParams.seed + k * TURN_SEED_STRIDE``), so turns do not replay
+#: one stream.
 TURN_SEED_STRIDE = 1_000_003
 
 
@@ -59,16 +60,18 @@ class _Track:
 
 
 def check_truncated_reward(value: TruncatedReward) -> TruncatedReward:
-    """``value`` if it is a valid ``truncated_reward`` (a finite number, ``score`` or ``drop``), else a clear error."""
+    """``value`` if it is a valid ``truncated_reward`` (a finite number, ``score`` or ``drop``); else an
+    error that says what is valid."""
     ok = value in ("score", "drop") if isinstance(value, str) else \
         isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    require(ok, f"truncated_reward={value!r}: use a finite number (the reward of an episode that never answered, "
-                "e.g. 0), 'score' (score its last turn as an answer) or 'drop' (unscorable: left out of its group)")
+    require(ok, f"truncated_reward={value!r}: use a finite number (the reward of an episode that never "
+                "answered, e.g. 0), 'score' (score its last turn as an answer) or 'drop' (unscorable: left "
+                "out of its group)")
     return float(value) if not isinstance(value, str) else value
 
 
-def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], environment: Environment, n: int,
-                 sampling: SamplingParams, max_turns: int = 4, max_episode_tokens: int | None = None,
+def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], environment: Environment,
+                 n: int, sampling: SamplingParams, max_turns: int = 4, max_episode_tokens: int | None = None,
                  chat: ChatFormat | None = None, truncated_reward: TruncatedReward = 0.0,
                  max_observation_tokens: int | None = None) -> Rollouts:
     """``n`` episodes of each record (group-major, as :meth:`RolloutEngine.generate`), run to the end.
@@ -76,18 +79,18 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
     An episode ends when the environment says done, after ``max_turns`` assistant turns, when its tokens after
     the prompt would exceed ``max_episode_tokens`` (null: no limit beyond ``sampling.max_new_tokens`` per
     turn) or the engine's context (:meth:`RolloutEngine.max_sequence_length`), or when a turn ends without an
-    EOS token; all but the first set ``truncated``. Each turn samples at most ``sampling.max_new_tokens`` tokens.
-    The environment's ``reward`` is read for every episode at the end (``Episode.reward``).
+    EOS token; all but the first set ``truncated``. Each turn samples at most ``sampling.max_new_tokens``
+    tokens. The environment's ``reward`` is read for every episode at the end (``Episode.reward``).
 
     An episode is *answered* when the environment ended it, or when its last turn was cut without EOS and the
     environment reads it as an answer (:meth:`Environment.answers`: no tool call); a cut answer is scored as a
-    cut completion is in one-turn training. An unanswered episode (its last turn asked for another: a tool call
-    on the last allowed turn, or one whose result does not fit the budget) gets ``truncated_reward``: that
-    number (default 0), ``score`` (its reward as usual, the last turn scored as if it were the answer) or
+    cut completion is in one-turn training. An unanswered episode (its last turn asked for another: a tool
+    call on the last allowed turn, or one whose result does not fit the budget) gets ``truncated_reward``:
+    that number (default 0), ``score`` (its reward as usual, the last turn scored as if it were the answer) or
     ``drop`` (NaN: unscorable, left out of its group's statistics with advantage 0).
 
-    An observation longer than ``max_observation_tokens`` tokens (its content encoded alone; null: no cap) is cut
-    to its first ``max_observation_tokens`` tokens followed by ``[result cut at N tokens]``.
+    An observation longer than ``max_observation_tokens`` tokens (its content encoded alone; null: no cap) is
+    cut to its first ``max_observation_tokens`` tokens followed by ``[result cut at N tokens]``.
     """
     truncated_reward = check_truncated_reward(truncated_reward)
     require(max_turns >= 1, f"max_turns={max_turns} must be >= 1")
@@ -95,7 +98,8 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
             f"max_episode_tokens={max_episode_tokens} must be >= 1 or null")
     require(max_observation_tokens is None or max_observation_tokens >= 1,
             f"max_observation_tokens={max_observation_tokens} must be >= 1 or null")
-    require(n >= 1 and len(records) >= 1, f"need at least one record and n >= 1 (got {len(records)} records, n={n})")
+    require(n >= 1 and len(records) >= 1,
+            f"need at least one record and n >= 1 (got {len(records)} records, n={n})")
     chat = chat or ChatFormat(tokenizer)
     budget = max_episode_tokens or sys.maxsize
     context = engine.max_sequence_length()
@@ -111,25 +115,25 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
         if not live:
             break
         limits = {i: min(sampling.max_new_tokens, budgets[i] - len(tracks[i].ids)) for i in live}
-        turn_sampling = replace(sampling, max_new_tokens=max(limits.values()),
-                                seed=None if sampling.seed is None else sampling.seed + turn * TURN_SEED_STRIDE)
+        seed = None if sampling.seed is None else sampling.seed + turn * TURN_SEED_STRIDE
+        turn_sampling = replace(sampling, max_new_tokens=max(limits.values()), seed=seed)
         out = _generate(engine, tracks, live, n if turn == 0 else 1, turn_sampling)
         device = device or out.completion_ids.device
         answers = []  # the environment answers the live episodes' turns together (see Environment.astep)
         for row, i in enumerate(live):
             tokens = out.completion_ids[row][out.completion_mask[row]][: limits[i]].tolist()
             tracks[i].add(tokens, out.logprobs[row, : len(tokens)])
-            answers.append(_answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer, budgets[i],
-                                   last=turn == max_turns - 1, cap=max_observation_tokens))
+            answers.append(_answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer,
+                                   budgets[i], last=turn == max_turns - 1, cap=max_observation_tokens))
         going = _run_all(answers)
         live = [i for i, goes_on in zip(live, going, strict=True) if goes_on]
     for ep in episodes:
         ep.reward = _timed(ep, lambda ep=ep: environment.reward(ep))  # always read: it may close a session
         how = environment.turn_reduction(ep)
         if how is not None:
-            require(ep.reward is None, f"{type(environment).__name__} declares turn_reward={how!r} and its reward() "
-                                       f"returned {ep.reward!r}: an episode has one reward source; return None "
-                                       "from reward() or set turn_reward to None")
+            require(ep.reward is None, f"{type(environment).__name__} declares turn_reward={how!r} and its "
+                                       f"reward() returned {ep.reward!r}: an episode has one reward source; "
+                                       "return None from reward() or set turn_reward to None")
             ep.reward = float(TURN_REDUCTIONS[how](ep.turn_rewards))
         if not ep.answered and truncated_reward != "score":
             ep.reward = math.nan if truncated_reward == "drop" else truncated_reward
@@ -137,12 +141,12 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
 
 
 def _budget(budget: int, context: int | None, track: _Track, episode: Episode) -> int:
-    """The tokens an episode may hold after its prompt: ``max_episode_tokens``, within the engine's context."""
+    """How many tokens an episode may hold after its prompt: ``max_episode_tokens``, within the context."""
     if context is None:
         return budget
     room = context - len(track.prompt)
-    require(room >= 1, f"the prompt of record {episode.record.get('id')!r} has {len(track.prompt)} tokens, which "
-                       f"leaves no room in the engine's {context}-token context; shorten the prompt")
+    require(room >= 1, f"the prompt of record {episode.record.get('id')!r} has {len(track.prompt)} tokens, "
+                       f"which leaves no room in the engine's {context}-token context; shorten the prompt")
     return min(budget, room)
 
 
@@ -166,12 +170,14 @@ def _run_all(answers: list) -> list[bool]:
     return run_coroutine(together())
 
 
-async def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track: _Track, tokens: list[int],
-                  eos: set[int], tokenizer, budget: int, last: bool, cap: int | None = None) -> bool:
+async def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track: _Track,
+                  tokens: list[int], eos: set[int], tokenizer, budget: int, last: bool,
+                  cap: int | None = None) -> bool:
     """Records the sampled turn ``tokens`` and the environment's answer; True while the episode goes on.
 
     The turn's text is its tokens decoded as sampled (special tokens included) without the EOS that ends it.
-    Observations join ``episode.messages`` only when their tokens join the episode (a further turn reads them).
+    Observations join ``episode.messages`` only when their tokens join the episode (a further turn reads
+    them).
     """
     history = list(episode.messages)
     ended = bool(tokens) and tokens[-1] in eos
@@ -184,7 +190,8 @@ async def _answer(environment: Environment, chat: ChatFormat, episode: Episode, 
         episode.answered = bool(_timed(episode, lambda: environment.answers(episode, text)))
         _turn_reward(environment, episode, None)
         return False
-    if last and not _timed(episode, lambda: environment.answers(episode, text)):  # no turn would read a result
+    # no turn would read a result
+    if last and not _timed(episode, lambda: environment.answers(episode, text)):
         episode.truncated = True
         _turn_reward(environment, episode, None)
         return False
@@ -211,14 +218,15 @@ def _turn_reward(environment: Environment, episode: Episode, reward) -> None:
     """Records the reward of the turn just sampled (None: 0) when the environment gives per-turn rewards."""
     how = environment.turn_reduction(episode)
     if how is None:
-        require(reward is None, f"{type(environment).__name__}.step returned a turn reward ({reward!r}) but the "
-                                "environment declares no turn_reward; set turn_reward to how the turns' rewards "
-                                f"make the episode's ({', '.join(TURN_REDUCTIONS)})")
+        require(reward is None, f"{type(environment).__name__}.step returned a turn reward ({reward!r}) but "
+                                "the environment declares no turn_reward; set turn_reward to how the turns' "
+                                f"rewards make the episode's ({', '.join(TURN_REDUCTIONS)})")
         return
-    require(how in TURN_REDUCTIONS, f"{type(environment).__name__}: turn_reward={how!r} is not a reduction; use "
-                                    f"one of {list(TURN_REDUCTIONS)}")
+    require(how in TURN_REDUCTIONS, f"{type(environment).__name__}: turn_reward={how!r} is not a reduction; "
+                                    f"use one of {list(TURN_REDUCTIONS)}")
     require(reward is None or (isinstance(reward, int | float) and not isinstance(reward, bool)),
-            f"{type(environment).__name__}.step returned the turn reward {reward!r}; a turn reward is a number")
+            f"{type(environment).__name__}.step returned the turn reward {reward!r}; a turn reward is "
+            "a number")
     episode.turn_rewards.append(0.0 if reward is None else float(reward))
 
 
@@ -237,7 +245,8 @@ def _reset(environment: Environment, record: Record) -> Episode:
     start = time.perf_counter()
     episode = environment.reset(record)
     require(isinstance(episode, Episode),
-            f"{type(environment).__name__}.reset returned {type(episode).__name__}; it must return an Episode")
+            f"{type(environment).__name__}.reset returned {type(episode).__name__}; it must return "
+            "an Episode")
     episode.env_seconds += time.perf_counter() - start
     return episode
 
@@ -273,7 +282,7 @@ def _assemble(tracks: list[_Track], episodes: list[Episode], n: int, pad: int, d
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """The ``env/…`` scalars of one step's episodes: means per episode, totals of errors, timeouts and seconds."""
+    """One step's ``env/…`` scalars: means per episode, totals of errors, timeouts and seconds."""
     k = max(len(episodes), 1)
     return {
         "env/turns_mean": sum(e.turns for e in episodes) / k,
@@ -287,16 +296,16 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
 
 
 def turn_credit(episodes: Sequence[Episode], advantages: Tensor) -> dict[str, tuple[float, float]]:
-    """How the advantage of one step's episodes spreads over their turns, as ``(numerator, denominator)`` pairs
-    (summed over ranks, then divided): ``env/adv_share_turn<k>`` for ``k = 1..max_turns`` and
+    """How the advantage of one step's episodes spreads over their turns, as ``(numerator, denominator)``
+    pairs (summed over ranks, then divided): ``env/adv_share_turn<k>`` for ``k = 1..max_turns`` and
     ``env/adv_share_final_turn``.
 
     Each sampled token of episode ``e`` carries the episode's advantage ``a_e``; the share of turn ``k`` is
-    ``sum_e |a_e| n_ek / sum_e |a_e| n_e``, with ``n_ek`` the tokens the policy sampled in turn ``k`` of ``e`` and
-    ``n_e`` in all of its turns: the fraction of the step's advantage mass, token by token (the policy gradient's
-    weight under ``token-mean`` aggregation, before clipping), that lands on turn ``k``. The final turn is each
-    episode's last sampled turn (its answer, or the turn it was cut on). NaN when every advantage is 0.
-    ``advantages``: ``[N]`` (or ``[P, G]``), one per episode, in the rollouts' row order.
+    ``sum_e |a_e| n_ek / sum_e |a_e| n_e``, with ``n_ek`` the tokens the policy sampled in turn ``k`` of ``e``
+    and ``n_e`` in all of its turns: the fraction of the step's advantage mass, token by token (the policy
+    gradient's weight under ``token-mean`` aggregation, before clipping), that lands on turn ``k``. The final
+    turn is each episode's last sampled turn (its answer, or the turn it was cut on). NaN when every advantage
+    is 0. ``advantages``: ``[N]`` (or ``[P, G]``), one per episode, in the rollouts' row order.
     """
     a = advantages.detach().reshape(-1).abs().double().cpu().tolist()
     require(len(a) == len(episodes), f"turn_credit: {len(a)} advantages for {len(episodes)} episodes")

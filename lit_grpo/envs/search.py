@@ -1,10 +1,10 @@
 """A search agent's environment: a BM25 ``search(query)`` tool over a small document collection.
 
-The collection is JSON lines with ``id``, ``title`` and ``text`` per document; lit-grpo ships one of invented facts
-(``assets/search_corpus/documents.jsonl``, written by ``scripts/make_search_corpus.py``), whose questions
-(:class:`~lit_grpo.data.SearchQuestions`) are answerable only from it. Retrieval is `bm25s
-<https://github.com/xhluca/bm25s>`_ (the ``agents`` extra: ``pip install 'lit-grpo[agents]'``). A query is only
-ever split into words and looked up: nothing in it is run.
+The collection is JSON lines with ``id``, ``title`` and ``text`` per document; lit-grpo ships one of invented
+facts (``assets/search_corpus/documents.jsonl``, written by ``scripts/make_search_corpus.py``), whose
+questions (:class:`~lit_grpo.data.SearchQuestions`) are answerable only from it. Retrieval is `bm25s
+<https://github.com/xhluca/bm25s>`_ (the ``agents`` extra: ``pip install 'lit-grpo[agents]'``). A query is
+only ever split into words and looked up: nothing in it is run.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ SYSTEM_PROMPT = ("Answer the question using the search tool to look up facts. "
 def bm25s_module():
     """``bm25s`` with its numpy backend: imported while ``numba`` is blocked (unless numba is loaded already).
 
-    bm25s imports numba when it is installed, and the numba/llvmlite objects that import leaves in ``sys.modules``
-    make the vLLM engine fail to start afterwards (vLLM 0.32 scans every loaded module at start-up and trips on
-    them: "'_lib_fn_wrapper' object has no attribute 'get'"). The numpy backend is plenty for a few thousand
-    documents.
+    bm25s imports numba when it is installed, and the numba/llvmlite objects that import leaves in
+    ``sys.modules`` make the vLLM engine fail to start afterwards (vLLM 0.32 scans every loaded module at
+    start-up and trips on them: "'_lib_fn_wrapper' object has no attribute 'get'"). The numpy backend is
+    plenty for a few thousand documents.
     """
     if "bm25s" in sys.modules:
         return sys.modules["bm25s"]
@@ -80,25 +80,27 @@ class SearchEnvironment(ToolEnvironment):
         k: Documents returned per search.
         max_doc_chars: Characters of each document shown in a result.
         tools: Further tools besides ``search``.
-        system_prompt: The system message (the tool descriptions are added where the template has no tool format).
+        system_prompt: The system message (the tool descriptions are added where the template has no tool
+            format).
         call_format: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
         call_tags: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
         timeout_s: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
         max_calls_per_turn: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
         max_result_chars: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
-        isolation: See :class:`~lit_grpo.envs.tools.ToolEnvironment` (isolated, each worker builds its own index
-            on its first search).
+        isolation: See :class:`~lit_grpo.envs.tools.ToolEnvironment` (isolated, each worker builds its own
+            index on its first search).
         workers: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
         memory_mb: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
         start_method: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
     """
 
-    def __init__(self, corpus: str | None = None, k: int = 3, max_doc_chars: int = 400, tools: list | None = None,
-                 system_prompt: str | None = SYSTEM_PROMPT,
+    def __init__(self, corpus: str | None = None, k: int = 3, max_doc_chars: int = 400,
+                 tools: list | None = None, system_prompt: str | None = SYSTEM_PROMPT,
                  call_format: Literal["auto", "tags", "json"] = "auto",
                  call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"), timeout_s: float = 5.0,
                  max_calls_per_turn: int = 4, max_result_chars: int = 2000, isolation: Isolation = "process",
-                 workers: int = 4, memory_mb: int | None = 1024, start_method: StartMethod = "forkserver") -> None:
+                 workers: int = 4, memory_mb: int | None = 1024,
+                 start_method: StartMethod = "forkserver") -> None:
         require(k >= 1, f"SearchEnvironment: k={k} must be >= 1")
         require(max_doc_chars >= 1, f"SearchEnvironment: max_doc_chars={max_doc_chars} must be >= 1")
         if importlib.util.find_spec("bm25s") is None:
@@ -106,9 +108,10 @@ class SearchEnvironment(ToolEnvironment):
         self.corpus, self.k, self.max_doc_chars = corpus, k, max_doc_chars
         self._index: Any = None
         self._documents: list[dict[str, str]] = []
-        super().__init__(tools=tools, system_prompt=system_prompt, call_format=call_format, call_tags=call_tags,
-                         timeout_s=timeout_s, max_calls_per_turn=max_calls_per_turn, max_result_chars=max_result_chars,
-                         isolation=isolation, workers=workers, memory_mb=memory_mb, start_method=start_method)
+        super().__init__(tools=tools, system_prompt=system_prompt, call_format=call_format,
+                         call_tags=call_tags, timeout_s=timeout_s, max_calls_per_turn=max_calls_per_turn,
+                         max_result_chars=max_result_chars, isolation=isolation, workers=workers,
+                         memory_mb=memory_mb, start_method=start_method)
 
     def reset(self, record):
         self._load()  # a bad collection is an error here, not a tool error in every episode
@@ -135,7 +138,9 @@ class SearchEnvironment(ToolEnvironment):
         return "\n".join(self._show(self._documents[i]) for i, _ in hits)
 
     def _show(self, doc: dict[str, str]) -> str:
-        text = doc["text"] if len(doc["text"]) <= self.max_doc_chars else doc["text"][: self.max_doc_chars] + "..."
+        text = doc["text"]
+        if len(text) > self.max_doc_chars:
+            text = text[: self.max_doc_chars] + "..."
         return f"[{doc['id']}] {doc['title']}: {text}"
 
     def _load(self):

@@ -4,8 +4,8 @@ Formats:
 
 - ``tags`` (Qwen2.5/3's chat-template format, and the default for templates without one): each call is
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the tags are configurable);
-- ``json`` (Llama 3.x's): the whole turn is one ``{"name": ..., "parameters": {...}}`` object, optionally after
-  ``<|python_tag|>``;
+- ``json`` (Llama 3.x's): the whole turn is one ``{"name": ..., "parameters": {...}}`` object, optionally
+  after ``<|python_tag|>``;
 - ``auto``: ``tags`` when the turn holds the opening tag, else ``json`` when the whole turn is such an object.
 
 ``arguments`` and ``parameters`` are accepted in both. A call that cannot be read is still returned, with its
@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from lit_grpo.checks import require
+
 _JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
                "array": (list,), "object": (dict,), "null": (type(None),)}
 
@@ -30,6 +32,21 @@ class ToolCall:
     name: str | None
     arguments: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+
+
+def check_call_options(call_format: str, max_calls_per_turn: int, max_result_chars: int) -> None:
+    """``require`` the options every tool-calling environment takes: how calls are read, how many a turn
+    runs and how long a result may be."""
+    require(call_format in ("auto", "tags", "json"), f"call_format={call_format!r}; use auto, tags or json")
+    require(max_calls_per_turn >= 1, f"max_calls_per_turn={max_calls_per_turn} must be >= 1")
+    require(max_result_chars >= 1, f"max_result_chars={max_result_chars} must be >= 1")
+
+
+def cut_result(text: str, max_chars: int) -> str:
+    """``text``, or its first ``max_chars`` characters and a line that says it was cut there."""
+    if len(text) > max_chars:
+        return text[:max_chars] + f"\n[result cut at {max_chars} characters]"
+    return text
 
 
 def parse_tool_calls(text: str, call_format: str = "auto",
@@ -84,7 +101,7 @@ def check_arguments(arguments: dict[str, Any], schema: dict) -> str | None:
 
 
 def _check_value(name: str, value: Any, spec: dict) -> str | None:
-    """What is wrong with one argument's value for its schema ``spec`` (type, null, enum; not nested items)."""
+    """What is wrong with an argument's value for its schema ``spec`` (type, null, enum; not nested items)."""
     if value is None and spec.get("nullable"):
         return None
     kinds = spec.get("type")

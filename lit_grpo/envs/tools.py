@@ -1,20 +1,21 @@
 """Tool use: plain Python callables offered to the policy, called from its turns, answered as observations.
 
-Each tool is a function (or bound method, sync or ``async``) with type hints and a Google-style docstring; its JSON
-schema comes from ``transformers.utils.get_json_schema``. An assistant turn calls tools in one of the formats of
-:func:`lit_grpo.envs.tool_calls.parse_tool_calls`; a turn without a call is the final answer and ends the episode.
-Every call gets one ``tool`` message back: the result, or an error message when the call is malformed, names an
-unknown tool, has missing, extra or mistyped arguments, raises (``SystemExit`` and ``KeyboardInterrupt``
-included), returns something other than text or a number, runs past ``timeout_s`` or ends its worker process.
-Errors are counted on the episode (``tool_errors``, ``tool_timeouts``) and the episode goes on: no tool failure
-stops the run.
+Each tool is a function (or bound method, sync or ``async``) with type hints and a Google-style docstring; its
+JSON schema comes from ``transformers.utils.get_json_schema``. An assistant turn calls tools in one of the
+formats of :func:`lit_grpo.envs.tool_calls.parse_tool_calls`; a turn without a call is the final answer and
+ends the episode. Every call gets one ``tool`` message back: the result, or an error message when the call is
+malformed, names an unknown tool, has missing, extra or mistyped arguments, raises (``SystemExit`` and
+``KeyboardInterrupt`` included), returns something other than text or a number, runs past ``timeout_s`` or
+ends its worker process. Errors are counted on the episode (``tool_errors``, ``tool_timeouts``) and the
+episode goes on: no tool failure stops the run.
 
-By default tools run isolated (``isolation: process``): in worker processes (:mod:`lit_grpo.envs.isolation`) whose
-wall-clock limit kills the worker, C code included, with a memory limit and none of the trainer's state; up to
-``workers`` calls of different episodes run at once (:meth:`ToolEnvironment.astep`, which the rollout awaits for
-all live episodes together). ``isolation: none`` runs them in the trainer's process: async tools concurrently on
-the rollout's event loop (the limit cancels them at their next ``await``), sync ones one at a time in the calling
-thread under :func:`lit_grpo.rewards.scoring.time_limit` (main thread only; C code is not stopped).
+By default tools run isolated (``isolation: process``): in worker processes (:mod:`lit_grpo.envs.isolation`)
+whose wall-clock limit kills the worker, C code included, with a memory limit and none of the trainer's state;
+up to ``workers`` calls of different episodes run at once (:meth:`ToolEnvironment.astep`, which the rollout
+awaits for all live episodes together). ``isolation: none`` runs them in the trainer's process: async tools
+concurrently on the rollout's event loop (the limit cancels them at their next ``await``), sync ones one at a
+time in the calling thread under :func:`lit_grpo.rewards.scoring.time_limit` (main thread only; C code is not
+stopped).
 """
 
 from __future__ import annotations
@@ -41,7 +42,13 @@ from lit_grpo.envs.isolation import (
     WorkerPool,
     check_picklable,
 )
-from lit_grpo.envs.tool_calls import ToolCall, check_arguments, parse_tool_calls
+from lit_grpo.envs.tool_calls import (
+    ToolCall,
+    check_arguments,
+    check_call_options,
+    cut_result,
+    parse_tool_calls,
+)
 from lit_grpo.rewards.scoring import RewardTimeout, time_limit
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -56,8 +63,8 @@ def tool_schema(tool: Callable[..., Any]) -> dict:
     except Exception as err:
         name = getattr(tool, "__name__", type(tool).__name__)
         raise ValueError(
-            f"tool {name!r} has no usable JSON schema ({err}); give every argument a type hint and describe it "
-            "in a Google-style docstring (Args: name: description)"
+            f"tool {name!r} has no usable JSON schema ({err}); give every argument a type hint and describe "
+            "it in a Google-style docstring (Args: name: description)"
         ) from None
 
 
@@ -68,8 +75,9 @@ def describe_tools(schemas: list[dict], tags: tuple[str, str]) -> str:
     return (
         "You can call these tools (JSON schemas):\n"
         f"{listing}\n"
-        f'To call a tool, write {opening}{{"name": "<tool name>", "arguments": {{<arguments>}}}}{closing} and '
-        "stop; the result comes back in the next message. When you know the answer, reply without a tool call."
+        f'To call a tool, write {opening}{{"name": "<tool name>", "arguments": {{<arguments>}}}}{closing} '
+        "and stop; the result comes back in the next message. When you know the answer, reply without a "
+        "tool call."
     )
 
 
@@ -81,8 +89,8 @@ class ToolEnvironment(Environment):
             type hints and a docstring describing every argument.
         system_prompt: A system message before the prompt (null: none). Where the chat template has no tool
             format, the tool descriptions and the call format are added to it.
-        call_format: ``tags``: calls inside ``call_tags`` holding ``{"name", "arguments"}`` JSON (Qwen2.5/3 and
-            the default for templates without a tool format); ``json``: the whole turn is one
+        call_format: ``tags``: calls inside ``call_tags`` holding ``{"name", "arguments"}`` JSON (Qwen2.5/3
+            and the default for templates without a tool format); ``json``: the whole turn is one
             ``{"name", "parameters"}`` object (Llama 3.x); ``auto``: tags, else a whole-turn JSON call.
         call_tags: Opening and closing tag of a call in the ``tags`` format.
         timeout_s: Wall-clock seconds a tool call may run. Isolated, the worker is killed at the limit; with
@@ -93,8 +101,8 @@ class ToolEnvironment(Environment):
             memory limit and no access to the trainer's state (the tools must be picklable: module-level
             functions, or methods of picklable objects); ``none``: in the trainer's process (trusted, cheap
             tools; async tools still run concurrently).
-        workers: Most calls running at once over all episodes (worker processes, started on demand). The calls of
-            one turn run in order; those of different episodes side by side.
+        workers: Most calls running at once over all episodes (worker processes, started on demand). The calls
+            of one turn run in order; those of different episodes side by side.
         memory_mb: Address space a worker may take beyond what loading its tools took (null: no limit); a tool
             that allocates past it gets a ``MemoryError`` observation.
         start_method: How workers start: ``forkserver`` (forked from a server that imported the tools' modules
@@ -107,14 +115,14 @@ class ToolEnvironment(Environment):
                  timeout_s: float = DEFAULT_TIMEOUT_S, max_calls_per_turn: int = 4,
                  max_result_chars: int = 2000, isolation: Isolation = "process", workers: int = 4,
                  memory_mb: int | None = 1024, start_method: StartMethod = "forkserver") -> None:
-        require(call_format in ("auto", "tags", "json"), f"call_format={call_format!r}; use auto, tags or json")
+        check_call_options(call_format, max_calls_per_turn, max_result_chars)
         require(timeout_s > 0, f"timeout_s={timeout_s} must be > 0")
-        require(max_calls_per_turn >= 1, f"max_calls_per_turn={max_calls_per_turn} must be >= 1")
-        require(max_result_chars >= 1, f"max_result_chars={max_result_chars} must be >= 1")
         require(isolation in ("process", "none"), f"isolation={isolation!r}; use process or none")
         require(workers >= 1, f"workers={workers} must be >= 1")
-        require(memory_mb is None or memory_mb >= 1, f"memory_mb={memory_mb} must be >= 1, or null for no limit")
-        require(start_method in ("forkserver", "spawn"), f"start_method={start_method!r}; use forkserver or spawn")
+        require(memory_mb is None or memory_mb >= 1,
+                f"memory_mb={memory_mb} must be >= 1, or null for no limit")
+        require(start_method in ("forkserver", "spawn"),
+                f"start_method={start_method!r}; use forkserver or spawn")
         self.tools: dict[str, Callable[..., Any]] = {}
         self.schemas: list[dict] = []
         for tool in [*(tools or []), *self.own_tools()]:
@@ -126,13 +134,14 @@ class ToolEnvironment(Environment):
         self.system_prompt, self.call_format, self.call_tags = system_prompt, call_format, tuple(call_tags)
         self.timeout_s, self.max_calls_per_turn = timeout_s, max_calls_per_turn
         self.max_result_chars = max_result_chars
-        self.isolation, self.workers, self.memory_mb, self.start_method = isolation, workers, memory_mb, start_method
+        self.isolation, self.workers = isolation, workers
+        self.memory_mb, self.start_method = memory_mb, start_method
         self._pool: WorkerPool | None = None
         self._waiters: ThreadPoolExecutor | None = None
         self._limit: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         if isolation == "process":
-            check_picklable(self.tools)  # a tool that cannot reach a worker is an error now, not in every call
+            check_picklable(self.tools)  # a tool that cannot reach a worker: an error now, not in every call
 
     def own_tools(self) -> list[Callable[..., Any]]:
         """Tools a subclass always offers (bound methods, e.g. a search over its collection)."""
@@ -146,8 +155,9 @@ class ToolEnvironment(Environment):
         return run_coroutine(self.astep(episode, text))
 
     async def astep(self, episode: Episode, text: str) -> StepResult:
-        """:meth:`step` as a coroutine: the rollout awaits the steps of all live episodes together, so the tool
-        calls of different episodes run at once (up to ``workers``); the calls of one turn run in order."""
+        """:meth:`step` as a coroutine: the rollout awaits the steps of all live episodes together, so the
+        tool calls of different episodes run at once (up to ``workers``); the calls of one turn run in
+        order."""
         calls = parse_tool_calls(text, self.call_format, self.call_tags)
         if not calls:
             return StepResult(observations=[], done=True)
@@ -155,7 +165,8 @@ class ToolEnvironment(Environment):
         for index, call in enumerate(calls):
             episode.tool_calls += 1
             if index >= self.max_calls_per_turn:
-                result = self._error(episode, f"at most {self.max_calls_per_turn} tool calls are run per turn")
+                result = self._error(episode,
+                                     f"at most {self.max_calls_per_turn} tool calls are run per turn")
             else:
                 result = await self.acall(episode, call)
             observations.append({"role": "tool", "name": call.name or "unknown", "content": result})
@@ -249,11 +260,10 @@ class ToolEnvironment(Environment):
 
     def _text(self, episode: Episode, name: str, value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, RESULT_TYPES):
-            return self._error(episode, f"tool {name!r} returned {type(value).__name__}, not text or a number")
+            return self._error(episode,
+                               f"tool {name!r} returned {type(value).__name__}, not text or a number")
         text = value if isinstance(value, str) else repr(value)
-        if len(text) > self.max_result_chars:
-            text = text[: self.max_result_chars] + f"\n[result cut at {self.max_result_chars} characters]"
-        return text
+        return cut_result(text, self.max_result_chars)
 
     @staticmethod
     def _error(episode: Episode, message: str) -> str:
@@ -270,10 +280,11 @@ _interrupts = {"depth": 0, "previous": None, "real": threading.Event()}
 
 @contextmanager
 def _own_interrupts() -> Iterator[threading.Event]:
-    """Tells a ``KeyboardInterrupt`` the tool raised itself (its failure) from a real Ctrl-C (which stops the run):
-    in the main thread, a ``SIGINT`` during the block sets the yielded event before raising as usual."""
+    """Tells a ``KeyboardInterrupt`` the tool raised itself (its failure) from a real Ctrl-C (which stops the
+    run): in the main thread, a ``SIGINT`` during the block sets the yielded event before raising as usual."""
     if threading.current_thread() is not threading.main_thread():
-        yield threading.Event()  # signals reach the main thread only: any KeyboardInterrupt here is the tool's
+        # signals reach the main thread only: any KeyboardInterrupt here is the tool's
+        yield threading.Event()
         return
     state = _interrupts
     if state["depth"] == 0:

@@ -15,8 +15,8 @@ class RolloutEngine(ABC):
     """Generates completions for the policy being trained.
 
     The module calls :meth:`bind` once the policy and tokenizer are loaded, :meth:`rollout` for every
-    rollout batch and held-out batch (the completions of :meth:`generate`, unless the engine runs episodes) and
-    :meth:`sync_weights` after every optimizer step. Multi-turn episodes
+    rollout batch and held-out batch (the completions of :meth:`generate`, unless the engine runs episodes)
+    and :meth:`sync_weights` after every optimizer step. Multi-turn episodes
     (:func:`lit_grpo.envs.run_episodes`) continue token sequences with :meth:`generate_ids`, which the
     engines' ``generate`` calls after encoding, so both take one path.
     """
@@ -30,14 +30,16 @@ class RolloutEngine(ABC):
         """``P`` prompts -> ``P * n`` completions, group-major, with the sampling log-probs."""
 
     def rollout(self, batch: PromptBatch, n: int, sampling: SamplingParams) -> Rollouts:
-        """``n`` rollouts of each prompt of ``batch``, group-major: the completions of its prompts. An engine that
-        runs multi-turn episodes (:class:`lit_grpo.envs.EpisodeEngine`) reads the whole records instead."""
+        """``n`` rollouts of each prompt of ``batch``, group-major: the completions of its prompts. An
+        engine that runs multi-turn episodes (:class:`lit_grpo.envs.EpisodeEngine`) reads the whole records
+        instead."""
         return self.generate(batch.prompts, n, sampling)
 
-    def rollout_ahead(self, batch: PromptBatch, n: int, sampling: SamplingParams) -> tuple[PromptBatch, Rollouts] | None:
-        """The rollouts a training step trains on, with the prompts they belong to: those of ``batch`` itself here; an
-        asynchronous engine (:class:`~lit_grpo.rollout.asynchronous.AsyncRollouts`) returns an earlier batch's, or
-        None while its pipeline fills."""
+    def rollout_ahead(self, batch: PromptBatch, n: int,
+                      sampling: SamplingParams) -> tuple[PromptBatch, Rollouts] | None:
+        """The rollouts a training step trains on, with the prompts they belong to: those of ``batch`` itself
+        here; an asynchronous engine (:class:`~lit_grpo.rollout.asynchronous.AsyncRollouts`) returns an
+        earlier batch's, or None while its pipeline fills."""
         return batch, self.rollout(batch, n, sampling)
 
     def generate_ids(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> Rollouts:
@@ -56,15 +58,16 @@ class RolloutEngine(ABC):
         return None
 
     def max_sampled_tokens(self, max_new_tokens: int) -> int:
-        """Most tokens the policy samples in one row of :meth:`rollout` when each sampling call may sample up to
-        ``max_new_tokens``: the length budget that length shaping (``OverlongPenalty``) and the
+        """Most tokens the policy samples in one row of :meth:`rollout` when each sampling call may sample up
+        to ``max_new_tokens``: the length budget that length shaping (``OverlongPenalty``) and the
         ``seq-sum-constant`` aggregation compare lengths with. One completion: ``max_new_tokens``."""
         return max_new_tokens
 
     def staleness(self) -> tuple[int, str]:
-        """``(max_staleness, correction)``: how many policy versions old the rollouts the trainer gets may be, and
-        the importance correction that staleness asks of the loss (``"truncated_is"`` or ``"none"``; read once by
-        the module, :func:`lit_grpo.losses.correction.correct_staleness`). Synchronous: ``(0, "none")``."""
+        """``(max_staleness, correction)``: how many policy versions old the rollouts the trainer gets may be,
+        and the importance correction that staleness asks of the loss (``"truncated_is"`` or ``"none"``; read
+        once by the module, :func:`lit_grpo.losses.correction.correct_staleness`). Synchronous:
+        ``(0, "none")``."""
         return 0, "none"
 
     def metrics(self) -> dict[str, float]:
@@ -76,17 +79,18 @@ class RolloutEngine(ABC):
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s contents. Here: say so when the checkpoint holds an asynchronous engine's
-        batches in flight, which this engine does not train."""
+        """Restore :meth:`state_dict`'s contents. Here: say so when the checkpoint holds an asynchronous
+        engine's batches in flight, which this engine does not train."""
         if state.get("pending"):
             logging.getLogger(__name__).warning(
-                "the checkpoint holds %d rollout batches in flight of an asynchronous engine (AsyncRollouts); this "
-                "run's %s does not train them, so their prompts are skipped. Resume with the same engine to train them",
+                "the checkpoint holds %d rollout batches in flight of an asynchronous engine "
+                "(AsyncRollouts); this run's %s does not train them, so their prompts are skipped. Resume "
+                "with the same engine to train them",
                 len(state["pending"]), type(self).__name__)
 
     def close(self) -> None:
-        """Release what generating keeps between steps (threads, batches in flight) when a fit ends; the engine
-        starts them again if it is used after. Nothing here."""
+        """Release what generating keeps between steps (threads, batches in flight) when a fit ends; the
+        engine starts them again if it is used after. Nothing here."""
         return None
 
     def sync_weights(self, policy: nn.Module) -> float:

@@ -36,7 +36,7 @@ def pad_prompts(prompt_ids: list[list[int]], pad_token_id: int) -> tuple[Tensor,
 
 
 def unpad_prompts(ids: Tensor, mask: Tensor) -> list[list[int]]:
-    """Left-padded ``ids, mask [P, Tp]`` -> the token ids of each prompt (the inverse of :func:`pad_prompts`)."""
+    """Left-padded ``ids, mask [P, Tp]`` -> each prompt's token ids (the inverse of :func:`pad_prompts`)."""
     return [row[m].tolist() for row, m in zip(ids, mask, strict=True)]
 
 
@@ -45,7 +45,11 @@ def eos_token_ids(policy, tokenizer) -> list[int]:
     the tokenizer's ``eos_token_id``; ``[]`` when neither names one. Any id counts, 0 included."""
     eos = getattr(getattr(policy, "generation_config", None), "eos_token_id", None)
     eos = eos if eos is not None else tokenizer.eos_token_id
-    return [] if eos is None else [int(e) for e in eos] if isinstance(eos, list | tuple) else [int(eos)]
+    if eos is None:
+        return []
+    if isinstance(eos, list | tuple):
+        return [int(e) for e in eos]
+    return [int(eos)]
 
 
 def completion_mask(ids: Tensor, eos_token_id: int | list[int] | None) -> tuple[Tensor, Tensor]:

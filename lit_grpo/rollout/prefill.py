@@ -1,10 +1,11 @@
-"""Each distinct prompt prefilled once for ``generate``: a key/value cache of the prompts, expanded to the rows
-that sample from them.
+"""Each distinct prompt prefilled once for ``generate``: a key/value cache of the prompts, expanded to
+the rows that sample from them.
 
 The ``n`` rows of a group repeat one prompt, so the plain path computes every prompt ``n`` times. Here the
-distinct prompts run once over all but their last token into a :class:`~transformers.DynamicCache`, which is then
-indexed to one row per sample. Given that cache and the full prompt ids and mask, ``generate`` runs only each
-row's last prompt token and the new tokens, with the position ids and attention mask it uses without a cache.
+distinct prompts run once over all but their last token into a :class:`~transformers.DynamicCache`, which is
+then indexed to one row per sample. Given that cache and the full prompt ids and mask, ``generate`` runs only
+each row's last prompt token and the new tokens, with the position ids and attention mask it uses without a
+cache.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ def prompt_cache(model: nn.Module, ids: Tensor, mask: Tensor, rows: Tensor, use_
     expanded to ``rows [N]`` (the prompt of each row to generate), for
     ``model.generate(input_ids=ids[rows], attention_mask=mask[rows], past_key_values=cache)``.
 
-    ``model`` is the Hugging Face model ``generate`` runs (not a peft wrapper). Returns None, and the plain path
-    applies, where this cannot be exact (with one log message per reason): ``use_cache=False``, a generation
-    config that names its own cache, a model without the default dynamic cache, attention other than full on
-    every layer, or a forward that does not fill the plain dynamic cache it is given; and silently where no
-    prompt repeats or the prompts are one token long.
+    ``model`` is the Hugging Face model ``generate`` runs (not a peft wrapper). Returns None, and the plain
+    path applies, where this cannot be exact (with one log message per reason): ``use_cache=False``, a
+    generation config that names its own cache, a model without the default dynamic cache, attention other
+    than full on every layer, or a forward that does not fill the plain dynamic cache it is given; and
+    silently where no prompt repeats or the prompts are one token long.
     """
     if len(ids) == len(rows) or ids.shape[1] < 2:
         return None
@@ -79,7 +80,7 @@ def _prefill(model: nn.Module, ids: Tensor, mask: Tensor):
     layers = getattr(filled, "layers", None)
     if filled is not cache or not layers or any(type(layer) is not DynamicLayer for layer in layers) \
             or cache.get_seq_length() != ids.shape[1] - 1:
-        return None, f"{type(model).__name__}'s forward returns {type(filled).__name__}, not the dynamic cache " \
-                     "of full attention layers it was given"
+        return None, (f"{type(model).__name__}'s forward returns {type(filled).__name__}, not the dynamic "
+                      "cache of full attention layers it was given")
     return cache, None
 

@@ -33,15 +33,15 @@ INSTALL_HINT = (
 
 
 class VLLMEngine(RolloutEngine):
-    """``vllm.LLM`` in the training process: ``n`` samples per prompt, weights loaded in place after each step.
+    """``vllm.LLM`` in the training process: ``n`` samples per prompt, weights loaded in place each step.
 
     The engine is created in :meth:`bind` from the policy's config and tokenizer directory with dummy
     weights; the policy's own weights are loaded into it before the first rollout and after every
     optimizer step (:meth:`sync_weights`), one tensor at a time (FSDP2 shards are gathered one
     parameter at a time; LoRA adapters are folded into the copy, the trained weights left as they were).
-    Sampling log-probabilities are vLLM's ``processed_logprobs``: those of the tempered distribution, which equal
-    the training forward's when ``top_p == 1`` and ``top_k == 0`` (with top-p/top-k they are those of the
-    truncated distribution actually sampled from).
+    Sampling log-probabilities are vLLM's ``processed_logprobs``: those of the tempered distribution, which
+    equal the training forward's when ``top_p == 1`` and ``top_k == 0`` (with top-p/top-k they are those of
+    the truncated distribution actually sampled from).
 
     Args:
         dtype: Weight and activation dtype inside vLLM (``auto``: the model config's).
@@ -89,7 +89,8 @@ class VLLMEngine(RolloutEngine):
             max_model_len is None or max_model_len >= 2, f"max_model_len={max_model_len} must be >= 2 or null"
         )
         require(sleep_level in (0, 1, 2), f"sleep_level={sleep_level} must be 0 (off), 1 or 2")
-        require(max_num_seqs is None or max_num_seqs >= 1, f"max_num_seqs={max_num_seqs} must be >= 1 or null")
+        require(max_num_seqs is None or max_num_seqs >= 1,
+                f"max_num_seqs={max_num_seqs} must be >= 1 or null")
         self.dtype, self.gpu_memory_utilization, self.kv_cache_gib = (
             dtype,
             gpu_memory_utilization,
@@ -106,28 +107,29 @@ class VLLMEngine(RolloutEngine):
 
     # ---- lifecycle ---------------------------------------------------------------------------------
     def bind(self, policy: nn.Module, tokenizer) -> None:
-        if tokenizer.pad_token_id is None:
-            raise ValueError(
-                "the tokenizer has no pad token; set one (e.g. tokenizer.pad_token = tokenizer.eos_token) "
-                "and save it with the model"
-            )
+        require(
+            tokenizer.pad_token_id is not None,
+            "the tokenizer has no pad token; set one (e.g. tokenizer.pad_token = tokenizer.eos_token) "
+            "and save it with the model",
+        )
         self.policy, self.tokenizer, self._stale = policy, tokenizer, True
         if self.llm is None:
             self.llm = self._create_llm(_model_dir(policy))
 
     def _create_llm(self, model_dir: str):
-        if os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
-            raise ValueError(
-                "VLLMEngine runs vLLM in the training process: unset VLLM_ENABLE_V1_MULTIPROCESSING "
-                f"(it is {os.environ['VLLM_ENABLE_V1_MULTIPROCESSING']!r}) or set it to 0"
-            )
+        multiprocessing = os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        require(
+            multiprocessing == "0",
+            "VLLMEngine runs vLLM in the training process: unset VLLM_ENABLE_V1_MULTIPROCESSING "
+            f"(it is {multiprocessing!r}) or set it to 0",
+        )
         import vllm
 
         distributed = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
         require(
             self.tensor_parallel_size == 1 or distributed,
-            f"tensor_parallel_size={self.tensor_parallel_size} needs the trainer to run under torch.distributed "
-            "(e.g. Lightning DDP/FSDP with as many devices); use 1 otherwise",
+            f"tensor_parallel_size={self.tensor_parallel_size} needs the trainer to run under "
+            "torch.distributed (e.g. Lightning DDP/FSDP with as many devices); use 1 otherwise",
         )
         if self.sleep_level:
             from vllm.platforms import current_platform
@@ -326,11 +328,11 @@ class VLLMEngine(RolloutEngine):
     def _check_lengths(self, token_lists: list[list[int]]) -> None:
         limit = self.llm.model_config.max_model_len
         for i, tokens in enumerate(token_lists):
-            if len(tokens) >= limit:
-                raise ValueError(
-                    f"prompt {i} has {len(tokens)} tokens, which leaves no room within max_model_len="
-                    f"{limit}; shorten the prompt or raise VLLMEngine max_model_len above {len(tokens)}"
-                )
+            require(
+                len(tokens) < limit,
+                f"prompt {i} has {len(tokens)} tokens, which leaves no room within max_model_len="
+                f"{limit}; shorten the prompt or raise VLLMEngine max_model_len above {len(tokens)}",
+            )
 
 
 
@@ -347,9 +349,9 @@ def _model_dir(policy: nn.Module) -> str:
     path = getattr(policy, "name_or_path", "") or getattr(
         getattr(policy, "config", None), "_name_or_path", ""
     )
-    if not path:
-        raise ValueError(
-            "VLLMEngine needs the policy's model directory or hub id (policy.name_or_path is empty); "
-            "load the policy with from_pretrained or save it first"
-        )
+    require(
+        bool(path),
+        "VLLMEngine needs the policy's model directory or hub id (policy.name_or_path is empty); "
+        "load the policy with from_pretrained or save it first",
+    )
     return path

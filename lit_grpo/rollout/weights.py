@@ -31,10 +31,10 @@ def full_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
 
 @contextmanager
 def merged_adapters(policy: nn.Module) -> Iterator[nn.Module]:
-    """The plain model behind ``policy``: a PEFT model's adapters are folded into copies of the adapted weights
-    inside the block and the originals put back after, bit-identical (:func:`~lit_grpo.lora.merged_for_inference`);
-    where that cannot serve (FSDP units, DoRA) peft merges them in place and unmerges them after, which leaves
-    float rounding in the frozen weights."""
+    """The plain model behind ``policy``: a PEFT model's adapters are folded into copies of the adapted
+    weights inside the block and the originals put back after, bit-identical
+    (:func:`~lit_grpo.lora.merged_for_inference`); where that cannot serve (FSDP units, DoRA) peft merges them
+    in place and unmerges them after, which leaves float rounding in the frozen weights."""
     if not hasattr(policy, "merge_adapter"):
         yield policy
         return
