@@ -9,7 +9,8 @@
     python bench/async_rollouts.py speed-k --pairs 6 --steps 200   # k = 1, 2, 4 against sync, rotated rounds (~8 min)
     python bench/async_rollouts.py --write docs/performance.md       # the doc's tables from the data
 
-Arms (the same config otherwise; ``OMP_NUM_THREADS`` set per process):
+Arms (the same config otherwise; ``OMP_NUM_THREADS`` set per process; every arm's HF engine draws
+``generate``'s tokens, ``GENERATE_DRAWS``, as the published runs did):
 - ``sync``: the synchronous engine with all the cores;
 - ``async-k1`` / ``async-k2``: ``AsyncRollouts(max_staleness=k)``, the cores split: the trainer's thread and the
   producer's thread one half each;
@@ -38,6 +39,7 @@ from pathlib import Path
 from provenance import ROOT, command, write_block
 
 from lit_grpo.lab.stats import t_quantile, t_sf
+from lit_grpo.rollout.hf import GENERATE_DRAWS_ARG
 
 #: The success criterion, fixed before the first run. Speed: per pair, r = async-k1's median step time / sync's; the
 #: 95% t-interval of mean(log r) over the pairs says "async faster" when its upper end is below log 1 = 0, "async
@@ -91,14 +93,28 @@ RESULTS = ROOT / "docs" / "results" / "async"
 BEGIN, END = "<!-- async_rollouts: begin -->\n", "<!-- async_rollouts: end -->\n"
 
 
+def _threads(arm: str) -> int:
+    """The arm's torch threads: all the cores for sync, half of them for an asynchronous arm."""
+    cores = os.cpu_count() or 2
+    return cores if arm == "sync" else max(1, cores // 2)
+
+
+def fit_args(arm: str, steps: int, seed: int, folder: Path, extra: list[str],
+             config: str = "configs/quickstart.yaml") -> list[str]:
+    """The ``lit-grpo fit`` arguments of one run of ``arm``."""
+    # every arm draws generate's tokens, as the published runs did (before the engine's fast defaults)
+    inner = GENERATE_DRAWS_ARG.replace("--model.engine=", "--model.engine.engine=")  # AsyncRollouts' engine
+    pin = GENERATE_DRAWS_ARG if arm == "sync" else inner
+    args = [*ARMS[arm], pin, *([f"--model.engine.producer_threads={_threads(arm)}"] if arm != "sync" else [])]
+    return ["--config", config, f"--seed_everything={seed}", f"--trainer.max_steps={steps}",
+            f"--trainer.logger.init_args.save_dir={folder}", "--trainer.enable_progress_bar=false",
+            *args, *extra]
+
+
 def _fit(arm: str, steps: int, seed: int, folder: Path, extra: list[str],
          config: str = "configs/quickstart.yaml") -> subprocess.CompletedProcess:
-    cores = os.cpu_count() or 2
-    threads = cores if arm == "sync" else max(1, cores // 2)
-    args = [*ARMS[arm], *([f"--model.engine.producer_threads={threads}"] if arm != "sync" else [])]
-    argv = [sys.executable, "-m", "lit_grpo", "fit", "--config", config, f"--seed_everything={seed}",
-            f"--trainer.max_steps={steps}", f"--trainer.logger.init_args.save_dir={folder}",
-            "--trainer.enable_progress_bar=false", *args, *extra]
+    threads = _threads(arm)
+    argv = [sys.executable, "-m", "lit_grpo", "fit", *fit_args(arm, steps, seed, folder, extra, config)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, text=True)

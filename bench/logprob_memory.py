@@ -7,8 +7,8 @@ tokens. Measured with ``torch.cuda.max_memory_allocated`` above what was allocat
 
 - ``train_*``: ``sequence_logprobs`` forward with entropy plus backward, with the LM head in chunks
   (the default) and with ``MAX_LOGITS_ELEMENTS = inf`` (the whole ``[N, T, V]`` logits, as before);
-- ``generate_*``: the HF engine reading each step's sampled log-prob from the model's calls, and the
-  previous engine keeping every step's logits (``output_logits=True``);
+- ``generate_*``: the HF engine's ``generate`` path reading each step's sampled log-prob from the model's
+  calls (:data:`PER_STEP`), and the previous engine keeping every step's logits (``output_logits=True``);
 - ``max_abs_diff_*``: the two training paths' log-probs and entropies, and their largest relative gradient
   difference (fp32 and bf16 autocast).
 """
@@ -22,6 +22,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.grpo_step
+
+
+#: The ``per_step`` arm's engine as the published run (2026-11-29) had it: ``generate``, log-probs read by
+#: hooks, every row prefilled (as the ``full_logits`` arm): before the own loop and shared prefill existed
+PER_STEP = {"decoder": "generate", "shared_prefill": False}
 
 
 def main() -> None:
@@ -54,7 +59,7 @@ def main() -> None:
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20, result
 
-    for name, engine in (("per_step", HFGenerateEngine()), ("full_logits", full_logits_engine())):
+    for name, engine in (("per_step", HFGenerateEngine(**PER_STEP)), ("full_logits", full_logits_engine())):
         engine.bind(policy, tokenizer)
         torch.manual_seed(0)
         out[f"generate_{name}_MiB"], rollouts = peak_mib(lambda e=engine: e.generate(prompts, 8, sampling))

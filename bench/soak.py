@@ -3,7 +3,8 @@
     python bench/soak.py --steps 5000 --out docs/results/soak/quickstart.json   # about 20 min on 2 cores
     python bench/soak.py --write docs/performance.md                            # the doc's table from the data
 
-The run is ``lit-grpo fit --config configs/quickstart.yaml`` with ``max_steps`` raised (validation every 250 steps
+The run is ``lit-grpo fit --config configs/quickstart.yaml`` (the engine pinned to ``generate``'s draws,
+``GENERATE_DRAWS``, as the published runs drew) with ``max_steps`` raised (validation every 250 steps
 and the held-out report as configured), in a child process so that the numbers are the trainer's alone.
 :class:`SoakProbe`, added to its callbacks, times each training step (batch start to batch end: rollout, reward,
 training; validation runs after it and is not counted) and every ``every`` steps writes one line: the step, the
@@ -32,6 +33,7 @@ from lightning import Callback
 from provenance import ROOT, command, write_block
 
 from lit_grpo.lab.stats import t_quantile
+from lit_grpo.rollout.hf import GENERATE_DRAWS_ARG
 
 #: The success criterion, fixed before the first run. Samples before ``warmup_steps`` are not judged (allocator
 #: pools, caches and the first validations settle). Memory: the least-squares slope of RSS over the judged samples
@@ -139,14 +141,20 @@ def trend(steps: list[int], values: list[float], level: float) -> tuple[float, f
     return fit.slope * span / mean, (fit.slope - half) * span / mean, (fit.slope + half) * span / mean
 
 
+def fit_args(steps: int, every: int, folder: Path, lines: Path) -> list[str]:
+    """The ``lit-grpo fit`` arguments of the soak run: the quickstart, ``steps`` steps, :class:`SoakProbe`."""
+    return ["--config", "configs/quickstart.yaml", f"--trainer.max_steps={steps}",
+            f"--trainer.logger.init_args.save_dir={folder}", "--trainer.enable_progress_bar=false",
+            "--trainer.callbacks+=soak.SoakProbe", f"--trainer.callbacks.out={lines}",
+            f"--trainer.callbacks.every={every}",
+            GENERATE_DRAWS_ARG]  # generate's draws, as the published runs (before the engine's fast defaults)
+
+
 def run(steps: int, every: int, out: Path) -> dict:
     """Runs the quickstart for ``steps`` steps in a child process with :class:`SoakProbe`; returns the record."""
     with tempfile.TemporaryDirectory() as tmp:
         lines = Path(tmp) / "samples.jsonl"
-        argv = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/quickstart.yaml",
-                f"--trainer.max_steps={steps}", f"--trainer.logger.init_args.save_dir={tmp}",
-                "--trainer.enable_progress_bar=false", "--trainer.callbacks+=soak.SoakProbe",
-                f"--trainer.callbacks.out={lines}", f"--trainer.callbacks.every={every}"]
+        argv = [sys.executable, "-m", "lit_grpo", "fit", *fit_args(steps, every, Path(tmp), lines)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")])}
         start = time.monotonic()
         subprocess.run(argv, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)

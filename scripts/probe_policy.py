@@ -11,7 +11,9 @@ the samples are cut into groups of ``--group-size``, the share of prompts never 
 k = 1, 4, 16, ... up to the samples, for multi-turn episodes (an ``EpisodeEngine`` config) the turns, tool calls
 and tool errors per episode, and on bounded-answer tasks (a ``num_choices`` column) the sampled
 accuracy for each number of answers k beside its chance 1/k. ``--json PATH`` writes the same numbers, with the
-fit arguments, to a file. The experiments and docs/agents.md quote it for their starting policies.
+fit arguments, to a file. The experiments and docs/agents.md quote it for their starting policies; the
+engine is the fit arguments' own, so a quoted command on a config at the engine's defaults names the draws
+its numbers came from (``lit_grpo.rollout.hf.GENERATE_DRAWS_ARG`` for those drawn before the fast defaults).
 """
 
 from __future__ import annotations

@@ -40,9 +40,11 @@ of a model with a 151,936-token vocabulary), ``scaling`` (lit-grpo step time aga
 
 The realistic parts run real workloads with real rewards (:mod:`.workloads`), each side at its own settings:
 lit-grpo at its defaults (its engine's options are not set here, so a run measures whatever they are, and
-records them), with its defaults for what it may skip (zero-advantage elision and the shared-prefix training
-forward, both exact; TRL trains every row); every record holds the CPU's flags (:data:`.machine.CPU_FLAGS`)
-and the dtype each side ran (``--precision``, fp32 by default, the same on both sides):
+records them; ``zero`` and ``quickstart`` pin ``generate``'s draws, as their published runs drew: see
+:func:`.workloads.engine_options`), with its defaults for what it may skip (zero-advantage elision and the
+shared-prefix training forward, both exact; TRL trains every row); every record holds the CPU's flags
+(:data:`.machine.CPU_FLAGS`) and the dtype each side ran (``--precision``, fp32 by default, the same on both
+sides):
 
     python -m bench.grpo_step --parts realistic,tta --json docs/results/grpo_step_realistic.json \
         --write docs/performance.md

@@ -3,7 +3,8 @@
     python -m bench.grpo_step.lit_worker --model DIR --steps 6 --warmup 2 [--precision bf16] [--full-logits]
 
 Same settings as :mod:`.trl_worker` (see the package's docstring): the HF generate engine at its defaults
-(the benchmark sets none of its options, so it measures whatever they are, and reports them as ``engine``),
+(so a run measures whatever they are), or with ``generate``'s draws on the workloads whose published runs drew
+them (:func:`.workloads.engine_options`), its settings reported as ``engine``,
 the prompts and reward of ``--workload`` (:mod:`.workloads`; torch reseeded with ``step_seed`` at the start
 of every step, the digest of each step's prompts reported as ``step_prompts``) with ``filter_degenerate``
 off (no batch is skipped); on the ``zero`` workload ``elide_zero_advantage`` off (every completion is
@@ -58,12 +59,14 @@ def full_logits_engine():
     return FullLogitsEngine()
 
 
-def engine(full_logits: bool = False):
-    """The engine of the lit-grpo side: ``HFGenerateEngine`` at its defaults (or
-    :func:`full_logits_engine`)."""
+def engine(workload: str, full_logits: bool = False):
+    """The engine of the lit-grpo side on ``workload``: ``HFGenerateEngine`` with the workload's options
+    (:func:`.workloads.engine_options`), or :func:`full_logits_engine`."""
     from lit_grpo.rollout import HFGenerateEngine
 
-    return full_logits_engine() if full_logits else HFGenerateEngine()
+    from .workloads import engine_options
+
+    return full_logits_engine() if full_logits else HFGenerateEngine(**engine_options(workload))
 
 
 def engine_settings(engine) -> dict:
@@ -133,7 +136,7 @@ def main() -> None:
         model=args.model,
         reward=reward(args.workload),
         group_size=args.group,
-        engine=engine(args.full_logits),
+        engine=engine(args.workload, args.full_logits),
         sampling=Sampling(temperature=1.0, max_new_tokens=args.new_tokens, val_samples=0),
         optim=Optim(lr=args.lr, max_grad_norm=1.0),
         algorithm=Algorithm(num_iterations=1, aggregation="token-mean", filter_degenerate=False),

@@ -4,7 +4,8 @@ both sides score with the same reward code and read the same prompts). Both side
 in the same order step by step: lit-grpo draws them through ``PromptDataModule``, and TRL reads them,
 unshuffled, in that order (:func:`train_order`). A workload fixes what both sides compute (model, prompts,
 reward, P, G, new tokens, learning rate, adapters); how each trainer computes it is left at that trainer's
-settings (lit-grpo's engine at its defaults, whatever they are).
+settings (lit-grpo's engine at its defaults, whatever they are, except on the workloads whose published runs
+drew ``generate``'s tokens: :attr:`Workload.pinned`, :func:`engine_options`).
 
 - ``zero``: two-digit addition prompts (``"12+34="``) and a reward that is always 0, so every advantage is 0
   and no trainer can skip anything: the same arithmetic on both sides.
@@ -34,6 +35,9 @@ class Workload:
     new_tokens: int
     lr: float
     lora: bool = False  # train the adapters of :data:`LORA` instead of every weight
+    # lit-grpo's engine draws generate's tokens (GENERATE_DRAWS), as the workload's published runs did (made
+    # before the engine's fast defaults); else the engine at its defaults
+    pinned: bool = False
 
 
 #: The adapters of ``configs/real/quickstart.yaml`` (lit-grpo's ``LoraSettings``; TRL: ``peft.LoraConfig``).
@@ -41,11 +45,19 @@ LORA = {"r": 16, "alpha": 32, "dropout": 0.0,
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
 
 WORKLOADS = {
-    "zero": Workload(None, 8, 8, 16, 1e-5),
-    "real": Workload("smollm2-135m-instruct", 8, 8, 32, 1e-5),
-    "lora": Workload("smollm2-135m-instruct", 8, 8, 32, 3e-4, lora=True),
-    "quickstart": Workload("tiny-arith-sft", 16, 8, 6, 1e-4),
+    "zero": Workload(None, 8, 8, 16, 1e-5, pinned=True),
+    "real": Workload("smollm2-135m-instruct", 8, 8, 32, 1e-5),  # published with shrink + inverse_cdf
+    "lora": Workload("smollm2-135m-instruct", 8, 8, 32, 3e-4, lora=True),  # likewise
+    "quickstart": Workload("tiny-arith-sft", 16, 8, 6, 1e-4, pinned=True),
 }
+
+
+def engine_options(workload: str) -> dict:
+    """The ``HFGenerateEngine`` options of lit-grpo's side on ``workload``: ``GENERATE_DRAWS`` when it is
+    :attr:`Workload.pinned`, else none (the engine's defaults)."""
+    from lit_grpo.rollout.hf import GENERATE_DRAWS
+
+    return dict(GENERATE_DRAWS) if WORKLOADS[workload].pinned else {}
 
 
 def model_dir(name: str) -> str:
@@ -124,10 +136,10 @@ def held_out(args) -> HeldOut:
 
 class HeldOut:
     """Held-out accuracy of a model during training, and when a run has reached its target: the workload's
-    ``val`` prompts through lit-grpo's HF engine, scored by the workload's reward; ``samples`` 0 for one
-    greedy completion a prompt, else that many completions a prompt at temperature 1, drawn from a fixed seed
-    inside a forked RNG (the training's random stream is left as it was). Both runners call this on their live
-    model, so both are judged by the same code.
+    ``val`` prompts through lit-grpo's HF engine (``GENERATE_DRAWS``), scored by the workload's reward;
+    ``samples`` 0 for one greedy completion a prompt, else that many completions a prompt at temperature 1,
+    drawn from a fixed seed inside a forked RNG (the training's random stream is left as it was). Both runners
+    call this on their live model, so both are judged by the same code.
 
     The target is ``target`` (an accuracy), or with ``gain`` the accuracy of the starting policy
     (:meth:`start`) plus ``gain``. ``evals`` records each evaluation (step, training seconds so far,
@@ -154,11 +166,11 @@ class HeldOut:
     def __call__(self, policy) -> float:
         import torch
 
-        from lit_grpo.rollout.hf import HFGenerateEngine
+        from lit_grpo.rollout.hf import GENERATE_DRAWS, HFGenerateEngine
         from lit_grpo.types import SamplingParams
 
         records, score, tokenizer = self._scoring
-        engine = HFGenerateEngine()
+        engine = HFGenerateEngine(**GENERATE_DRAWS)  # the draws of the published evaluations (both sides)
         engine.bind(policy, tokenizer)
         sampling = SamplingParams(temperature=1.0 if self.samples else 0.0, max_new_tokens=self.new_tokens)
         with torch.random.fork_rng(devices=[]):

@@ -362,17 +362,48 @@ def test_each_run_of_the_realistic_or_tta_part_names_a_block_of_its_own():
     assert re.fullmatch(r"grpo_step\.py:realistic(:[\w+]+)?", block_name(["tta"], ("quickstart", "lora")))
 
 
-def test_the_lit_grpo_side_samples_with_the_engine_at_its_defaults_on_every_workload():
-    """The benchmark sets none of the engine's options: it measures whatever HFGenerateEngine's defaults
-    are, and records them."""
+def test_the_lit_grpo_side_samples_with_the_draws_of_each_workloads_published_run():
+    """The benchmark sets no engine option on the workloads published at the engine's defaults (real, lora:
+    shrink + inverse_cdf): it measures whatever they are, and records them. zero and quickstart were published
+    drawing generate's tokens, so they pin GENERATE_DRAWS."""
     from bench.grpo_step.lit_worker import ENGINE_SETTINGS, engine, engine_settings
     from lit_grpo.rollout import HFGenerateEngine
+    from lit_grpo.rollout.hf import GENERATE_DRAWS
 
-    # no workload picks engine options
-    assert all(not hasattr(w, "engine") for w in workloads.WORKLOADS.values())
     default = HFGenerateEngine()
-    assert engine_settings(engine()) == {key: getattr(default, key) for key in ENGINE_SETTINGS}
-    assert type(engine()) is HFGenerateEngine
+    for name in ("real", "lora"):
+        assert engine_settings(engine(name)) == {key: getattr(default, key) for key in ENGINE_SETTINGS}, name
+    pinned = HFGenerateEngine(**GENERATE_DRAWS)
+    for name in ("zero", "quickstart"):
+        assert engine_settings(engine(name)) == {key: getattr(pinned, key) for key in ENGINE_SETTINGS}, name
+        assert (engine(name).shrink, engine(name).sampler) == (False, "multinomial")
+    assert all(type(engine(name)) is HFGenerateEngine for name in workloads.WORKLOADS)
+
+
+def test_the_held_out_yardstick_draws_generates_tokens(monkeypatch):
+    """Both sides' held-out evaluations sample with GENERATE_DRAWS, as the published ones did."""
+    from types import SimpleNamespace
+
+    from lit_grpo.rollout import hf
+    from lit_grpo.rollout.hf import GENERATE_DRAWS
+
+    built = []
+
+    class Recorder:
+        def __init__(self, **options):
+            built.append(options)
+
+        def bind(self, policy, tokenizer):
+            pass
+
+        def generate(self, prompts, n, sampling):
+            return SimpleNamespace(texts=["5"] * (len(prompts) * n))
+
+    monkeypatch.setattr(hf, "HFGenerateEngine", Recorder)
+    held = workloads.HeldOut("quickstart", "unused", 6, every=25, samples=4)
+    held.__dict__["_scoring"] = ([{"prompt": "2+3=", "reference": "5"}], workloads.reward("quickstart"), None)
+    assert held(policy=None) == 1.0
+    assert built == [GENERATE_DRAWS]
 
 
 def test_the_realistic_prose_says_what_the_committed_run_measured():
