@@ -16,6 +16,7 @@ from typing import Any
 import lightning
 from lightning import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities import rank_zero_only
 
 # The component packages, imported for their classes: LightningCLI resolves short names such as
 # --model.estimator=Sign, --model.loss=PPOClip or --model.reward=ExactMatch among the imported subclasses.
@@ -35,6 +36,7 @@ from lit_grpo.checkpoint import (
     remove_unused_log_dirs,
 )
 from lit_grpo.data import PromptDataModule
+from lit_grpo.precision import resolve_dtype
 
 TRAINER_DEFAULTS = {
     "logger": {
@@ -89,6 +91,16 @@ class LitGRPOCLI(LightningCLI):
         # torch, lightning and transformers; as comment lines, the file still works as --config
         kwargs.setdefault("dump_header", [resources.version_line(), f"lightning.pytorch=={lightning.__version__}"])
         return super().init_parser(**kwargs)
+
+    def before_instantiate_classes(self) -> None:
+        # model.dtype=auto: the dtype the CPU runs natively (lit_grpo.precision), printed and saved in
+        # config.yaml
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        init_args = config.get("model.init_args")
+        if init_args is not None and init_args.get("dtype") == "auto":
+            choice = resolve_dtype("auto")
+            init_args.dtype = choice.dtype
+            rank_zero_only(print)(choice.line("model.dtype"))
 
     def before_fit(self) -> None:
         check_outputs(self.trainer)  # a folder the run cannot write fails now, naming its option

@@ -39,7 +39,7 @@ def _imports(path: Path) -> set[str]:
 LAYERS = [
     ["__main__"], ["commands"], ["cli"], ["experiments"], ["callbacks"], ["module", "sft"],
     ["step_metrics", "checkpoint", "batching"], ["policy", "data"], ["settings"], ["diagnostics", "envs"], ["rollout", "rewards"],
-    ["losses", "estimators"], ["logprobs"], ["models", "parallel"], ["lora", "perf", "types", "resources", "checks", "components", "extras"],
+    ["losses", "estimators"], ["logprobs"], ["models", "parallel"], ["lora", "perf", "types", "resources", "checks", "components", "extras", "precision"],
 ]
 RANK = {part: len(LAYERS) - i for i, parts in enumerate(LAYERS) for part in parts}
 
