@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning
+import torch
 from lightning import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
@@ -98,7 +99,9 @@ class LitGRPOCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         init_args = config.get("model.init_args")
         if init_args is not None and init_args.get("dtype") == "auto":
-            choice = resolve_dtype("auto")
+            accelerator = str(config.get("trainer.accelerator", "auto"))
+            choice = resolve_dtype("auto", on_cpu=accelerator == "cpu" or (
+                accelerator == "auto" and not torch.cuda.is_available() and not torch.backends.mps.is_available()))
             init_args.dtype = choice.dtype
             rank_zero_only(print)(choice.line("model.dtype"))
 

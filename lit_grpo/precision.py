@@ -41,11 +41,15 @@ def cpu_flags(cpuinfo: Path = CPUINFO) -> frozenset[str] | None:
     return None
 
 
-def resolve_dtype(dtype: str, flags: frozenset[str] | None = None, cpuinfo: Path | None = None) -> Choice:
+def resolve_dtype(dtype: str, flags: frozenset[str] | None = None, cpuinfo: Path | None = None,
+                  on_cpu: bool = True) -> Choice:
     """``dtype`` itself unless it is ``"auto"``; ``"auto"``: bfloat16 when ``flags`` (read from ``cpuinfo``
-    when not given) hold one of :data:`BF16_FLAGS`, else float32."""
+    when not given) hold one of :data:`BF16_FLAGS`, else float32; float32 when not ``on_cpu`` (on a GPU,
+    ``trainer.precision`` picks Lightning's mixed-precision plugin over float32 weights)."""
     if dtype != "auto":
         return Choice(dtype, "as given")
+    if not on_cpu:
+        return Choice("float32", "not on the CPU: trainer.precision sets mixed precision there")
     if flags is None:
         cpuinfo = CPUINFO if cpuinfo is None else cpuinfo
         flags = cpu_flags(cpuinfo)

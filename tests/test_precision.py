@@ -45,11 +45,16 @@ def test_a_given_dtype_is_kept(tmp_path, dtype):
     assert resolve_dtype(dtype, flags=frozenset(["avx512_bf16"])).dtype == dtype
 
 
+def test_auto_off_the_cpu_is_float32():  # a GPU: trainer.precision picks Lightning's mixed precision
+    assert resolve_dtype("auto", flags=frozenset(["avx512_bf16"]), on_cpu=False).dtype == "float32"
+
+
 @pytest.mark.parametrize(("flags", "dtype"), [(AVX2_ONLY + " avx512_bf16", "bfloat16"), (AVX2_ONLY, "float32")])
 def test_the_cli_resolves_auto_prints_it_and_saves_it(tmp_path, monkeypatch, capsys, flags, dtype):
     monkeypatch.setattr(precision, "CPUINFO", _cpuinfo(tmp_path, flags))
     monkeypatch.chdir(ROOT)
-    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.dtype=auto"], run=False)
+    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.dtype=auto", "--trainer.accelerator=cpu"],
+                     run=False)
     assert cli.model.dtype_name == dtype  # what the policy loads in and its checkpoints record
     assert cli.config["model"]["init_args"]["dtype"] == dtype  # what config.yaml saves
     assert f"model.dtype=auto: {dtype} (" in capsys.readouterr().out
