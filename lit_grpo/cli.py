@@ -100,8 +100,9 @@ class LitGRPOCLI(LightningCLI):
         init_args = config.get("model.init_args")
         if init_args is not None and init_args.get("dtype") == "auto":
             accelerator = str(config.get("trainer.accelerator", "auto"))
-            choice = resolve_dtype("auto", on_cpu=accelerator == "cpu" or (
-                accelerator == "auto" and not torch.cuda.is_available() and not torch.backends.mps.is_available()))
+            gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
+            on_cpu = accelerator == "cpu" or (accelerator == "auto" and not gpu)
+            choice = resolve_dtype("auto", on_cpu=on_cpu, lora=init_args.get("lora") is not None)
             init_args.dtype = choice.dtype
             rank_zero_only(print)(choice.line("model.dtype"))
 

@@ -42,14 +42,17 @@ def cpu_flags(cpuinfo: Path = CPUINFO) -> frozenset[str] | None:
 
 
 def resolve_dtype(dtype: str, flags: frozenset[str] | None = None, cpuinfo: Path | None = None,
-                  on_cpu: bool = True) -> Choice:
+                  on_cpu: bool = True, lora: bool = True) -> Choice:
     """``dtype`` itself unless it is ``"auto"``; ``"auto"``: bfloat16 when ``flags`` (read from ``cpuinfo``
     when not given) hold one of :data:`BF16_FLAGS`, else float32; float32 when not ``on_cpu`` (on a GPU,
-    ``trainer.precision`` picks Lightning's mixed-precision plugin over float32 weights)."""
+    ``trainer.precision`` picks Lightning's mixed-precision plugin over float32 weights) and without ``lora``
+    (the trained weights themselves would be bfloat16, their updates rounded to 8 significant bits)."""
     if dtype != "auto":
         return Choice(dtype, "as given")
     if not on_cpu:
         return Choice("float32", "not on the CPU: trainer.precision sets mixed precision there")
+    if not lora:
+        return Choice("float32", "no LoRA: bfloat16 would round the trained weights' updates")
     if flags is None:
         cpuinfo = CPUINFO if cpuinfo is None else cpuinfo
         flags = cpu_flags(cpuinfo)

@@ -49,12 +49,25 @@ def test_auto_off_the_cpu_is_float32():  # a GPU: trainer.precision picks Lightn
     assert resolve_dtype("auto", flags=frozenset(["avx512_bf16"]), on_cpu=False).dtype == "float32"
 
 
+def test_auto_without_lora_is_float32():  # the trained weights themselves would be bfloat16
+    assert resolve_dtype("auto", flags=frozenset(["avx512_bf16"]), lora=False).dtype == "float32"
+
+
 @pytest.mark.parametrize(("flags", "dtype"), [(AVX2_ONLY + " avx512_bf16", "bfloat16"), (AVX2_ONLY, "float32")])
 def test_the_cli_resolves_auto_prints_it_and_saves_it(tmp_path, monkeypatch, capsys, flags, dtype):
     monkeypatch.setattr(precision, "CPUINFO", _cpuinfo(tmp_path, flags))
     monkeypatch.chdir(ROOT)
-    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.dtype=auto", "--trainer.accelerator=cpu"],
-                     run=False)
+    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.dtype=auto", "--trainer.accelerator=cpu",
+                           "--model.lora={r: 4}"], run=False)
     assert cli.model.dtype_name == dtype  # what the policy loads in and its checkpoints record
     assert cli.config["model"]["init_args"]["dtype"] == dtype  # what config.yaml saves
     assert f"model.dtype=auto: {dtype} (" in capsys.readouterr().out
+
+
+def test_the_cli_keeps_float32_without_lora(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(precision, "CPUINFO", _cpuinfo(tmp_path, AVX2_ONLY + " avx512_bf16"))
+    monkeypatch.chdir(ROOT)
+    cli = LitGRPOCLI(args=["--config", "configs/quickstart.yaml", "--model.dtype=auto", "--trainer.accelerator=cpu"],
+                     run=False)
+    assert cli.model.dtype_name == "float32"
+    assert "model.dtype=auto: float32 (no LoRA" in capsys.readouterr().out
