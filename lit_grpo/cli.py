@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import lightning
+import torch
 import yaml
 from lightning import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities import rank_zero_only
 
 # The component packages, imported for their classes: LightningCLI resolves short names such as
 # --model.estimator=Sign, --model.loss=PPOClip or --model.reward=ExactMatch among the imported subclasses.
@@ -40,6 +42,7 @@ from lit_grpo.checkpoint import (
 )
 from lit_grpo.components import resolve
 from lit_grpo.data import PromptDataModule
+from lit_grpo.precision import resolve_dtype
 
 TRAINER_DEFAULTS = {
     "logger": {
@@ -101,6 +104,19 @@ class LitGRPOCLI(LightningCLI):
             "dump_header", [resources.version_line(), f"lightning.pytorch=={lightning.__version__}"]
         )
         return super().init_parser(**kwargs)
+
+    def before_instantiate_classes(self) -> None:
+        # model.dtype=auto: the dtype the CPU runs natively (lit_grpo.precision), printed and saved in
+        # config.yaml
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        init_args = config.get("model.init_args")
+        if init_args is not None and init_args.get("dtype") == "auto":
+            accelerator = str(config.get("trainer.accelerator", "auto"))
+            gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
+            on_cpu = accelerator == "cpu" or (accelerator == "auto" and not gpu)
+            choice = resolve_dtype("auto", on_cpu=on_cpu, lora=init_args.get("lora") is not None)
+            init_args.dtype = choice.dtype
+            rank_zero_only(print)(choice.line("model.dtype"))
 
     def before_fit(self) -> None:
         check_outputs(self.trainer)  # a folder the run cannot write fails now, naming its option

@@ -18,8 +18,9 @@ from torch import nn
 
 from lit_grpo.models.files import check_model_files, check_tokenizer_files, damaged, local_dir
 from lit_grpo.models.sources import resolve_model
+from lit_grpo.precision import resolve_dtype
 
-DType = Literal["float32", "bfloat16", "float16"]
+DType = Literal["float32", "bfloat16", "float16", "auto"]  # auto: lit_grpo.precision
 
 
 def looks_local(name: str) -> bool:
@@ -45,7 +46,7 @@ def load_policy(model: str, dtype: DType = "float32", from_scratch: bool = False
     model = resolve_model(model)  # a packaged model or a .gguf file: its converted directory
     _check_model_path(model)
     check_model_files(model, weights=not from_scratch)
-    torch_dtype = getattr(torch, dtype)
+    torch_dtype = getattr(torch, resolve_dtype(dtype).dtype)
     with _loading(model, "model"):
         if from_scratch:
             torch.manual_seed(seed)
