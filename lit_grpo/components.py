@@ -20,6 +20,8 @@ import pkgutil
 from jsonargparse._typehints import get_all_subclass_paths, resolve_class_path_by_name
 from jsonargparse._util import import_object
 
+from lit_grpo.checks import require
+
 
 def subclasses(base: type) -> dict[str, type]:
     """The concrete, public subclasses of ``base`` imported so far, by short name (in the order found); a
@@ -42,19 +44,14 @@ def resolve(base: type, name: str, where: str) -> type:
         path = resolve_class_path_by_name(base, name)
     except ValueError as err:  # a short name two subclasses share
         raise ValueError(f"{where}: {err}") from None
-    if "." not in path:  # not require: lit_grpo.checks is in this module's layer (tests/test_layers.py)
-        raise ValueError(
-            f"{where}: unknown {base.__name__} {name!r}; choose one of {known}, or give the class path of a "
-            f"subclass of {base.__name__} (my_pkg.module.MyClass)"
-        )
+    require("." in path, f"{where}: unknown {base.__name__} {name!r}; choose one of {known}, or give the "
+            f"class path of a subclass of {base.__name__} (my_pkg.module.MyClass)")
     try:
         cls = import_object(path)
     except (ImportError, AttributeError, ValueError) as err:
         raise ValueError(f"{where}: {name!r} cannot be imported ({err}); short names: {known}") from None
-    if not (inspect.isclass(cls) and issubclass(cls, base)) or inspect.isabstract(cls):
-        raise ValueError(
-            f"{where}: {name!r} is not a concrete {base.__name__} subclass; choose one of {known}"
-        )
+    require(inspect.isclass(cls) and issubclass(cls, base) and not inspect.isabstract(cls),
+            f"{where}: {name!r} is not a concrete {base.__name__} subclass; choose one of {known}")
     return cls
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from lit_grpo.checks import require
+
 
 @dataclass
 class LoraSettings:
@@ -28,16 +30,11 @@ class LoraSettings:
     target_modules: list[str] | str = "all-linear"
 
     def __post_init__(self) -> None:
-        if self.r < 1:
-            raise ValueError(f"lora.r={self.r} must be >= 1 (typical: 8 to 64)")
-        if self.alpha <= 0:
-            raise ValueError(f"lora.alpha={self.alpha} must be > 0 (typical: 2 * r)")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"lora.dropout={self.dropout} must be in [0, 1)")
-        if not self.target_modules:
-            raise ValueError(
-                "lora.target_modules is empty: name the layers (e.g. [q_proj, v_proj]) or use all-linear"
-            )
+        require(self.r >= 1, f"lora.r={self.r} must be >= 1 (typical: 8 to 64)")
+        require(self.alpha > 0, f"lora.alpha={self.alpha} must be > 0 (typical: 2 * r)")
+        require(0 <= self.dropout < 1, f"lora.dropout={self.dropout} must be in [0, 1)")
+        require(bool(self.target_modules),
+                "lora.target_modules is empty: name the layers (e.g. [q_proj, v_proj]) or use all-linear")
         if not isinstance(self.target_modules, str):
             self.target_modules = list(self.target_modules)
 
