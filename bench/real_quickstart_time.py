@@ -5,6 +5,9 @@ block rendered from that JSON.
     python bench/real_quickstart_time.py                                  # the whole command, one run
     python bench/real_quickstart_time.py --max-steps 3 --json docs/results/real_quickstart_profile.json
     python bench/real_quickstart_time.py --write docs/real_model.md       # the doc's block from the JSONs
+    python bench/real_quickstart_time.py --keep runs/rq && python bench/real_curve.py \
+        runs/rq/runs/real_quickstart/version_0 --time-log runs/rq/time.txt --json docs/results/real_quickstart.json \
+        --figure docs/results/real_quickstart_curve.png                   # and the same run's curve
 
 The run is ``lit-grpo fit --config configs/real/quickstart.yaml`` in a fresh process (in a temporary folder, so
 its ``runs/`` go there; the model must be in the cache: ``lit-grpo models fetch smollm2-135m-instruct``).
@@ -20,6 +23,7 @@ CPU capability, the number of cores, and the held-out lines as printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -37,6 +41,7 @@ RESULTS = ROOT / "docs" / "results"
 FULL, PROFILE = RESULTS / "real_quickstart_time.json", RESULTS / "real_quickstart_profile.json"
 BEGIN, END = "<!-- real_quickstart_time: begin -->\n", "<!-- real_quickstart_time: end -->\n"
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+TIME = Path("/usr/bin/time")
 PHASES = ("start", "model", "heldout_before", "training", "heldout_after", "exit")
 #: a held-out line as HeldOutReport prints it
 HELD = re.compile(r"^\s*(accuracy|reward_mean)\s+before ([\d.]+)\s+after ([\d.]+)\s+\(95%: \+-([\d.]+), "
@@ -68,13 +73,18 @@ def phases(started: float, printed: list[tuple[float, str]], steps: list[tuple[f
     return {name: round(b - a, 1) for name, a, b in zip(PHASES, marks[:-1], marks[1:], strict=True)}
 
 
-def run(max_steps: int | None) -> dict:
+def run(max_steps: int | None, keep: Path | None = None) -> dict:
+    """One run in a fresh process; in ``keep`` (its ``runs/`` and, under ``/usr/bin/time -v``, ``time.txt``
+    stay there for bench/real_curve.py) or in a temporary folder."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from lit_grpo.precision import cpu_flags
 
-    with tempfile.TemporaryDirectory() as tmp:
-        argv = [sys.executable, "-m", "lit_grpo", "fit", "--config", str(CONFIG), "--trainer.enable_progress_bar=false"]
+    with tempfile.TemporaryDirectory() if keep is None else contextlib.nullcontext(keep) as tmp:
+        Path(tmp).mkdir(parents=True, exist_ok=True)
+        timer = ["/usr/bin/time", "-v", "-o", str(Path(tmp) / "time.txt")] if keep and TIME.exists() else []
+        argv = [*timer, sys.executable, "-m", "lit_grpo", "fit", "--config", str(CONFIG),
+                "--trainer.enable_progress_bar=false"]
         if max_steps is not None:
             argv.append(f"--trainer.max_steps={max_steps}")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
@@ -144,12 +154,14 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, help="stop after this many steps (a short profile)")
     parser.add_argument("--json", type=Path, help=f"where to write (default {FULL.relative_to(ROOT)})")
     parser.add_argument("--write", type=Path, help="replace the block between the markers of this doc and exit")
+    parser.add_argument("--keep", type=Path, help="run in this folder and keep its runs/ and time.txt (for "
+                        "bench/real_curve.py: the per-step curve of the same run)")
     args = parser.parse_args()
     if args.write:
         write_block(args.write, BEGIN, END, render())
         return
     record = {"command": command("bench/real_quickstart_time.py", sys.argv[1:]), "commit": code_commit(),
-              **run(args.max_steps)}
+              **run(args.max_steps, args.keep and args.keep.resolve())}
     out = args.json or FULL
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")

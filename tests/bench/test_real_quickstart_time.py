@@ -105,6 +105,10 @@ def test_the_held_out_size_resolves_ten_points_and_the_doc_says_so():
 def test_the_config_uses_auto_dtype_and_the_exact_fast_decoder():
     init = CONFIG["model"]["init_args"]
     assert init["dtype"] == "auto"
-    assert init["engine"]["init_args"] == {"shrink": True, "sampler": "inverse_cdf"}
+    assert "engine" not in init  # the engine's defaults are its fastest exact settings
+    from lit_grpo.rollout import HFGenerateEngine
+
+    engine = HFGenerateEngine()
+    assert (engine.decoder, engine.shrink, engine.sampler) == ("own", True, "inverse_cdf")
     assert re.search(r"model\.dtype=auto: bfloat16 \(the CPU has\s+avx512_bf16: native bf16 matmul\)",
                      DOC.read_text())
