@@ -118,8 +118,9 @@ def _first_step(tmp_path, model_path, **kwargs):
     (math.log(3.0), "sequence", 2.0, 2.0),  # the completion's product 3^L, truncated at the cap
 ])
 def test_truncated_importance_sampling_reweights_the_gradient(tmp_path, sft_model_path, shift, level, cap, scale):
-    plain, metrics = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift))
-    weighted, _ = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift),
+    # Sign's advantages are +-1, so the step has a gradient whatever the sampled groups score
+    plain, metrics = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift), estimator=Sign())
+    weighted, _ = _first_step(tmp_path, sft_model_path, engine=ShiftedEngine(shift), estimator=Sign(),
                               loss=PPOClip(correction=TruncatedIS(level, cap)))
     assert any(g.abs().sum() > 0 for g in plain.values())
     for k in plain:
@@ -331,7 +332,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(tmp_path, sft_model_pat
     grads = []
     for checkpointing in (False, True):
         L.seed_everything(0)
-        module = tiny_module(sft_model_path, gradient_checkpointing=checkpointing, loss=PPOClip(beta=0.1))
+        module = tiny_module(sft_model_path, gradient_checkpointing=checkpointing, loss=PPOClip(beta=0.1),
+                             estimator=Sign())  # +-1 advantages: a gradient whatever the groups score
         capture = GradCapture()
         tiny_trainer(tmp_path, max_steps=1, callbacks=[capture]).fit(module, datamodule=tiny_data())
         assert module.policy.is_gradient_checkpointing == checkpointing

@@ -6,8 +6,9 @@ import lightning as L
 import pytest
 import torch
 
-from lit_grpo import RewardFunction
+from lit_grpo import HFGenerateEngine, RewardFunction
 from lit_grpo.rollout.functional import select_rows
+from lit_grpo.rollout.hf import GENERATE_DRAWS
 from lit_grpo.types import RewardOutput
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 from tests.recording import MemoryLogger, Record, grads_of, naive_logprobs, policy_at
@@ -48,7 +49,9 @@ def test_one_step_per_batch_is_the_plain_policy_gradient(tmp_path, sft_model_pat
 
 
 def test_the_second_mini_batch_is_clipped_against_the_frozen_old_logprobs(tmp_path, sft_model_path):
-    module, trainer, record, log = _fit(tmp_path, sft_model_path, 2, steps_per_generation=2, lr=3e-3)
+    # generate's draws: the scenario (which completions the clip acts on) was built on them
+    module, trainer, record, log = _fit(tmp_path, sft_model_path, 2, steps_per_generation=2, lr=3e-3,
+                                        engine=HFGenerateEngine(**GENERATE_DRAWS))
     assert trainer.global_step == 2 and len(record.outputs) == 1  # one rollout batch, two optimizer steps
     stats = record.outputs[0]
     rollouts, adv = stats.rollouts.to("cpu"), stats.advantages.reshape(-1)

@@ -12,6 +12,7 @@ from lit_grpo import logprobs as logprobs_mod
 from lit_grpo.logprobs import chunked_head_logprobs, sequence_logprobs, token_entropy, token_logprobs
 from lit_grpo.models.loading import load_policy, load_tokenizer
 from lit_grpo.rollout import HFGenerateEngine
+from lit_grpo.rollout.hf import GENERATE_DRAWS
 from lit_grpo.types import SamplingParams
 from tests.helpers import tiny_data, tiny_module, tiny_trainer
 
@@ -76,7 +77,7 @@ def test_sequence_logprobs_in_head_chunks_equals_whole_logits(tiny_model_path, m
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_engine_logprobs_equal_those_of_the_whole_generation_logits(tiny_model_path, use_cache):
     policy, tokenizer = load_policy(tiny_model_path), load_tokenizer(tiny_model_path)
-    engine = HFGenerateEngine(use_cache=use_cache)
+    engine = HFGenerateEngine(use_cache=use_cache, **GENERATE_DRAWS)  # generate's tokens, compared below
     engine.bind(policy, tokenizer)
     sampling = SamplingParams(0.8, max_new_tokens=10)
     torch.manual_seed(3)

@@ -41,6 +41,7 @@ SCRIPTS = {
     "bench/rollout_throughput.py": "publishes no figures (docs/vllm.md): the defaults",
     "scripts/gpu_check.py": "pass/fail checks of the shipped configs",
     "scripts/probe_policy.py": "the fit arguments' engine: its quoted commands pin (checked below)",
+    "bench/real_quickstart_time.py": "the real quickstart as users run it: the defaults, its figures rerun at them",
 }
 
 

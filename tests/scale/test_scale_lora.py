@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import lit_grpo.module as module_mod
-from lit_grpo import HFGenerateEngine, SamplingParams
+from lit_grpo import HFGenerateEngine, SamplingParams, Sign
 from lit_grpo.callbacks.export import SavePretrained
 from lit_grpo.logprobs import sequence_logprobs
 from lit_grpo.lora import LoraSettings
@@ -44,7 +44,8 @@ def test_lora_trains_only_the_adapters_against_the_base_model(tmp_path, sft_mode
 
 def test_kl_reference_is_the_base_model_with_adapters_disabled(tmp_path, sft_model_path):
     L.seed_everything(0)
-    module = tiny_module(sft_model_path, lora=LORA, loss=PPOClip(beta=0.1))
+    # Sign's +-1 advantages move the adapters whatever the sampled groups score
+    module = tiny_module(sft_model_path, lora=LORA, loss=PPOClip(beta=0.1), estimator=Sign())
     tiny_trainer(tmp_path, max_steps=1).fit(module, datamodule=tiny_data())
     rollouts = module.engine.generate(["1+2=", "13+4="], 2, SamplingParams(max_new_tokens=4))
     reference = module._reference_logprobs(rollouts, module_mod.PhaseTimer())
