@@ -4,6 +4,7 @@ block rendered from that JSON.
 
     python bench/real_quickstart_time.py                                  # the whole command, one run
     python bench/real_quickstart_time.py --max-steps 3 --json docs/results/real_quickstart_profile.json
+    python bench/real_quickstart_time.py --json docs/results/real_quickstart_time_float32.json -- --model.dtype=float32
     python bench/real_quickstart_time.py --write docs/real_model.md       # the doc's block from the JSONs
     python bench/real_quickstart_time.py --keep runs/rq && python bench/real_curve.py \
         runs/rq/runs/real_quickstart/version_0 --time-log runs/rq/time.txt --json docs/results/real_quickstart.json \
@@ -39,6 +40,7 @@ from provenance import ROOT, code_commit, command, write_block
 CONFIG = ROOT / "configs" / "real" / "quickstart.yaml"
 RESULTS = ROOT / "docs" / "results"
 FULL, PROFILE = RESULTS / "real_quickstart_time.json", RESULTS / "real_quickstart_profile.json"
+FLOAT32 = RESULTS / "real_quickstart_time_float32.json"  # the same command with --model.dtype=float32
 BEGIN, END = "<!-- real_quickstart_time: begin -->\n", "<!-- real_quickstart_time: end -->\n"
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 TIME = Path("/usr/bin/time")
@@ -68,12 +70,13 @@ def phases(started: float, printed: list[tuple[float, str]], steps: list[tuple[f
     def first(text: str) -> float:
         return next(t for t, line in printed if text in line)
 
-    marks = [started, first("model.dtype=auto"), first("Trainable params"), steps[0][0] - steps[0][1],
+    chosen = "model.dtype=auto" if any("model.dtype=auto" in line for _, line in printed) else "Seed set to"
+    marks = [started, first(chosen), first("Trainable params"), steps[0][0] - steps[0][1],
              steps[-1][0], first("Held-out prompts"), ended]
     return {name: round(b - a, 1) for name, a, b in zip(PHASES, marks[:-1], marks[1:], strict=True)}
 
 
-def run(max_steps: int | None, keep: Path | None = None) -> dict:
+def run(max_steps: int | None, keep: Path | None = None, extra: list[str] = ()) -> dict:
     """One run in a fresh process; in ``keep`` (its ``runs/`` and, under ``/usr/bin/time -v``, ``time.txt``
     stay there for bench/real_curve.py) or in a temporary folder."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -84,7 +87,7 @@ def run(max_steps: int | None, keep: Path | None = None) -> dict:
         Path(tmp).mkdir(parents=True, exist_ok=True)
         timer = ["/usr/bin/time", "-v", "-o", str(Path(tmp) / "time.txt")] if keep and TIME.exists() else []
         argv = [*timer, sys.executable, "-m", "lit_grpo", "fit", "--config", str(CONFIG),
-                "--trainer.enable_progress_bar=false"]
+                "--trainer.enable_progress_bar=false", *extra]
         if max_steps is not None:
             argv.append(f"--trainer.max_steps={max_steps}")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
@@ -102,7 +105,9 @@ def run(max_steps: int | None, keep: Path | None = None) -> dict:
         step_s = events.Scalars("perf/step_s")
         sampled = [round(e.value, 4) for e in events.Scalars("rollout/reward_mean")]
     lines = [line for _, line in printed]
-    chosen = next(DTYPE.search(line) for line in lines if DTYPE.search(line))
+    auto = next((DTYPE.search(line) for line in lines if DTYPE.search(line)), None)
+    given = next((o.split("=", 1)[1] for o in extra if o.startswith("--model.dtype=")), None)
+    dtype, reason = (auto.group(1), auto.group(2)) if auto else (given, f"set by --model.dtype={given}")
     import torch
 
     flags = cpu_flags() or frozenset()
@@ -110,7 +115,7 @@ def run(max_steps: int | None, keep: Path | None = None) -> dict:
         "max_steps": max_steps, "steps": len(step_s), "wall_s": round(ended - started, 1),
         "phases_s": phases(started, printed, [(e.wall_time, e.value) for e in step_s], ended),
         "heldout": parse_heldout(lines), "heldout_lines": [line for line in lines if HELD.match(line)],
-        "dtype": chosen.group(1), "dtype_reason": chosen.group(2),
+        "dtype": dtype, "dtype_reason": reason, "options": list(extra),
         "cpu_flags": {flag: flag in flags for flag in FLAGS}, "torch_cpu_capability":
             torch.backends.cpu.get_cpu_capability(), "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
         "load_at_start": [round(v, 2) for v in load_start], "load_at_end": [round(v, 2) for v in load_end],
@@ -141,9 +146,9 @@ def render_one(data: dict, label: str) -> list[str]:
 
 
 def render() -> str:
-    """The doc's block: the whole run's JSON when there is one, and the short profile's."""
+    """The doc's block: the whole command's run at the defaults and the same in float32, where they exist."""
     out = []
-    for path, label in ((FULL, "Whole command"), (PROFILE, "Short profile")):
+    for path, label in ((FULL, "Whole command"), (FLOAT32, "Whole command in float32")):
         if path.exists():
             out += render_one(json.loads(path.read_text()), label)
     return "\n".join(out)
@@ -156,12 +161,14 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="replace the block between the markers of this doc and exit")
     parser.add_argument("--keep", type=Path, help="run in this folder and keep its runs/ and time.txt (for "
                         "bench/real_curve.py: the per-step curve of the same run)")
+    parser.add_argument("options", nargs="*", help="more options of lit-grpo fit, e.g. --model.dtype=float32 "
+                        "(after --)")
     args = parser.parse_args()
     if args.write:
         write_block(args.write, BEGIN, END, render())
         return
     record = {"command": command("bench/real_quickstart_time.py", sys.argv[1:]), "commit": code_commit(),
-              **run(args.max_steps, args.keep and args.keep.resolve())}
+              **run(args.max_steps, args.keep and args.keep.resolve(), args.options)}
     out = args.json or FULL
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")

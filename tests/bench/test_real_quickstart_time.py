@@ -73,12 +73,13 @@ def test_the_doc_block_is_rendered_from_the_results():
 def test_the_results_are_those_of_the_config_and_hold_together():
     import json
 
-    for path in (bench.FULL, bench.PROFILE):
+    for path in (bench.FULL, bench.FLOAT32):
         if not path.exists():
             continue
         data = json.loads(path.read_text())
-        assert data["dtype"] == ("bfloat16" if data["cpu_flags"]["avx512_bf16"] or data["cpu_flags"]["amx_bf16"]
-                                 else "float32")
+        native = data["cpu_flags"]["avx512_bf16"] or data["cpu_flags"]["amx_bf16"]
+        given = [o.split("=", 1)[1] for o in data.get("options", []) if o.startswith("--model.dtype=")]
+        assert data["dtype"] == (given[0] if given else "bfloat16" if native else "float32")
         assert abs(sum(data["phases_s"].values()) - data["wall_s"]) <= 0.1 * len(bench.PHASES)
         assert {part["n"] for part in data["heldout"].values()} == {_held_out_prompts()}
         assert data["steps"] == (data["max_steps"] or CONFIG["trainer"]["max_steps"])
