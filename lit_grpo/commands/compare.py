@@ -134,22 +134,11 @@ def _select(exp, prepared, root, selection, args, executor) -> tuple[list, dict]
     """Run (unless --report-only) and read the selection stage; its records and the choice."""
     from lit_grpo.lab.collect import collect
     from lit_grpo.lab.grid import out_dir
-    from lit_grpo.lab.runner import default_jobs, run_grid
     from lit_grpo.lab.select import select_choice
 
     if not args.report_only:
-        jobs = args.jobs or default_jobs(exp.threads_per_run)
         print(f"-- selection stage: {out_dir(exp, args.root) / 'select'}", flush=True)
-        run_grid(
-            selection,
-            exp.threads_per_run,
-            jobs,
-            not args.skip_failed,
-            args.run_timeout,
-            _echo,
-            executor,
-            exp.resources,
-        )
+        _grid(exp, selection, args, executor)
     records = collect(exp, selection, (exp.select.metric,))
     choice = select_choice(exp, records)
     print(
@@ -266,7 +255,7 @@ def _run(plan, args, cli_class: type, executor) -> bool:
     from lit_grpo.lab.collect import collect
     from lit_grpo.lab.grid import expand, out_dir
     from lit_grpo.lab.report import publish, write_report
-    from lit_grpo.lab.runner import default_jobs, run_grid, run_prepare
+    from lit_grpo.lab.runner import run_prepare
 
     exp, prepared, runs, cells, selection = plan
     out = out_dir(exp, args.root)
@@ -287,17 +276,7 @@ def _run(plan, args, cli_class: type, executor) -> bool:
         runs = expand(exp, prepared, args.root, chosen[1])
         cells = check_runs(exp, runs, prepared, cli_class)  # the arms at their chosen values
     if not args.report_only:
-        jobs = args.jobs or default_jobs(exp.threads_per_run)
-        ran, wall = run_grid(
-            runs,
-            exp.threads_per_run,
-            jobs,
-            not args.skip_failed,
-            args.run_timeout,
-            _echo,
-            executor,
-            exp.resources,
-        )
+        ran, wall, jobs = _grid(exp, runs, args, executor)
         _record_invocation(out, exp, ran, wall, jobs if executor is None else executor.kind)
     records = collect(exp, runs)
     print(f"report: {write_report(exp, records, cells, out, args.root, chosen)}", flush=True)
@@ -306,6 +285,16 @@ def _run(plan, args, cli_class: type, executor) -> bool:
     elif args.publish:
         print("--publish: quick mode is not published (its numbers answer nothing)", flush=True)
     return any(r.status != "done" for r in records)
+
+
+def _grid(exp, runs, args, executor) -> tuple[int, float, int]:
+    """Run ``runs`` with the command's options; the runs started, the wall seconds and the parallel jobs."""
+    from lit_grpo.lab.runner import default_jobs, run_grid
+
+    jobs = args.jobs or default_jobs(exp.threads_per_run)
+    ran, wall = run_grid(runs, exp.threads_per_run, jobs, not args.skip_failed, args.run_timeout, _echo,
+                         executor, exp.resources)
+    return ran, wall, jobs
 
 
 def _echo(line: str) -> None:
