@@ -113,3 +113,16 @@ def test_the_config_uses_auto_dtype_and_the_exact_fast_decoder():
     assert (engine.decoder, engine.shrink, engine.sampler) == ("own", True, "inverse_cdf")
     assert re.search(r"model\.dtype=auto: bfloat16 \(the CPU has\s+avx512_bf16: native bf16 matmul\)",
                      DOC.read_text())
+
+
+def test_the_doc_compares_the_two_dtypes_by_their_data():
+    import json
+
+    bf16, f32 = (json.loads(path.read_text()) for path in (bench.FULL, bench.FLOAT32))
+    text = " ".join(DOC.read_text().split())
+    assert (f"from {f32['phases_s']['training']:.0f} to {bf16['phases_s']['training']:.0f} s against float32 and the "
+            f"whole command from {f32['wall_s'] / 60:.1f} to {bf16['wall_s'] / 60:.1f} minutes, at "
+            f"{bf16['peak_rss_gib']:.1f} GiB peak memory against {f32['peak_rss_gib']:.1f}") in text
+    assert (f"({bf16['heldout']['reward_mean']['after']:.3f} and {f32['heldout']['reward_mean']['after']:.3f}, each "
+            f"+-{max(bf16['heldout']['reward_mean']['after_half'], f32['heldout']['reward_mean']['after_half']):.2f})"
+            ) in text
