@@ -312,6 +312,7 @@ TARGETS = (
     ("real", "the whole step's useful FLOPs, share of the matmul peak", "step_peak", 0.60),
     ("quickstart", "completion tokens/s, lit-grpo / TRL", "ratio", 2.0),
     ("lora", "completion tokens/s, lit-grpo / TRL + peft", "ratio", 4.0),
+    ("lora", "step time, TRL + peft / lit-grpo", "step_ratio", 4.0),
 )
 
 
@@ -329,6 +330,11 @@ def _targets_table(rows: list[dict]) -> list[str]:
             value, ratios = r["ratio"], r["pair_ratios"]
             shown = (f"{value:.2f}x (A/B pairs {min(ratios):.2f}-{max(ratios):.2f}); paired {_paired(r)}; "
                      f"by step time {_by_step(r)}")
+            wanted, met = f">= {target:.0f}x", min(ratios) >= target
+        elif key == "step_ratio":  # every pair's ratio where the run recorded them, else the medians' ratio
+            ratios = r.get("pair_step_ratios") or [r["trl"]["step_s"] / r["lit"]["step_s"]]
+            shown = _by_step(r) + (f" (A/B pairs {min(ratios):.2f}-{max(ratios):.2f})"
+                                   if r.get("pair_step_ratios") else " (the medians' ratio)")
             wanted, met = f">= {target:.0f}x", min(ratios) >= target
         else:
             step = (r["lit"].get("roofline") or {}).get("step") or {}
