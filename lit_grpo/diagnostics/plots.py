@@ -6,37 +6,18 @@ matplotlib is optional: without it :func:`new_figure` warns once and every figur
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lit_grpo.extras import agg_figure
+
 #: the optional extra that draws the figures (lit_grpo.extras); without it the scalars are still logged
 EXTRA = "plots"
-_WARNED = False
 
 
 def new_figure(figsize: tuple[float, float]) -> Any | None:
-    """A matplotlib ``Figure`` drawn by the Agg canvas, or ``None`` (with one warning) without matplotlib.
-
-    The figure is made without pyplot, so no global backend or figure registry is touched and
-    nothing needs closing.
-    """
-    global _WARNED
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        if not _WARNED:
-            warnings.warn(
-                "matplotlib is not installed, so lit-grpo diagnostics draw no figures (scalars are still "
-                "logged); install it with `pip install matplotlib`",
-                stacklevel=3,
-            )
-            _WARNED = True
-        return None
-    fig = Figure(figsize=figsize)
-    FigureCanvasAgg(fig)
-    return fig
+    """A figure (:func:`lit_grpo.extras.agg_figure`), or ``None`` (one warning) without matplotlib."""
+    return agg_figure(figsize, EXTRA, "lit-grpo diagnostics draw no figures (scalars are still logged)")
 
 
 def pass_at_k_figure(curves: Mapping[str, Mapping[int, float]], title: str = "pass@k") -> Any | None:

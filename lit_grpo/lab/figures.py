@@ -7,11 +7,11 @@ returns ``None`` (one warning) and the report says that the figure was not drawn
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lit_grpo.extras import agg_figure
 from lit_grpo.lab.collect import RunRecord, Series, finished, settings_of
 from lit_grpo.lab.compute import X_LABELS, curve_points, grid, interpolate, matched_budget, smooth
 from lit_grpo.lab.spec import Curve, Experiment, Metric, Profile
@@ -19,28 +19,11 @@ from lit_grpo.lab.stats import t_quantile
 
 #: the optional extra that draws the figures (lit_grpo.extras); without it the report still has its tables
 EXTRA = "lab"
-_WARNED = False
 
 
 def new_figure(figsize: tuple[float, float]) -> Any | None:
-    """A matplotlib ``Figure`` drawn by the Agg canvas (no pyplot: no global backend or figure registry,
-    nothing to close), or ``None`` (with one warning) without matplotlib."""
-    global _WARNED
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        if not _WARNED:
-            warnings.warn(
-                "matplotlib is not installed, so the report draws no figures (its tables are complete); "
-                "install it with `pip install 'lit-grpo[lab]'`",
-                stacklevel=3,
-            )
-            _WARNED = True
-        return None
-    fig = Figure(figsize=figsize)
-    FigureCanvasAgg(fig)
-    return fig
+    """A figure (:func:`lit_grpo.extras.agg_figure`), or ``None`` (one warning) without matplotlib."""
+    return agg_figure(figsize, EXTRA, "the report draws no figures (its tables are complete)")
 
 
 def mean_band(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float, int]:
