@@ -17,8 +17,9 @@ class PPOClip(PolicyLoss):
 
     Optionally bounded by ``-c A`` for ``A < 0`` (dual clip), reweighted by an importance ``correction``
     towards the trainer's policy when the engine's numerics differ, and plus ``beta`` times a per-token KL
-    estimate to a reference policy. Logs ``train/clip_frac`` (share of tokens whose clipped term is the
-    active one) and, with ``beta > 0``, ``train/kl``.
+    estimate to a reference policy. Logs ``train/clip_frac`` (share of the trained tokens whose clipped term
+    is the active one: zero-advantage rows elided by ``batching`` are not counted) and, with ``beta > 0``,
+    ``train/kl``.
 
     Args:
         eps_low: Lower clip range of the ratio.
