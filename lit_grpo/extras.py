@@ -14,9 +14,7 @@ import ast
 import functools
 import importlib.util
 import re
-import warnings
 from pathlib import Path
-from typing import Any
 
 #: extra -> the top-level modules it installs: every extra of pyproject.toml's [project.optional-dependencies]
 #: but dev (the test tools, which scripts/install.sh always installs).
@@ -46,29 +44,6 @@ _PACKAGE_ROOT = Path(__file__).resolve().parent
 def install_hint(extra: str) -> str:
     """The command that installs ``extra``."""
     return _HOW.get(extra, f"pip install 'lit-grpo[{extra}]'")
-
-
-#: the extras whose missing matplotlib a figure has already reported (once per extra and process)
-_FIGURES_WARNED: set[str] = set()
-
-
-def agg_figure(figsize: tuple[float, float], extra: str, without: str) -> Any | None:
-    """A matplotlib ``Figure`` drawn by the Agg canvas (no pyplot: no global backend or figure registry,
-    nothing to close), or ``None`` without matplotlib, warning once per ``extra`` what ``without`` it still
-    gives and the command that installs it."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        if extra not in _FIGURES_WARNED:
-            _FIGURES_WARNED.add(extra)
-            # stacklevel: the caller of the figure function that asked its module's new_figure
-            warnings.warn(f"matplotlib is not installed, so {without}; install it with "
-                          f"`{install_hint(extra)}`", stacklevel=4)
-        return None
-    fig = Figure(figsize=figsize)
-    FigureCanvasAgg(fig)
-    return fig
 
 
 def installed(extra: str) -> bool:

@@ -51,13 +51,13 @@ LAYERS = [
     ["__main__"], ["commands"], ["cli", "lab"], ["callbacks"], ["module", "sft"],
     ["step_metrics", "checkpoint", "batching"], ["policy", "data"], ["settings"], ["diagnostics", "envs"],
     ["rollout", "rewards"], ["losses", "estimators"], ["logprobs"], ["models", "parallel"],
-    ["lora", "perf", "types", "resources", "components", "extras", "precision"], ["checks"],
+    ["lora", "perf", "types", "resources", "components", "figure", "precision"], ["extras"], ["checks"],
 ]
 RANK = {part: len(LAYERS) - i for i, parts in enumerate(LAYERS) for part in parts}
 #: What the lab may import of lit_grpo besides itself: the light shared helpers (the argument check, the shipped
-#: files, the optional extras, the name-to-class lookup). It reads the trainer's classes by the class paths its
-#: configs name (lit_grpo.lab.registry, lit_grpo.lab.loader), never by an import.
-LAB_SHARED = ("checks", "resources", "extras", "components")
+#: files, the optional extras, the name-to-class lookup, the figure canvas). It reads the trainer's classes by
+#: the class paths its configs name (lit_grpo.lab.registry, lit_grpo.lab.loader), never by an import.
+LAB_SHARED = ("checks", "resources", "extras", "components", "figure")
 #: Packages of the trainer the lab never imports; torch is the numerics of the lab's statistics alone.
 TRAINER_PACKAGES = ("lightning", "transformers", "peft", "torchmetrics", "vllm")
 LAB_TORCH = {"stats.py"}

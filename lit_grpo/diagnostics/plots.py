@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lit_grpo.extras import agg_figure
+from lit_grpo.figure import agg_figure
 
 #: the optional extra that draws the figures (lit_grpo.extras); without it the scalars are still logged
 EXTRA = "plots"
 
 
 def new_figure(figsize: tuple[float, float]) -> Any | None:
-    """A figure (:func:`lit_grpo.extras.agg_figure`), or ``None`` (one warning) without matplotlib."""
+    """A figure (:func:`lit_grpo.figure.agg_figure`), or ``None`` (one warning) without matplotlib."""
     return agg_figure(figsize, EXTRA, "lit-grpo diagnostics draw no figures (scalars are still logged)")
 
 

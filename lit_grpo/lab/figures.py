@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lit_grpo.extras import agg_figure
+from lit_grpo.figure import agg_figure
 from lit_grpo.lab.collect import RunRecord, Series, finished, settings_of
 from lit_grpo.lab.compute import X_LABELS, curve_points, grid, interpolate, matched_budget, smooth
 from lit_grpo.lab.spec import Curve, Experiment, Metric, Profile
@@ -22,7 +22,7 @@ EXTRA = "lab"
 
 
 def new_figure(figsize: tuple[float, float]) -> Any | None:
-    """A figure (:func:`lit_grpo.extras.agg_figure`), or ``None`` (one warning) without matplotlib."""
+    """A figure (:func:`lit_grpo.figure.agg_figure`), or ``None`` (one warning) without matplotlib."""
     return agg_figure(figsize, EXTRA, "the report draws no figures (its tables are complete)")
 
 

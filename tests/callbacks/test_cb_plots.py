@@ -5,14 +5,14 @@ import warnings
 
 import pytest
 
-from lit_grpo import extras
+from lit_grpo import figure
 from lit_grpo.diagnostics import plots
 
 
 def test_missing_matplotlib_warns_once_and_draws_nothing(monkeypatch):
     for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
-    monkeypatch.setattr(extras, "_FIGURES_WARNED", set())
+    monkeypatch.setattr(figure, "_FIGURES_WARNED", set())
     with pytest.warns(UserWarning, match=r"matplotlib is not installed.*pip install 'lit-grpo\[plots\]'"):
         assert plots.pass_at_k_figure({"start": {1: 0.5, 2: 0.7}}) is None
     with warnings.catch_warnings():
