@@ -3,7 +3,7 @@
 block rendered from that JSON.
 
     python bench/real_quickstart_time.py                                  # the whole command, one run
-    python bench/real_quickstart_time.py --max-steps 3 --json docs/results/real_quickstart_profile.json
+    python bench/real_quickstart_time.py --max-steps 3 --json /tmp/profile.json  # a short profile
     python bench/real_quickstart_time.py --json docs/results/real_quickstart_time_float32.json -- --model.dtype=float32
     python bench/real_quickstart_time.py --write docs/real_model.md       # the doc's block from the JSONs
     python bench/real_quickstart_time.py --keep runs/rq && python bench/real_curve.py \
@@ -39,7 +39,7 @@ from provenance import ROOT, code_commit, command, write_block
 
 CONFIG = ROOT / "configs" / "real" / "quickstart.yaml"
 RESULTS = ROOT / "docs" / "results"
-FULL, PROFILE = RESULTS / "real_quickstart_time.json", RESULTS / "real_quickstart_profile.json"
+FULL = RESULTS / "real_quickstart_time.json"
 FLOAT32 = RESULTS / "real_quickstart_time_float32.json"  # the same command with --model.dtype=float32
 BEGIN, END = "<!-- real_quickstart_time: begin -->\n", "<!-- real_quickstart_time: end -->\n"
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")

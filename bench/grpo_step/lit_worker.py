@@ -3,8 +3,8 @@
     python -m bench.grpo_step.lit_worker --model DIR --steps 6 --warmup 2 [--precision bf16] [--full-logits]
 
 Same settings as :mod:`.trl_worker` (see the package's docstring): the HF generate engine at its defaults
-(so a run measures whatever they are), or with ``generate``'s draws on the workloads whose published runs drew
-them (:func:`.workloads.engine_options`), its settings reported as ``engine``,
+(so a run measures whatever they are), or with ``generate``'s draws on ``zero``, where both sides sample the
+same tokens (:func:`.workloads.engine_options`), its settings reported as ``engine``,
 the prompts and reward of ``--workload`` (:mod:`.workloads`; torch reseeded with ``step_seed`` at the start
 of every step, the digest of each step's prompts reported as ``step_prompts``) with ``filter_degenerate``
 off (no batch is skipped); on the ``zero`` workload ``elide_zero_advantage`` off (every completion is

@@ -332,7 +332,7 @@ def _targets_table(rows: list[dict]) -> list[str]:
                      f"by step time {_by_step(r)}")
             wanted, met = f">= {target:.0f}x", min(ratios) >= target
         elif key == "step_ratio":  # every pair's ratio where the run recorded them, else the medians' ratio
-            ratios = r.get("pair_step_ratios") or [r["trl"]["step_s"] / r["lit"]["step_s"]]
+            ratios = _step_ratios(r)
             shown = _by_step(r) + (f" (A/B pairs {min(ratios):.2f}-{max(ratios):.2f})"
                                    if r.get("pair_step_ratios") else " (the medians' ratio)")
             wanted, met = f">= {target:.0f}x", min(ratios) >= target
@@ -460,14 +460,19 @@ def _paired_cells(r: dict) -> str:
     return f"{_paired(r)} | {r['lit']['tokens']:.0f} / {r['trl']['tokens']:.0f} | {_by_step(r)}"
 
 
+def _step_ratios(r: dict) -> list[float]:
+    """TRL's step time over lit-grpo's per A/B pair (TRL's process median over lit-grpo's) where the run
+    recorded them (``pair_step_ratios``), else the one ratio of the two sides' medians."""
+    return r.get("pair_step_ratios") or [r["trl"]["step_s"] / r["lit"]["step_s"]]
+
+
 def _by_step(r: dict) -> str:
     """TRL's step time over lit-grpo's, which differs from the tokens/s ratio where the two sides'
-    completions differ in length: paired (per A/B pair, TRL's process median over lit-grpo's;
-    :func:`paired_ratio`) where the run recorded the pairs' step times (``pair_step_ratios``), else the
-    ratio of the two sides' medians."""
+    completions differ in length: paired (:func:`paired_ratio`) over :func:`_step_ratios` where the run
+    recorded the pairs', else the ratio of the two sides' medians."""
     if r.get("pair_step_ratios"):
         return _estimate(r["pair_step_ratios"])
-    return f"{r['trl']['step_s'] / r['lit']['step_s']:.2f}x"
+    return f"{_step_ratios(r)[0]:.2f}x"
 
 
 def _phases_table(keys: list[str], rows: list[tuple[list[str], str, dict]]) -> list[str]:

@@ -4,8 +4,8 @@ both sides score with the same reward code and read the same prompts). Both side
 in the same order step by step: lit-grpo draws them through ``PromptDataModule``, and TRL reads them,
 unshuffled, in that order (:func:`train_order`). A workload fixes what both sides compute (model, prompts,
 reward, P, G, new tokens, learning rate, adapters); how each trainer computes it is left at that trainer's
-settings (lit-grpo's engine at its defaults, whatever they are, except on the workloads whose published runs
-drew ``generate``'s tokens: :attr:`Workload.pinned`, :func:`engine_options`).
+settings (lit-grpo's engine at its defaults, whatever they are, except on ``zero``, which draws ``generate``'s
+tokens so that both sides sample the same ones: :attr:`Workload.pinned`, :func:`engine_options`).
 
 - ``zero``: two-digit addition prompts (``"12+34="``) and a reward that is always 0, so every advantage is 0
   and no trainer can skip anything: the same arithmetic on both sides.
@@ -35,8 +35,8 @@ class Workload:
     new_tokens: int
     lr: float
     lora: bool = False  # train the adapters of :data:`LORA` instead of every weight
-    # lit-grpo's engine draws generate's tokens (GENERATE_DRAWS), as the workload's published runs did (made
-    # before the engine's fast defaults); else the engine at its defaults
+    # lit-grpo's engine draws generate's tokens (GENERATE_DRAWS): TRL's samples from the same seed; else the
+    # engine at its defaults
     pinned: bool = False
 
 

@@ -32,7 +32,7 @@ SCRIPTS = {
     "bench/reasoning_gym_start.py": "pinned",
     "bench/shared_prefill.py": "pinned",
     "bench/soak.py": "pinned",
-    "bench/grpo_step/workloads.py": "pinned",  # zero and quickstart, and the held-out yardstick
+    "bench/grpo_step/workloads.py": "pinned",  # zero (TRL's samples), and the held-out yardstick
     "scripts/residue_start.py": "pinned",
     "bench/grpo_step/lit_worker.py": "per workload: workloads.engine_options (tests/bench)",
     "bench/logprob_memory.py": "per arm: PER_STEP, the generate path its published figures measured",
