@@ -36,6 +36,15 @@ def test_clipped_loss_clips_each_side():
     assert clipped.squeeze(-1).tolist() == [True, False, False, True]
 
 
+def test_a_zero_advantage_token_is_never_clipped():
+    """What makes train/clip_frac over the trained tokens never smaller than over every token (docs/methods.md):
+    the rows that elision leaves out (A = 0) are never clipped, whatever their ratio."""
+    old = torch.zeros(3, 2)
+    logp = torch.log(torch.tensor([[10.0, 0.01], [1.5, 0.5], [1.0, 1.0]]))
+    _, clipped = clipped_policy_loss(logp, old, torch.zeros(3), eps_low=0.2, eps_high=0.28, dual_clip=3.0)
+    assert not clipped.any()
+
+
 def test_dual_clip_bounds_negative_advantages():
     old = torch.zeros(1, 1)
     logp = torch.log(torch.tensor([[10.0]]))
