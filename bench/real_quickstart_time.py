@@ -51,6 +51,18 @@ HELD = re.compile(r"^\s*(accuracy|reward_mean)\s+before ([\d.]+)\s+after ([\d.]+
 DTYPE = re.compile(r"model\.dtype=auto: (\w+) \((.*)\)")
 
 
+def given_dtype(options: list[str] | tuple[str, ...]) -> str | None:
+    """The dtype the options set, in either form (``--model.dtype=float32``, ``--model.dtype float32``); the
+    last one counts, as on the command line; None when they set none."""
+    given = None
+    for i, option in enumerate(options):
+        if option.startswith("--model.dtype="):
+            given = option.split("=", 1)[1]
+        elif option == "--model.dtype" and i + 1 < len(options):
+            given = options[i + 1]
+    return given
+
+
 def parse_heldout(lines: list[str]) -> dict:
     """The held-out lines of the report: per metric, before/after with their half-widths and the change's."""
     out = {}
@@ -106,7 +118,7 @@ def run(max_steps: int | None, keep: Path | None = None, extra: list[str] = ()) 
         sampled = [round(e.value, 4) for e in events.Scalars("rollout/reward_mean")]
     lines = [line for _, line in printed]
     auto = next((DTYPE.search(line) for line in lines if DTYPE.search(line)), None)
-    given = next((o.split("=", 1)[1] for o in extra if o.startswith("--model.dtype=")), None)
+    given = given_dtype(extra)
     dtype, reason = (auto.group(1), auto.group(2)) if auto else (given, f"set by --model.dtype={given}")
     import torch
 

@@ -78,11 +78,19 @@ def test_the_results_are_those_of_the_config_and_hold_together():
             continue
         data = json.loads(path.read_text())
         native = data["cpu_flags"]["avx512_bf16"] or data["cpu_flags"]["amx_bf16"]
-        given = [o.split("=", 1)[1] for o in data.get("options", []) if o.startswith("--model.dtype=")]
-        assert data["dtype"] == (given[0] if given else "bfloat16" if native else "float32")
+        given = bench.given_dtype(data.get("options", []))
+        assert data["dtype"] == (given if given not in (None, "auto") else "bfloat16" if native else "float32")
         assert abs(sum(data["phases_s"].values()) - data["wall_s"]) <= 0.1 * len(bench.PHASES)
         assert {part["n"] for part in data["heldout"].values()} == {_held_out_prompts()}
         assert data["steps"] == (data["max_steps"] or CONFIG["trainer"]["max_steps"])
+
+
+def test_the_dtype_an_option_sets_is_read_in_either_form():
+    assert bench.given_dtype(["--model.dtype=float32"]) == "float32"
+    assert bench.given_dtype(["--trainer.max_steps=3", "--model.dtype", "bfloat16"]) == "bfloat16"
+    assert bench.given_dtype(["--model.dtype=float32", "--model.dtype", "bfloat16"]) == "bfloat16"  # the last
+    assert bench.given_dtype(["--model.dtypes=x", "--trainer.max_steps=3"]) is None
+    assert bench.given_dtype(["--model.dtype"]) is None  # no value: the CLI itself says so
 
 
 def _held_out_prompts() -> int:
