@@ -1,30 +1,54 @@
 #!/usr/bin/env bash
-# An optional extra at the lowest version pyproject.toml allows: install that version (with what it pulls in, as
-# a new install would resolve it today) into a temporary folder that shadows the environment's copy, and run the
-# tests of the code that uses it. Run with the environment that has every extra (the second pass of .ci/run):
-#   PYTHON=.venv/bin/python bash scripts/check_floor.sh "mcp==1.21.1" tests/envs/test_mcp_tools.py
-# Exit status: pytest's. KEEP=1 keeps the folder.
-set -euo pipefail
+# Optional extras at the lowest versions pyproject.toml allows (scripts/extra_floors.txt): each requirement is
+# installed, with what it pulls in as a new install would resolve it today, into a temporary folder that shadows
+# the environment's copy, and the tests of the code that uses it run against it. Run with the environment that
+# has every extra (the second pass of .ci/run):
+#   PYTHON=.venv/bin/python bash scripts/check_floor.sh            # every extra of the file
+#   PYTHON=.venv/bin/python bash scripts/check_floor.sh mcp slurm  # these extras
+# Exit status: 0 when every check passed, else 1 (each check's pytest output says what failed). KEEP=1 keeps the
+# temporary folders.
+set -uo pipefail
 
-if [[ $# -lt 2 ]]; then
-  echo "usage: check_floor.sh REQUIREMENT TEST_PATH... (e.g. \"mcp==1.21.1\" tests/envs/test_mcp_tools.py)" >&2
-  exit 2
-fi
-requirement="$1"; shift
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-python3}"
-work="$(mktemp -d "${TMPDIR:-/tmp}/lit-grpo-floor.XXXXXX")"
-if [[ -z "${KEEP:-}" ]]; then trap 'rm -rf "$work"' EXIT; else echo "keeping $work"; fi
+floors="$here/scripts/extra_floors.txt"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-"$python" -m pip install -q --target "$work/site" "$requirement"
-PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}" "$python" - "$requirement" <<'PY'
+declare -A wanted=()
+for extra in "$@"; do
+  if ! grep -qE "^$extra[[:space:]]" "$floors"; then
+    echo "check_floor: no line for the extra '$extra' in scripts/extra_floors.txt" >&2
+    exit 2
+  fi
+  wanted[$extra]=1
+done
+
+failed=()
+while read -r extra requirement tests; do
+  [[ -z "$extra" || "$extra" == \#* ]] && continue
+  [[ $# -gt 0 && -z "${wanted[$extra]:-}" ]] && continue
+  work="$(mktemp -d "${TMPDIR:-/tmp}/lit-grpo-floor.XXXXXX")"
+  echo "check_floor: $extra at $requirement ($work)"
+  if ! "$python" -m pip install -q --target "$work/site" "$requirement"; then
+    failed+=("$extra (pip could not install $requirement)")
+  elif ! PYTHONPATH="$work/site" "$python" -c "
 import sys
 from importlib.metadata import version
 from packaging.requirements import Requirement
-
 req = Requirement(sys.argv[1])
 have = version(req.name)
-if not req.specifier.contains(have):
-    sys.exit(f"check_floor: {req.name} {have} is imported, not {req}: the folder does not shadow it")
-print(f"check_floor: {req.name} {have} from the temporary folder")
-PY
-PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}" "$python" -m pytest -q -p no:cacheprovider "$@"
+sys.exit(0 if req.specifier.contains(have) else f'{req.name} {have} is imported, not {req}')
+" "$requirement"; then
+    failed+=("$extra (the temporary folder did not shadow the installed copy)")
+  else
+    # shellcheck disable=SC2086  # the test paths are words
+    (cd "$here" && PYTHONPATH="$work/site" "$python" -m pytest -q -p no:cacheprovider $tests) \
+      || failed+=("$extra at $requirement")
+  fi
+  [[ -z "${KEEP:-}" ]] && rm -rf "$work"
+done < "$floors"
+
+if ((${#failed[@]})); then
+  printf 'check_floor: failed: %s\n' "${failed[@]}" >&2
+  exit 1
+fi
+echo "check_floor: every check passed"
