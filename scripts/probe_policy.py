@@ -11,7 +11,7 @@ the samples are cut into groups of ``--group-size``, the share of prompts never 
 k = 1, 4, 16, ... up to the samples, for multi-turn episodes (an ``EpisodeEngine`` config) the turns, tool calls
 and tool errors per episode, and on bounded-answer tasks (a ``num_choices`` column) the sampled
 accuracy for each number of answers k beside its chance 1/k. ``--json PATH`` writes the same numbers, with the
-fit arguments, to a file. The experiments and docs/agents.md quote it for their starting policies; the
+fit arguments and each prompt's number of correct samples, to a file. The experiments and docs/agents.md quote it for their starting policies; the
 engine is the fit arguments' own, so a quoted command on a config at the engine's defaults names the draws
 its numbers came from (``lit_grpo.rollout.hf.GENERATE_DRAWS_ARG`` for those drawn before the fast defaults).
 """
@@ -87,7 +87,9 @@ def summarise(correct: torch.Tensor, G: int, episodes: list, choices: list) -> d
            "all_wrong_groups": round((groups == 0).double().mean().item(), 4),
            "all_correct_groups": round((groups == G).double().mean().item(), 4),
            "never_solved": round((c == 0).double().mean().item(), 4),
-           "pass_at_k": {str(k): round(pass_at_k_per_prompt(c, n, k).mean().item(), 4) for k in ks}}
+           "pass_at_k": {str(k): round(pass_at_k_per_prompt(c, n, k).mean().item(), 4) for k in ks},
+           # each prompt's correct samples, in the split's order: two probes of one split pair by prompt
+           "correct_per_prompt": [int(v) for v in c.tolist()]}
     if episodes:  # multi-turn episodes (an EpisodeEngine): how the policy used its turns and tools
         e = len(episodes)
         out["episodes"] = {"turns_mean": round(sum(x.turns for x in episodes) / e, 4),

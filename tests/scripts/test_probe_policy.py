@@ -41,6 +41,10 @@ def test_the_probe_prints_accuracy_groups_and_pass_at_k(tmp_path, monkeypatch, c
     assert (saved["split"], saved["prompts"], saved["samples"], saved["group_size"]) == ("val", 5, 4, 2)
     assert f"{saved['sampled_accuracy']:.3f}" == out[1].split()[-1] and list(saved["pass_at_k"]) == ["1", "4"]
     assert saved["fit_args"][-1] == f"--data.source.init_args.style={style}"
+    per_prompt = saved["correct_per_prompt"]  # in the split's order, so that two probes pair by prompt
+    assert len(per_prompt) == 5 and all(0 <= c <= 4 for c in per_prompt)
+    assert sum(per_prompt) / 20 == pytest.approx(saved["sampled_accuracy"], abs=5e-5)  # rounded to 4 places
+    assert saved["never_solved"] == pytest.approx(per_prompt.count(0) / 5, abs=5e-5)
     assert out[0] == "val split: 5 prompts x 4 samples"
     assert out[1].startswith("sampled accuracy ") and 0.0 <= float(out[1].split()[-1]) <= 1.0
     assert out[2].startswith("G = 2 groups: all wrong ")
