@@ -1,0 +1,154 @@
+"""bench/agent_budget.py: the paired test and the readings of its criterion, the stages it runs (parsed as
+`lit-grpo fit` parses them, nothing trained), and docs/agents.md's block against the committed results."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import agent_budget as bench  # noqa: E402
+from provenance import doc_block  # noqa: E402
+
+DOC = ROOT / "docs" / "agents.md"
+
+
+def test_the_exact_mcnemar_test_is_the_doubled_binomial_tail():
+    # 10 against 2 disagreements: 2 * P(X <= 2), X ~ Binomial(12, 1/2) = 2 * (1 + 12 + 66) / 4096
+    assert bench.mcnemar_exact(10, 2) == pytest.approx(2 * 79 / 4096, rel=1e-12)
+    assert bench.mcnemar_exact(2, 10) == bench.mcnemar_exact(10, 2)  # two-sided
+    assert bench.mcnemar_exact(5, 5) == 1.0 and bench.mcnemar_exact(0, 0) == 1.0  # capped; nothing to test
+    assert bench.mcnemar_exact(6, 0) == pytest.approx(2 / 64, rel=1e-12)  # the smallest p 6 disagreements allow
+
+
+def test_holm_steps_down_and_stays_monotone():
+    assert bench.holm({"a": 0.01, "b": 0.04}) == pytest.approx({"a": 0.02, "b": 0.04})
+    assert bench.holm({"a": 0.03, "b": 0.02}) == pytest.approx({"a": 0.04, "b": 0.04})  # monotone
+    assert bench.holm({"a": 0.7}) == {"a": 0.7}
+
+
+def test_the_arms_pair_prompt_by_prompt():
+    grpo = [1] * 300 + [0] * 200
+    sft_more = [1] * 250 + [0] * 50 + [1] * 10 + [0] * 190  # GRPO alone right on 50, sft_more alone on 10
+    c = bench.paired(grpo, sft_more)
+    assert (c["grpo_only"], c["sft_more_only"], c["prompts"]) == (50, 10, 500)
+    assert c["diff"] == pytest.approx(40 / 500) and c["grpo"] == 0.6 and c["sft_more"] == 0.52
+    half = 1.959964 * math.sqrt(60 - 40**2 / 500) / 500
+    assert (c["lo"], c["hi"]) == pytest.approx((40 / 500 - half, 40 / 500 + half))
+    assert c["p"] == pytest.approx(bench.mcnemar_exact(50, 10))
+    with pytest.raises(ValueError, match="not the same split"):
+        bench.paired([1, 0], [1])
+    with pytest.raises(ValueError, match="--samples 1"):
+        bench.paired([2, 0], [1, 0])
+
+
+@pytest.mark.parametrize(("diff", "p", "reading"), [
+    (0.08, 0.01, "GRPO adds over more supervised steps at this budget"),
+    (0.05, 0.049, "GRPO adds over more supervised steps at this budget"),  # the margin itself counts
+    (0.03, 0.01, "GRPO ahead, by less than the margin"),
+    (-0.20, 0.001, "more supervised steps do better at this budget"),
+    (0.30, 0.05, "inconclusive"),  # p must lie below alpha
+    (-0.01, 0.6, "inconclusive"),
+])
+def test_each_reading_of_the_criterion(diff, p, reading):
+    assert bench.verdict(diff, p) == reading
+
+
+def test_the_verdicts_are_judged_with_holm_over_the_tasks_measured():
+    one = {"grpo": {"correct_per_prompt": [1] * 20 + [0] * 480},
+           "sft_more": {"correct_per_prompt": [0] * 500}}
+    judged = bench.judge({"search_agent": one, "calculator": {"grpo": one["grpo"]}})  # calculator: one arm yet
+    assert list(judged) == ["search_agent"] and judged["search_agent"]["family"] == 1
+    both = bench.judge({"search_agent": one, "calculator": one})
+    assert both["calculator"]["p_holm"] == pytest.approx(min(1.0, 2 * bench.mcnemar_exact(20, 0)))
+    assert both["calculator"]["verdict"] == "GRPO ahead, by less than the margin"  # +0.04 < +0.05
+
+
+def _parsed(args: list[str]) -> dict:
+    """The config `lit-grpo fit` builds from ``args`` (printed, nothing instantiated)."""
+    from lit_grpo.cli import LitGRPOCLI
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as stop, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        LitGRPOCLI(args=["fit", *args, "--print_config"])
+    assert stop.value.code in (0, None), out.getvalue()[-2000:]
+    return yaml.safe_load(out.getvalue())
+
+
+@pytest.mark.parametrize("task", sorted(bench.TASKS))
+def test_more_supervised_steps_continue_the_start_for_the_grpo_runs_budget(task):
+    stages = {name: (args, done) for name, args, done in bench.stages(task)}
+    assert list(stages) == ["start", "grpo", "sft_more"]
+    grpo = yaml.safe_load((ROOT / "configs" / "real" / f"{task}.yaml").read_text())
+    start_out = stages["start"][1]
+    assert grpo["model"]["init_args"]["model"].startswith(start_out)  # GRPO trains the start the first stage writes
+    cfg = _parsed(stages["sft_more"][0])
+    assert cfg["trainer"]["max_time"] == grpo["trainer"]["max_time"] == bench.budget_of(task)
+    assert cfg["model"]["init_args"]["model"] == start_out  # the same start
+    assert cfg["model"]["class_path"] == "lit_grpo.SFTModule" and cfg["model"]["init_args"]["lora"]["r"] > 0
+    assert cfg["trainer"]["limit_val_batches"] == 0 and cfg["trainer"]["max_steps"] >= 10**5
+    callbacks = [c["class_path"] for c in cfg["trainer"]["callbacks"]]
+    assert not any("EarlyStopping" in c for c in callbacks)  # the start's early stop would end it at once
+    saver = next(c for c in cfg["trainer"]["callbacks"] if c["class_path"].endswith("SavePretrained"))
+    assert f"{saver['init_args']['dirpath']}/merged" == stages["sft_more"][1] and saver["init_args"]["merge"]
+
+
+@pytest.mark.parametrize("task", sorted(bench.TASKS))
+def test_both_arms_are_probed_as_the_docs_probes_were(task):
+    published = json.loads((ROOT / "docs" / "results" / "agents" / task / "after_rl.json").read_text())
+    args = bench.probe_args(task, "POLICY", "out.json")
+    fit = args[args.index("--") + 1:]
+    assert args[args.index("--split") + 1] == published["split"] == bench.TASKS[task]
+    assert args[args.index("--samples") + 1] == "1" == str(published["samples"])
+    # the same fit arguments as the published GRPO probe, the policy aside (the config by its path)
+    mine = [Path(a).relative_to(ROOT).as_posix() if a.startswith(str(ROOT)) else a for a in fit]
+    theirs = list(published["fit_args"])
+    theirs[theirs.index("--model.model") + 1] = "POLICY"
+    assert mine == theirs
+
+
+def test_the_docs_block_is_the_committed_results_rendered():
+    block = doc_block(DOC.read_text(), bench.BEGIN, bench.END)
+    if bench.RESULTS.exists():
+        assert block == bench.render(json.loads(bench.RESULTS.read_text())), (
+            "docs/agents.md differs from its data: python bench/agent_budget.py --write docs/agents.md")
+    else:
+        assert block == "Not yet run.\n"
+
+
+def test_render_names_each_arm_and_the_reading(tmp_path):
+    probe = {"prompts": 500, "split": "test", "sampled_accuracy": 0.5, "episodes": {"with_call": 0.9},
+             "training_min": 50.4}
+    data = {"command": "python bench/agent_budget.py --task search_agent", "tasks": {"search_agent": {
+        "budget": "00:00:50:00",
+        "grpo": {**probe, "correct_per_prompt": [1] * 250 + [0] * 250},
+        "sft_more": {**probe, "sampled_accuracy": 0.3, "correct_per_prompt": [1] * 150 + [0] * 350}}}}
+    text = bench.render(data)
+    assert "| search_agent | GRPO | 50.4 | 500 (test) | 0.500 | 0.900 |" in text
+    assert "| search_agent | more supervised steps | 50.4 | 500 (test) | 0.300 | 0.900 |" in text
+    assert "+0.200" in text and "100 prompts right only under GRPO, 0 only" in text
+    assert "**GRPO adds over more supervised steps at this budget**" in text
+
+
+def test_the_docs_criterion_reads_as_the_constant():
+    doc = DOC.read_text()
+    para = next(p for p in doc.split("\n\n") if p.startswith("**Criterion** (`CRITERION` in `bench/agent_budget.py`"))
+    text = " ".join(para.split())
+    margin, alpha = bench.CRITERION["margin"], bench.CRITERION["alpha"]
+    assert f"at least +{margin:g}" in text and f"p below {alpha:g}" in text and f"below +{margin:g}" in text
+    assert f"{bench.CRITERION['prompts']} prompts" in text and "Holm over the two tasks" in text
+    for reading in ("GRPO adds over more supervised steps at this budget", "GRPO ahead, by less than the margin",
+                    "more supervised steps do better at this budget"):
+        assert f'"{reading}"' in text, reading
+    assert len(bench.TASKS) == 2  # "Holm over the two tasks"
