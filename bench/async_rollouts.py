@@ -56,6 +56,9 @@ REAL = {"config": "configs/real/quickstart.yaml", "warmup_steps": 1,
 #: ``speed-process`` asks, fixed before its first run: is async-k1 with the producer in its own process faster than
 #: sync on the quickstart? The rule of ``speed`` (the 95% t-interval of the mean log ratio, alternated pairs).
 SPEED_ARMS = {"speed": "async-k1", "speed-real": "async-k1", "speed-process": "async-k1-process"}
+#: ``speed-real``'s published runs trained in float32, before the real quickstart's ``dtype: auto`` (bfloat16 on a
+#: CPU with native bf16 matmul): a rerun keeps their dtype.
+REAL_DTYPE = ["--model.dtype=float32"]
 
 ARMS = {"sync": [], "async-k1": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=1"],
         "async-k2": ["--model.engine=AsyncRollouts", "--model.engine.max_staleness=2"],
@@ -120,11 +123,17 @@ def _fit(arm: str, steps: int, seed: int, folder: Path, extra: list[str],
     return subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
 
 
+def workload(real: bool) -> tuple[str, int, list[str]]:
+    """The config, warm-up steps and extra arguments of the quickstart's workload or (``real``) the real model's."""
+    if real:
+        return REAL["config"], REAL["warmup_steps"], [*REAL["extra"], *REAL_DTYPE]
+    return "configs/quickstart.yaml", CRITERION["warmup_steps"], []
+
+
 def speed(pairs: int, steps: int, real: bool = False, arm: str = "async-k1") -> dict:
     """Alternated processes of ``sync`` and ``arm``; each one's median step time after the warm-up (the real-model
     workload with ``real``)."""
-    config, warmup, extra = (REAL["config"], REAL["warmup_steps"], REAL["extra"]) if real else \
-        ("configs/quickstart.yaml", CRITERION["warmup_steps"], [])
+    config, warmup, extra = workload(real)
     rows = []
     for pair in range(pairs):
         order = ["sync", arm] if pair % 2 == 0 else [arm, "sync"]

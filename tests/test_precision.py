@@ -71,3 +71,31 @@ def test_the_cli_keeps_float32_without_lora(tmp_path, monkeypatch, capsys):
                      run=False)
     assert cli.model.dtype_name == "float32"
     assert "model.dtype=auto: float32 (no LoRA" in capsys.readouterr().out
+
+
+def _auto_base(spec: dict) -> bool:
+    return any("dtype: auto" in (ROOT / base).read_text() for base in spec.get("base", []))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.stem)
+def test_an_experiment_on_an_auto_dtype_config_states_its_dtype(path):
+    # dtype auto picks by the CPU: an experiment on such a config would train in bfloat16 on one machine and float32
+    # on another, and no longer in the dtype its published or registered design ran in
+    import yaml
+
+    spec = yaml.safe_load(path.read_text())
+    if not _auto_base(spec):
+        pytest.skip(f"{path.name}: no base config with dtype auto")
+    given = [a for a in spec.get("args", []) if a.startswith("--model.dtype=")]
+    assert given and given[-1] != "--model.dtype=auto", f"{path.name}: add --model.dtype=float32 (or bfloat16)"
+
+
+def test_the_async_benchmarks_real_workload_keeps_its_published_dtype(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import async_rollouts
+
+    config, _, extra = async_rollouts.workload(real=True)
+    assert "dtype: auto" in (ROOT / config).read_text()  # what the pin is for
+    args = async_rollouts.fit_args("sync", 2, 0, tmp_path, extra, config)
+    assert [a for a in args if a.startswith("--model.dtype=")] == ["--model.dtype=float32"]
+    assert not [a for a in async_rollouts.workload(real=False)[2] if a.startswith("--model.dtype")]

@@ -105,6 +105,15 @@ def test_more_supervised_steps_continue_the_start_for_the_grpo_runs_budget(task)
 
 
 @pytest.mark.parametrize("task", sorted(bench.TASKS))
+def test_every_config_it_trains_draws_as_the_published_runs_did(task):
+    from tests.rollout.test_hf_defaults import PIN_YAML
+
+    for sft in (True, False):  # generate's draws, and the float32 the published runs trained in (the default)
+        text = bench._config(task, sft).read_text()
+        assert PIN_YAML in text and "dtype:" not in text, bench._config(task, sft)
+
+
+@pytest.mark.parametrize("task", sorted(bench.TASKS))
 def test_both_arms_are_probed_as_the_docs_probes_were(task):
     published = json.loads((ROOT / "docs" / "results" / "agents" / task / "after_rl.json").read_text())
     args = bench.probe_args(task, "POLICY", "out.json")

@@ -42,6 +42,7 @@ SCRIPTS = {
     "scripts/gpu_check.py": "pass/fail checks of the shipped configs",
     "scripts/probe_policy.py": "the fit arguments' engine: its quoted commands pin (checked below)",
     "bench/real_quickstart_time.py": "the real quickstart as users run it: the defaults, its figures rerun at them",
+    "bench/agent_budget.py": "the agent configs it runs pin generate's draws in their engine blocks (tests/bench)",
 }
 
 
