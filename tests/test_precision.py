@@ -73,20 +73,29 @@ def test_the_cli_keeps_float32_without_lora(tmp_path, monkeypatch, capsys):
     assert "model.dtype=auto: float32 (no LoRA" in capsys.readouterr().out
 
 
-def _auto_base(spec: dict) -> bool:
-    return any("dtype: auto" in (ROOT / base).read_text() for base in spec.get("base", []))
+def _auto_experiments() -> list[Path]:
+    """The experiments with a base config that sets dtype auto."""
+    import yaml
+
+    specs = {p: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "experiments").glob("*.yaml"))}
+    return [p for p, spec in specs.items()
+            if any("dtype: auto" in (ROOT / base).read_text() for base in spec.get("base", []))]
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.stem)
+AUTO_EXPERIMENTS = _auto_experiments()
+
+
+def test_the_real_model_experiments_are_among_those_checked():
+    assert {"real_sign_vs_drgrpo", "real_sign_vs_drgrpo_lr"} <= {p.stem for p in AUTO_EXPERIMENTS}
+
+
+@pytest.mark.parametrize("path", AUTO_EXPERIMENTS, ids=lambda p: p.stem)
 def test_an_experiment_on_an_auto_dtype_config_states_its_dtype(path):
     # dtype auto picks by the CPU: an experiment on such a config would train in bfloat16 on one machine and float32
     # on another, and no longer in the dtype its published or registered design ran in
     import yaml
 
-    spec = yaml.safe_load(path.read_text())
-    if not _auto_base(spec):
-        pytest.skip(f"{path.name}: no base config with dtype auto")
-    given = [a for a in spec.get("args", []) if a.startswith("--model.dtype=")]
+    given = [a for a in yaml.safe_load(path.read_text()).get("args", []) if a.startswith("--model.dtype=")]
     assert given and given[-1] != "--model.dtype=auto", f"{path.name}: add --model.dtype=float32 (or bfloat16)"
 
 
