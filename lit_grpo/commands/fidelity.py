@@ -32,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     src.add_argument("--ckpt", default=None, help="a Lightning checkpoint (.ckpt) of this config to load")
     p.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16", "auto"],
+        help="the policy's dtype, in place of the config's (default float32, the measurement's precision: "
+        "the real quickstart's dtype auto would pick bfloat16 on a CPU with native bf16 matmul)",
+    )
+    p.add_argument(
         "--estimators", nargs="+", default=list(DEFAULT_ESTIMATORS),
         help="estimator names or class paths with optional ':key=value,...' (GRPO:std=population); "
         "batch-coupled ones (ReinforcePlusPlus, GPG, GRPO scale=batch) have no per-prompt estimate",

@@ -27,6 +27,7 @@ def load(args: argparse.Namespace, cli_class: type):
     (``args``: the options of ``lit-grpo fidelity``). ``cli_class``: the LightningCLI subclass that reads the
     config. A ValueError names what is wrong."""
     overrides = [f"--model.init_args.model={args.model}"] if args.model else []
+    overrides.append(f"--model.init_args.dtype={args.dtype}")
     argv, sys.argv = sys.argv, sys.argv[:1]  # LightningCLI reads ``args`` only
     try:
         cli = cli_class(

@@ -80,6 +80,25 @@ def test_a_model_directory_or_a_checkpoint_can_be_measured(at_root, tmp_path, sf
         fidelity_main([*common, "--out", str(tmp_path / "e"), "--ckpt", str(tmp_path / "empty.ckpt")])
 
 
+def test_the_policy_is_measured_in_float32_unless_asked_otherwise(at_root, tmp_path):
+    # a config's own dtype (the real quickstart's auto: bfloat16 on a CPU with native bf16 matmul) would move the
+    # measurement with the machine; --dtype sets it
+    import yaml
+
+    from lit_grpo.cli import LitGRPOCLI
+    from lit_grpo.commands.fidelity import build_parser
+    from lit_grpo.commands.fidelity_measure import load
+
+    spec = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
+    spec["model"]["init_args"]["dtype"] = "bfloat16"
+    config = tmp_path / "bf16.yaml"
+    config.write_text(yaml.safe_dump(spec))
+    for given, dtype in (([], torch.float32), (["--dtype", "bfloat16"], torch.bfloat16)):
+        args = build_parser().parse_args(["--config", str(config), "--out", str(tmp_path), *given])
+        module, _ = load(args, LitGRPOCLI)
+        assert next(module.policy.parameters()).dtype == dtype, given
+
+
 def test_bad_arguments_are_refused_with_the_fix(at_root, tmp_path):
     common = ["--config", "configs/quickstart.yaml", "--out", str(tmp_path), *PARAMS]
     with pytest.raises(SystemExit, match="below 256"):
