@@ -2,7 +2,8 @@
 # Optional extras at the lowest versions pyproject.toml allows (scripts/extra_floors.txt): each requirement is
 # installed, with what it pulls in as a new install would resolve it today, into a temporary folder that shadows
 # the environment's copy, and the tests of the code that uses it run against it. Run with the environment that
-# has every extra (the second pass of .ci/run):
+# has every extra (the second pass of .ci/run): a process the tests start with an environment of its own (the MCP
+# tests' stdio server) imports the environment's copy, so only lit-grpo's side is held to the floor.
 #   PYTHON=.venv/bin/python bash scripts/check_floor.sh            # every extra of the file
 #   PYTHON=.venv/bin/python bash scripts/check_floor.sh mcp slurm  # these extras
 # Exit status: 0 when every check passed, else 1 (each check's pytest output says what failed). KEEP=1 keeps the
