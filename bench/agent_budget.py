@@ -219,8 +219,8 @@ def render(data: dict) -> str:
                      f"supervised steps; exact McNemar p {c['p']:.3g}, Holm over {c['family']}: {c['p_holm']:.3g}): "
                      f"**{c['verdict']}**.")
     lines.append("")
-    lines.append(f"Made with `{data['command']}`; budget `trainer.max_time` "
-                 + ", ".join(f"{t} {d['budget']}" for t, d in data["tasks"].items()) + ".")
+    for task, d in data["tasks"].items():
+        lines.append(f"{task}: `{d['command']}`, budget `trainer.max_time` {d['budget']}.")
     return "\n".join(lines) + "\n"
 
 
@@ -244,9 +244,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.task:
         data = json.loads(args.json.read_text()) if args.json.exists() else {"tasks": {}}
+        made_with = command("bench/agent_budget.py", sys.argv[1:] if argv is None else argv)
         for task in args.task:
-            data["tasks"][task] = measure(task, args.root.resolve())
-        data["command"] = command("bench/agent_budget.py", sys.argv[1:] if argv is None else argv)
+            data["tasks"][task] = {**measure(task, args.root.resolve()), "command": made_with}
         data["criterion"] = CRITERION
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=1) + "\n")

@@ -139,8 +139,8 @@ def test_the_docs_block_is_the_committed_results_rendered():
 def test_render_names_each_arm_and_the_reading(tmp_path):
     probe = {"prompts": 500, "split": "test", "sampled_accuracy": 0.5, "episodes": {"with_call": 0.9},
              "training_min": 50.4}
-    data = {"command": "python bench/agent_budget.py --task search_agent", "tasks": {"search_agent": {
-        "budget": "00:00:50:00",
+    data = {"tasks": {"search_agent": {
+        "budget": "00:00:50:00", "command": "python bench/agent_budget.py --task search_agent",
         "grpo": {**probe, "correct_per_prompt": [1] * 250 + [0] * 250},
         "sft_more": {**probe, "sampled_accuracy": 0.3, "correct_per_prompt": [1] * 150 + [0] * 350}}}}
     text = bench.render(data)
@@ -148,6 +148,8 @@ def test_render_names_each_arm_and_the_reading(tmp_path):
     assert "| search_agent | more supervised steps | 50.4 | 500 (test) | 0.300 | 0.900 |" in text
     assert "+0.200" in text and "100 prompts right only under GRPO, 0 only" in text
     assert "**GRPO adds over more supervised steps at this budget**" in text
+    assert "search_agent: `python bench/agent_budget.py --task search_agent`, budget `trainer.max_time` 00:00:50:00." \
+        in text
 
 
 def test_the_docs_criterion_reads_as_the_constant():
