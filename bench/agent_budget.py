@@ -1,6 +1,6 @@
 """What GRPO adds over more supervised training, on the real-model tool tasks of docs/agents.md.
 
-    python bench/agent_budget.py --task search_agent     # about 2 hours on 2 otherwise idle cores
+    python bench/agent_budget.py --task search_agent     # estimated 2 hours: two 50-minute trainings and more
     python bench/agent_budget.py --task calculator
     python bench/agent_budget.py --write docs/agents.md  # the table, from docs/results/agents/budget.json
 
@@ -64,13 +64,10 @@ def mcnemar_exact(b: int, c: int) -> float:
 
 
 def holm(pvalues: dict[str, float]) -> dict[str, float]:
-    """Holm-adjusted p-values (step-down, made monotone, at most 1)."""
-    order = sorted(pvalues, key=pvalues.get)
-    adjusted, running = {}, 0.0
-    for i, key in enumerate(order):
-        running = max(running, min(1.0, (len(order) - i) * pvalues[key]))
-        adjusted[key] = running
-    return adjusted
+    """Holm-adjusted p-values by name (:func:`lit_grpo.lab.stats.holm_adjust`, the lab's adjustment)."""
+    from lit_grpo.lab.stats import holm_adjust
+
+    return dict(zip(pvalues, holm_adjust(list(pvalues.values())), strict=True)) if pvalues else {}
 
 
 def paired(grpo: list[int], sft_more: list[int]) -> dict:
