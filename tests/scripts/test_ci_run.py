@@ -68,13 +68,15 @@ def test_every_floor_pyproject_declares_is_the_one_check_floor_installs():
     lines = _floor_lines()
     for extra, requirements in extras.items():
         for requirement in requirements:
-            if extra in ("dev", "lab", "plots") or ">=" not in requirement or "<" in requirement:
-                continue  # dev and matplotlib's aliases: no integration; vllm: a minor series CI installs
+            if extra in ("dev", "plots") or ">=" not in requirement or "<" in requirement:
+                continue  # dev's tools; plots, lab's alias (below); vllm: a minor series CI installs
             name, floor = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([\d.]+)", requirement).groups()
             checked = re.fullmatch(r"([A-Za-z0-9_.-]+)==([\d.]+)", lines.get(extra, ("",))[0])
             assert checked and checked[1] == name and Version(checked[2]) == Version(floor), (
                 f"pyproject.toml's {extra} allows {requirement}; scripts/extra_floors.txt must check "
                 f"{name}=={floor} for it: {lines.get(extra)}")
+    matplotlib = [r for r in extras["dev"] if r.startswith("matplotlib")]
+    assert extras["plots"] == extras["lab"] == matplotlib, "plots and dev hold lab's matplotlib floor, which lab's line checks"
     for extra, (_, tests) in lines.items():
         assert tests and all((ROOT / t).is_file() for t in tests), (extra, tests)
 
