@@ -176,6 +176,30 @@ def test_the_soak_trend_is_read_by_its_rule_alone():
 # ---- numbers against their data --------------------------------------------------------------------------------
 
 
+def _criterion_8() -> str:
+    """Section 8's criterion on the sampled test accuracy (Holm over the two primary tests): >= +0.05 with Holm
+    p < 0.05 "agrees"; significant and positive below it "agrees in direction, not in size"; Dr. GRPO
+    significantly ahead "differs, opposite direction"; anything else "inconclusive"."""
+    p = data("real_sign_vs_drgrpo_lr").pair("sampled test", "Sign", "DrGRPO")
+    if p["holm"] >= 0.05:
+        return "inconclusive"
+    if p["diff"] < 0:
+        return "differs, opposite direction"
+    return "agrees" if p["diff"] >= 0.05 else "agrees in direction, not in size"
+
+
+def test_section_8_reads_its_criterion_literally():
+    criterion = (ROOT / "experiments" / "real_sign_vs_drgrpo_lr.yaml").read_text()
+    assert all(w in criterion for w in ('"agrees"', '"agrees in direction, not in size"',
+                                         '"differs, opposite direction"', "inconclusive"))
+    reading = _criterion_8()
+    assert _claim("Sign above Dr. GRPO at each arm's own").startswith(reading)
+    assert f"**Ours: {reading}.**" in _section("## 8.", "## 9.")
+    _, rows = table(DOC, "experiment | claim")
+    status = _flat(next(r for r in rows if r[0] == "`real_sign_vs_drgrpo_lr`")[2])
+    assert reading in status
+
+
 def test_section_2c_prose_prints_its_data():
     real = data("real_sign_vs_drgrpo")
     section = _section("## 2c.", "## 2d.")

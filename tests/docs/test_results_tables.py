@@ -34,7 +34,7 @@ DOC = (ROOT / "docs" / "results.md").read_text()
 
 #: the experiments docs/results.md quotes (each with runs.csv and report.md under docs/results/<name>/)
 EXPERIMENTS = ("degeneracy", "sign_vs_drgrpo", "sign_starvation", "real_sign_vs_drgrpo", "softmax_budget",
-               "gradient_rank", "passk_crossing", "sign_balance_skill", "rg_sign_vs_drgrpo")
+               "gradient_rank", "passk_crossing", "sign_balance_skill", "rg_sign_vs_drgrpo", "real_sign_vs_drgrpo_lr")
 
 
 class Data:
@@ -167,6 +167,7 @@ def claims() -> dict[str, list]:
             Pct(real.s("share of all-wrong groups at the first", "Sign")["mean"]),
             sampled["n"], None, real.family, sampled["holm"]],
         "Sign above Dr. GRPO on a reasoning-gym task": _rg_claim(),
+        "Sign above Dr. GRPO at each arm's own": _lr_claim(),
         "SoftmaxGRPO moves the budget": [
             None, sm.s("budget/exact_share_0.0-0.2", "SoftmaxGRPO-tau0.1")["mean"],
             sm.s("budget/exact_share_0.0-0.2", "GRPO")["mean"], exact["diff"], exact["lo"], exact["hi"],
@@ -204,6 +205,27 @@ def _rg_claim() -> list:
             Pct(rg.s("share of all-wrong groups at the first", "Sign")["mean"]),
             sampled["n"], None, rg.family, sampled["holm"], greedy["holm"],  # None: the 1000-prompt split
             None, sampled["n"] - sampled["ahead"], greedy["n"] - greedy["ahead"]]  # None: the criterion's +0.05
+
+
+def _lr_claim() -> list:
+    d = data("real_sign_vs_drgrpo_lr")
+    sampled, greedy = d.pair("sampled test", "Sign", "DrGRPO"), d.pair("greedy test", "Sign", "DrGRPO")
+    chosen = float(d.cell("sampled test", "Sign").chosen.split("=")[1])
+    return [sampled["diff"], sampled["lo"], sampled["hi"], greedy["diff"], greedy["lo"], greedy["hi"],
+            chosen, None, None, None,  # the grid
+            sampled["n"], 0, 3, None, d.family, sampled["holm"], greedy["holm"],  # seeds 0 to 3; the 1000-prompt split
+            None, sampled["n"] - sampled["ahead"]]  # None: the criterion's +0.05
+
+
+def _lr_status() -> list:
+    d = data("real_sign_vs_drgrpo_lr")
+    p, (runs, timed, wall) = d.pair("sampled test", "Sign", "DrGRPO"), d.runtime()
+    chosen = float(d.cell("sampled test", "Sign").chosen.split("=")[1])
+    select = [float(r["seconds"]) for r in csv.DictReader(open(RESULTS / "real_sign_vs_drgrpo_lr" / "select.csv"))]
+    assert runs == timed
+    return [None, chosen, None, None, None, p["diff"], p["lo"], p["hi"], p["holm"], len(select), runs,  # "section 8"
+            wall, min(d.seconds()), max(d.seconds()), None,  # 2 at a time
+            sum(select) / 60, min(select), max(select)]
 
 
 def _crossing(arm: str) -> tuple[int, list[float]]:
@@ -270,6 +292,7 @@ def status() -> dict[str, list]:
         "`passk_crossing`": [None, None, data("passk_crossing").s("gain in pass@256", "GRPO")["mean"],
                              *timed("passk_crossing")],
         "`rg_sign_vs_drgrpo`": _rg_status(),
+        "`real_sign_vs_drgrpo_lr`": _lr_status(),
         "`lit-grpo fidelity`": [len({r["prompt"] for r in _fidelity("fidelity")[1]}),
                                 len({r["prompt"] for r in _fidelity("fidelity_real")[1]}), None],
     }
@@ -285,10 +308,11 @@ def _rg_status() -> list:
             None, timed, wall, None, None]  # None: 2 at a time; "the first 6"; the 62-minute pause
 
 
-def rg_sign_vs_drgrpo() -> dict[str, list]:
-    rows = sign_against_drgrpo("rg_sign_vs_drgrpo")
+def sign_against_drgrpo_six(name: str) -> dict[str, list]:
+    """The per-seed table of sections 2d and 8: section 2c's rows and the share of all-wrong groups."""
+    rows = sign_against_drgrpo(name)
     return {**rows, "share of all-wrong groups over the 12 steps": [None, *_sign_drgrpo_row(
-        "rg_sign_vs_drgrpo", "share of all-wrong groups over", False)]}
+        name, "share of all-wrong groups over", False)]}
 
 
 def test_the_reasoning_gym_section_reads_its_prose_from_the_data():
@@ -315,6 +339,96 @@ def test_the_reasoning_gym_section_reads_its_prose_from_the_data():
     problems += mismatches(list(re.search(r"it reads ([\d.]+) for the sampled accuracy .* and ([\d.]+) for\nthe greedy",
                                           section, re.S).groups()), flips, "sign flip")
     assert not problems, "docs/results.md section 2d differs from its data:\n" + "\n".join(problems)
+
+
+def _selection(name: str) -> dict[tuple[str, str], list[float]]:
+    """The selection stage's metric per (arm, grid value), in seed order (select.csv)."""
+    out: dict[tuple[str, str], list[float]] = {}
+    rows = sorted(csv.DictReader(open(RESULTS / name / "select.csv")), key=lambda r: int(r["seed"]))
+    for r in rows:
+        assert r["status"] == "done", (name, r)
+        out.setdefault((r["arm"], r["setting"].split("=")[1]), []).append(float(r["val/reward_mean (last)"]))
+    return out
+
+
+def lr_selection() -> dict[str, list]:
+    """Section 8's selection table: per grid value the two selection seeds' validation accuracies and their
+    mean, then the chosen rate (as the final runs record it)."""
+    sel, d = _selection("real_sign_vs_drgrpo_lr"), data("real_sign_vs_drgrpo_lr")
+    out = {}
+    for doc, arm in (("Sign", "Sign"), ("Dr. GRPO", "DrGRPO")):
+        cells = [v for lr in ("1e-4", "3e-4", "1e-3") for v in (*sel[arm, lr], statistics.mean(sel[arm, lr]))]
+        out[doc] = [*cells, float(d.cell("sampled test", arm).chosen.split("=")[1])]
+    return out
+
+
+def test_the_selection_picked_by_its_registered_rule():
+    """Each arm's chosen rate is the grid value with the highest mean selection metric, the first in grid order
+    on a tie (the criterion of experiments/real_sign_vs_drgrpo_lr.yaml)."""
+    sel, d = _selection("real_sign_vs_drgrpo_lr"), data("real_sign_vs_drgrpo_lr")
+    for arm in ("Sign", "DrGRPO"):
+        means = {lr: statistics.mean(sel[arm, lr]) for lr in ("1e-4", "3e-4", "1e-3")}
+        best = max(means, key=lambda lr: (means[lr], -list(means).index(lr)))
+        assert d.cell("sampled test", arm).chosen == f"lr={best}", (arm, means)
+
+
+def _same_runs(seeds: range) -> bool:
+    """Whether section 8's runs of these seeds record exactly the values of section 2c's runs (the same design
+    at the rate both arms chose), every shared metric and arm."""
+    a, b = data("real_sign_vs_drgrpo"), data("real_sign_vs_drgrpo_lr")
+    shared = [mt.metric.key for mt in a.analysis.metrics if mt.metric.key in {m.metric.key for m in b.analysis.metrics}]
+    keyed = {(r.run.arm, r.run.seed): r.values for r in b.records}
+    return all(keyed[r.run.arm, r.run.seed][k] == r.values[k] for r in a.records if r.run.seed in seeds for k in shared)
+
+
+def test_the_learning_rate_section_reads_its_prose_from_the_data():
+    d = data("real_sign_vs_drgrpo_lr")
+    section = " ".join(DOC[DOC.index("## 8."):DOC.index("## 9.")].replace("−", "-").split())
+    assert d.cell("sampled test", "Sign").chosen == d.cell("sampled test", "DrGRPO").chosen == "lr=3e-4"
+    assert "bit for bit the same in all 8 of those runs" in section and _same_runs(range(4)), (
+        "seeds 0 to 3 repeat section 2c's runs exactly")
+    assert d.values("training reward at the first", "Sign") == d.values("training reward at the first", "DrGRPO")
+
+    def says(pattern: str, *values) -> list[str]:
+        found = re.search(pattern, section)
+        return [f"no {pattern!r}"] if found is None else mismatches(list(found.groups()), list(values), pattern)
+
+    sel = _selection("real_sign_vs_drgrpo_lr")
+    mean = {k: statistics.mean(v) for k, v in sel.items()}
+    problems = says(r"clear \(([\d.]+) against ([\d.]+) at the next value\)", mean["DrGRPO", "3e-4"], mean["DrGRPO", "1e-3"])
+    problems += says(r"([\d.]+) at 3e-4 against ([\d.]+) at 1e-3, each the mean of two runs ([\d.]+) and ([\d.]+) apart",
+                     mean["Sign", "3e-4"], mean["Sign", "1e-3"], *[abs(a - b) for a, b in (sel["Sign", "3e-4"], sel["Sign", "1e-3"])])
+    problems += says(r"Sign's mean validation accuracy \(([\d.]+), ([\d.]+), ([\d.]+)\) is below Dr. GRPO's at 3e-4 "
+                     r"\(([\d.]+)\) and at 1e-3 \(([\d.]+)\)", *[mean["Sign", lr] for lr in ("1e-4", "3e-4", "1e-3")],
+                     mean["DrGRPO", "3e-4"], mean["DrGRPO", "1e-3"])
+    assert max(mean["Sign", lr] for lr in ("1e-4", "3e-4", "1e-3")) < min(mean["DrGRPO", lr] for lr in ("3e-4", "1e-3"))
+    first = {k: d.s(k, "Sign")["mean"] for k in ("training reward at the first", "share of all-wrong groups at the first")}
+    problems += says(r"was ([\d.]+) on average over the (\d+) seeds, and (\d+)% of the groups",
+                     first["training reward at the first"], d.s("sampled test", "Sign")["n"],
+                     Pct(first["share of all-wrong groups at the first"]))
+    problems += says(r"(\d+)% of Sign's groups stayed all wrong against (\d+)% of",
+                     *[Pct(d.s("share of all-wrong groups over", a)["mean"]) for a in ("Sign", "DrGRPO")])
+    ses = [s for c in d.metric("sampled test").cells + d.metric("greedy test").cells for s in c.se]
+    problems += says(r"test accuracy is ([\d.]+) to ([\d.]+)", min(ses), max(ses))
+    sampled, greedy = d.pair("sampled test", "Sign", "DrGRPO"), d.pair("greedy test", "Sign", "DrGRPO")
+    problems += says(r"it reads ([\d.]+) for the sampled accuracy \(Dr. GRPO ahead in all (\d+) seeds\) and ([\d.]+) for "
+                     r"the greedy accuracy \(Dr. GRPO ahead in (\d+)\)", sampled["p_flip"], sampled["n"] - sampled["ahead"],
+                     greedy["p_flip"], greedy["n"] - greedy["ahead"])
+    assert sampled["ahead"] == 0, "the section says Dr. GRPO is ahead in every seed"
+    problems += says(r"Sign - Dr. GRPO is ([-\d.]+) \[([-\d.]+), ([-\d.]+)\], Holm-adjusted p ([\d.]+)",
+                     sampled["diff"], sampled["lo"], sampled["hi"], sampled["holm"])
+    problems += says(r"the same way \(([-\d.]+)\) but is not significant \(Holm ([\d.]+)\)", greedy["diff"], greedy["holm"])
+    problems += says(r"answers \(([\d.]+) against ([\d.]+) tokens",
+                     *[d.s("mean completion length at the last", a)["mean"] for a in ("Sign", "DrGRPO")])
+    _, _, wall = d.runtime()
+    select = [float(r["seconds"]) for r in csv.DictReader(open(RESULTS / "real_sign_vs_drgrpo_lr" / "select.csv"))]
+    problems += says(r"the 12 final runs took ([\d.]+) min wall \((\d+) to (\d+) s a run", wall, min(d.seconds()),
+                     max(d.seconds()))
+    problems += says(r"the 12 selection runs took (\d+) run-minutes \((\d+) to (\d+) s a run", sum(select) / 60,
+                     min(select), max(select))
+    problems += says(r"Together (\d+) run-minutes against the 540 estimated: the final runs took (\d+) to (\d+) minutes",
+                     (sum(select) + sum(d.seconds())) / 60, min(d.seconds()) / 60, max(d.seconds()) / 60)
+    assert not problems, "docs/results.md section 8 differs from its data:\n" + "\n".join(problems)
 
 
 def degeneracy() -> dict[str, list]:
@@ -493,7 +607,9 @@ TABLES = {  # header start -> (label columns, the mapping)
     "arm | chosen lr": (1, sign_starvation_arms),
     "Sign − | mean difference": (1, sign_starvation_pairs),
     "per seed (0, 1, 2, 3)": (0, lambda: sign_against_drgrpo("real_sign_vs_drgrpo")),
-    "per seed (0 to 5)": (0, rg_sign_vs_drgrpo),
+    "per seed (0 to 5)": (0, lambda: sign_against_drgrpo_six("rg_sign_vs_drgrpo")),
+    "per seed, each arm at its chosen rate (0 to 5)": (0, lambda: sign_against_drgrpo_six("real_sign_vs_drgrpo_lr")),
+    "selection seeds 100, 101 (mean)": (1, lr_selection),
     "mean over steps, then seeds (n = 5)": (0, softmax_budget),
     "setting | erank": (0, gradient_rank),
     "n = 5 | gain in pass@1": (1, passk_crossing),
