@@ -54,6 +54,11 @@ class Data:
     def cell(self, key: str, arm: str, setting: str = "default"):
         return next(c for c in self.metric(key).cells if c.arm == arm and c.setting == setting)
 
+    def chosen_lr(self, arm: str) -> float:
+        """The learning rate the selection stage chose for ``arm`` (as its final runs record it)."""
+        cell = next(c for c in self.analysis.metrics[0].cells if c.arm == arm)
+        return float(cell.chosen.split("=")[1])
+
     def values(self, key: str, arm: str, setting: str = "default") -> list[float]:
         return self.cell(key, arm, setting).values
 
@@ -210,9 +215,8 @@ def _rg_claim() -> list:
 def _lr_claim() -> list:
     d = data("real_sign_vs_drgrpo_lr")
     sampled, greedy = d.pair("sampled test", "Sign", "DrGRPO"), d.pair("greedy test", "Sign", "DrGRPO")
-    chosen = float(d.cell("sampled test", "Sign").chosen.split("=")[1])
     return [sampled["diff"], sampled["lo"], sampled["hi"], greedy["diff"], greedy["lo"], greedy["hi"],
-            chosen, None, None, None,  # the grid
+            d.chosen_lr("Sign"), None, None, None,  # the grid
             sampled["n"], 0, 3, None, d.family, sampled["holm"], greedy["holm"],  # seeds 0 to 3; the 1000-prompt split
             None, sampled["n"] - sampled["ahead"]]  # None: the criterion's +0.05
 
@@ -220,10 +224,9 @@ def _lr_claim() -> list:
 def _lr_status() -> list:
     d = data("real_sign_vs_drgrpo_lr")
     p, (runs, timed, wall) = d.pair("sampled test", "Sign", "DrGRPO"), d.runtime()
-    chosen = float(d.cell("sampled test", "Sign").chosen.split("=")[1])
-    select = [float(r["seconds"]) for r in csv.DictReader(open(RESULTS / "real_sign_vs_drgrpo_lr" / "select.csv"))]
+    select = [float(r["seconds"]) for r in _select_rows("real_sign_vs_drgrpo_lr")]
     assert runs == timed
-    return [None, chosen, None, None, None, p["diff"], p["lo"], p["hi"], p["holm"], len(select), runs,  # "section 8"
+    return [None, d.chosen_lr("Sign"), None, None, None, p["diff"], p["lo"], p["hi"], p["holm"], len(select), runs,  # "section 8"
             wall, min(d.seconds()), max(d.seconds()), None,  # 2 at a time
             sum(select) / 60, min(select), max(select)]
 
@@ -269,7 +272,7 @@ def status() -> dict[str, list]:
     svd, st, real = data("sign_vs_drgrpo"), data("sign_starvation"), data("real_sign_vs_drgrpo")
     stable = [svd.pair(acc4, "Sign", "NormDrGRPO", f"lr={lr},policy={p}") for lr in ("5e-5", "1e-4") for p in ("weak", "strong")]
     st_pair, real_pair = st.pair(acc4, "Sign", "DrGRPO"), real.pair("sampled test", "Sign", "DrGRPO")
-    selection = len(list(csv.DictReader(open(RESULTS / "sign_starvation" / "select.csv"))))
+    selection = len(_select_rows("sign_starvation"))
 
     def timed(name: str) -> list[float]:
         runs, _, wall = data(name).runtime()
@@ -341,12 +344,17 @@ def test_the_reasoning_gym_section_reads_its_prose_from_the_data():
     assert not problems, "docs/results.md section 2d differs from its data:\n" + "\n".join(problems)
 
 
-def _selection(name: str) -> dict[tuple[str, str], list[float]]:
-    """The selection stage's metric per (arm, grid value), in seed order (select.csv)."""
-    out: dict[tuple[str, str], list[float]] = {}
+def _select_rows(name: str) -> list[dict[str, str]]:
+    """The selection stage's runs (select.csv), in seed order; every one finished."""
     rows = sorted(csv.DictReader(open(RESULTS / name / "select.csv")), key=lambda r: int(r["seed"]))
-    for r in rows:
-        assert r["status"] == "done", (name, r)
+    assert all(r["status"] == "done" for r in rows), name
+    return rows
+
+
+def _selection(name: str) -> dict[tuple[str, str], list[float]]:
+    """The selection stage's metric per (arm, grid value), in seed order."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for r in _select_rows(name):
         out.setdefault((r["arm"], r["setting"].split("=")[1]), []).append(float(r["val/reward_mean (last)"]))
     return out
 
@@ -358,7 +366,7 @@ def lr_selection() -> dict[str, list]:
     out = {}
     for doc, arm in (("Sign", "Sign"), ("Dr. GRPO", "DrGRPO")):
         cells = [v for lr in ("1e-4", "3e-4", "1e-3") for v in (*sel[arm, lr], statistics.mean(sel[arm, lr]))]
-        out[doc] = [*cells, float(d.cell("sampled test", arm).chosen.split("=")[1])]
+        out[doc] = [*cells, d.chosen_lr(arm)]
     return out
 
 
@@ -369,7 +377,7 @@ def test_the_selection_picked_by_its_registered_rule():
     for arm in ("Sign", "DrGRPO"):
         means = {lr: statistics.mean(sel[arm, lr]) for lr in ("1e-4", "3e-4", "1e-3")}
         best = max(means, key=lambda lr: (means[lr], -list(means).index(lr)))
-        assert d.cell("sampled test", arm).chosen == f"lr={best}", (arm, means)
+        assert d.chosen_lr(arm) == float(best), (arm, means)
 
 
 def _same_runs(seeds: range) -> bool:
@@ -384,8 +392,9 @@ def _same_runs(seeds: range) -> bool:
 def test_the_learning_rate_section_reads_its_prose_from_the_data():
     d = data("real_sign_vs_drgrpo_lr")
     section = " ".join(DOC[DOC.index("## 8."):DOC.index("## 9.")].replace("−", "-").split())
-    assert d.cell("sampled test", "Sign").chosen == d.cell("sampled test", "DrGRPO").chosen == "lr=3e-4"
-    assert "bit for bit the same in all 8 of those runs" in section and _same_runs(range(4)), (
+    assert d.chosen_lr("Sign") == d.chosen_lr("DrGRPO") == 3e-4
+    repeated = len(data("real_sign_vs_drgrpo").records)
+    assert f"bit for bit the same in all {repeated} of those runs" in section and _same_runs(range(4)), (
         "seeds 0 to 3 repeat section 2c's runs exactly")
     assert d.values("training reward at the first", "Sign") == d.values("training reward at the first", "DrGRPO")
 
@@ -421,7 +430,7 @@ def test_the_learning_rate_section_reads_its_prose_from_the_data():
     problems += says(r"answers \(([\d.]+) against ([\d.]+) tokens",
                      *[d.s("mean completion length at the last", a)["mean"] for a in ("Sign", "DrGRPO")])
     _, _, wall = d.runtime()
-    select = [float(r["seconds"]) for r in csv.DictReader(open(RESULTS / "real_sign_vs_drgrpo_lr" / "select.csv"))]
+    select = [float(r["seconds"]) for r in _select_rows("real_sign_vs_drgrpo_lr")]
     problems += says(r"the 12 final runs took ([\d.]+) min wall \((\d+) to (\d+) s a run", wall, min(d.seconds()),
                      max(d.seconds()))
     problems += says(r"the 12 selection runs took (\d+) run-minutes \((\d+) to (\d+) s a run", sum(select) / 60,
@@ -475,7 +484,7 @@ ARMS_2B = {"Sign": "Sign", "Dr. GRPO": "DrGRPO", "normalised Dr. GRPO": "NormDrG
 
 def sign_starvation_arms() -> dict[str, list]:
     st, acc4 = data("sign_starvation"), "sampled test accuracy after training (4 samples"
-    return {doc: [float(st.cell(acc4, arm).chosen.split("=")[1]), *st.mci(acc4, arm), *st.mci("greedy test", arm)]
+    return {doc: [st.chosen_lr(arm), *st.mci(acc4, arm), *st.mci("greedy test", arm)]
             for doc, arm in ARMS_2B.items()}  # fmt: skip
 
 
