@@ -98,13 +98,21 @@ def verdict(diff: float, p_holm: float, margin: float = CRITERION["margin"],
 
 
 def judge(tasks: dict[str, dict]) -> dict[str, dict]:
-    """Each measured task's comparison, Holm over the tasks measured, and its verdict."""
+    """Each measured task's comparison, Holm over the criterion's family (every task of :data:`TASKS`), and its
+    verdict.
+
+    A task not yet measured enters the family with p = 1. Holm's adjusted p of a measured task can then only be
+    too high, never too low (with two tasks it is ``min(1, 2p)``, Bonferroni's, and the unknown p can only lower
+    it), so a significant reading already holds for the whole family; any other reading waits for the missing
+    tasks (``pending`` names them) and is not given yet."""
     compared = {t: paired(d["grpo"]["correct_per_prompt"], d["sft_more"]["correct_per_prompt"])
                 for t, d in tasks.items() if "grpo" in d and "sft_more" in d}
-    adjusted = holm({t: c["p"] for t, c in compared.items()})
+    missing = [t for t in TASKS if t not in compared]
+    adjusted = holm({**{t: c["p"] for t, c in compared.items()}, **dict.fromkeys(missing, 1.0)})
     for task, c in compared.items():
-        c["p_holm"], c["family"] = adjusted[task], len(compared)
-        c["verdict"] = verdict(c["diff"], c["p_holm"])
+        c["p_holm"], c["family"], c["pending"] = adjusted[task], len(TASKS), missing
+        reading = verdict(c["diff"], c["p_holm"])
+        c["verdict"] = reading if reading != "inconclusive" or not missing else "not yet read"
     return compared
 
 
@@ -197,6 +205,14 @@ def measure(task: str, root: Path) -> dict:
 
 
 # ---- the doc -----------------------------------------------------------------------------------------------------
+def _pending(missing: list[str]) -> str:
+    if not missing:
+        return ""
+    names = " and ".join(missing)
+    return (f", with {names} not yet measured and counted as p = 1, so at most this; a reading other than "
+            f"significant waits for {names}")
+
+
 def render(data: dict) -> str:
     """The markdown block: each measured task's arms, the paired comparison and its verdict."""
     judged = judge(data["tasks"])
@@ -213,8 +229,8 @@ def render(data: dict) -> str:
     for task, c in judged.items():
         lines.append(f"- **{task}**: GRPO − more supervised steps {c['diff']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}] "
                      f"({c['grpo_only']} prompts right only under GRPO, {c['sft_more_only']} only under more "
-                     f"supervised steps; exact McNemar p {c['p']:.3g}, Holm over {c['family']}: {c['p_holm']:.3g}): "
-                     f"**{c['verdict']}**.")
+                     f"supervised steps; exact McNemar p {c['p']:.3g}, Holm over {c['family']}: {c['p_holm']:.3g}"
+                     f"{_pending(c['pending'])}): **{c['verdict']}**.")
     lines.append("")
     for task, d in data["tasks"].items():
         lines.append(f"{task}: `{d['command']}`, budget `trainer.max_time` {d['budget']}.")

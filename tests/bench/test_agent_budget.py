@@ -64,14 +64,41 @@ def test_each_reading_of_the_criterion(diff, p, reading):
     assert bench.verdict(diff, p) == reading
 
 
-def test_the_verdicts_are_judged_with_holm_over_the_tasks_measured():
-    one = {"grpo": {"correct_per_prompt": [1] * 20 + [0] * 480},
-           "sft_more": {"correct_per_prompt": [0] * 500}}
-    judged = bench.judge({"search_agent": one, "calculator": {"grpo": one["grpo"]}})  # calculator: one arm yet
-    assert list(judged) == ["search_agent"] and judged["search_agent"]["family"] == 1
+def _arms(grpo_only: int, sft_more_only: int) -> dict:
+    """Two arms' per-prompt results on 500 prompts with these disagreements (all the others wrong under both)."""
+    rest = 500 - grpo_only - sft_more_only
+    return {"grpo": {"correct_per_prompt": [1] * grpo_only + [0] * sft_more_only + [0] * rest},
+            "sft_more": {"correct_per_prompt": [0] * grpo_only + [1] * sft_more_only + [0] * rest}}
+
+
+def test_the_verdicts_are_judged_with_holm_over_both_registered_tasks():
+    one = _arms(20, 0)
     both = bench.judge({"search_agent": one, "calculator": one})
     assert both["calculator"]["p_holm"] == pytest.approx(min(1.0, 2 * bench.mcnemar_exact(20, 0)))
     assert both["calculator"]["verdict"] == "GRPO ahead, by less than the margin"  # +0.04 < +0.05
+    assert both["calculator"]["family"] == 2 and both["calculator"]["pending"] == []
+
+
+def test_a_task_not_yet_measured_counts_as_p_one_so_only_a_significant_reading_is_given_early():
+    judged = bench.judge({"search_agent": _arms(40, 5), "calculator": {"grpo": {"correct_per_prompt": [1]}}})
+    assert list(judged) == ["search_agent"]  # calculator has one arm yet: not compared
+    c = judged["search_agent"]
+    assert (c["family"], c["pending"]) == (2, ["calculator"])
+    assert c["p_holm"] == pytest.approx(2 * bench.mcnemar_exact(40, 5))  # Bonferroni's, not the p of a family of 1
+    assert c["verdict"] == "GRPO adds over more supervised steps at this budget"  # +0.07, Holm far below 0.05
+    for calculator_p in (0.0, 0.3, 1.0):  # whatever calculator's p turns out to be, the reading stands
+        pvalues = {"search_agent": c["p"], "calculator": calculator_p}
+        assert bench.holm(pvalues)["search_agent"] <= c["p_holm"]
+    # 13 against 4 disagreements: p 0.049 alone, about 0.098 over two tasks: read only once calculator is known
+    early = bench.judge({"search_agent": _arms(13, 4)})["search_agent"]
+    assert bench.mcnemar_exact(13, 4) < 0.05 < early["p_holm"]
+    assert early["verdict"] == "not yet read" and early["pending"] == ["calculator"]
+    record = {"command": "python bench/agent_budget.py --task search_agent", "budget": "00:00:50:00"}
+    for arm, results in _arms(13, 4).items():
+        record[arm] = {**results, "training_min": 50.0, "prompts": 500, "split": "test",
+                       "sampled_accuracy": sum(results["correct_per_prompt"]) / 500}
+    text = bench.render({"tasks": {"search_agent": record}})
+    assert "Holm over 2: 0.0981, with calculator not yet measured" in text and "**not yet read**" in text
 
 
 def _parsed(args: list[str]) -> dict:
