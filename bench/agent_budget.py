@@ -162,45 +162,59 @@ def _run(argv: list[str], cwd: Path, log: Path) -> float:
     return time.time() - started
 
 
-def training_minutes(run_dir: Path) -> float | None:
-    """Minutes from the first to the last training step's event of the run's TensorBoard log (the budget used)."""
+def training_time(run_dir: Path) -> dict:
+    """The run's training steps and the minutes from the first to the last training step's event of its TensorBoard
+    log (the budget used): ``{"training_min": ..., "training_steps": ...}``, None each without a log."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     versions = sorted(run_dir.glob("version_*"))
     if not versions:
-        return None
+        return {"training_min": None, "training_steps": None}
     events = EventAccumulator(str(versions[-1]), size_guidance={"scalars": 0}).Reload()
     steps = events.Scalars("perf/step_s") if "perf/step_s" in events.Tags()["scalars"] else []
     if not steps:
         steps = [e for tag in events.Tags()["scalars"] if tag.startswith("train/") for e in events.Scalars(tag)]
     if not steps:
-        return None
-    return round((max(e.wall_time for e in steps) - min(e.wall_time for e in steps)) / 60, 1)
+        return {"training_min": None, "training_steps": None}
+    minutes = round((max(e.wall_time for e in steps) - min(e.wall_time for e in steps)) / 60, 1)
+    return {"training_min": minutes, "training_steps": len({e.step for e in steps})}
 
 
-def measure(task: str, root: Path) -> dict:
-    """Run the stages not yet done and both probes; this task's record."""
+def measure(task: str, root: Path, previous: dict | None = None) -> dict:
+    """Run the stages not yet done and both probes; this task's record. ``previous`` is the task's record from an
+    earlier call: what it measured of the stages this call finds done (their wall times, the load when they ran) is
+    kept, as a call that runs nothing only reads the results again."""
     work = root / task
     work.mkdir(parents=True, exist_ok=True)
-    record: dict = {"task": task, "split": TASKS[task], "budget": budget_of(task), "load_at_start": os.getloadavg(),
+    record: dict = {**(previous or {}), "task": task, "split": TASKS[task], "budget": budget_of(task),
                     "cpus": os.cpu_count()}
+    ran = False
+
+    def run(what: str, argv: list[str], log: Path) -> float:
+        nonlocal ran
+        if not ran:
+            record["load_at_start"], ran = os.getloadavg(), True
+        print(f"[{task}] {what}", flush=True)
+        return _run(argv, work, log)
+
     for stage, args, done in stages(task):
         if not (work / done).exists():
-            print(f"[{task}] {stage}: lit-grpo fit {' '.join(args[:2])} ...", flush=True)
-            record[f"{stage}_wall_s"] = round(_run([sys.executable, "-m", "lit_grpo", "fit", *args], work,
-                                                   work / f"{stage}.log"), 1)
+            record[f"{stage}_wall_s"] = round(run(f"{stage}: lit-grpo fit {' '.join(args[:2])} ...",
+                                                  [sys.executable, "-m", "lit_grpo", "fit", *args],
+                                                  work / f"{stage}.log"), 1)
     names = {"grpo": f"real_{task}", "sft_more": f"{task}_sft_more"}
     arms = (("grpo", f"runs/real_{task}/policy/merged"), ("sft_more", f"runs/{task}_sft_more/policy/merged"))
     for arm, policy in arms:
         out = work / f"probe_{arm}.json"
         if not out.exists():
-            print(f"[{task}] probing {arm} on the {TASKS[task]} split", flush=True)
-            _run([sys.executable, str(ROOT / "scripts" / "probe_policy.py"), *probe_args(task, policy, out.name)],
-                 work, work / f"probe_{arm}.log")
+            run(f"probing {arm} on the {TASKS[task]} split",
+                [sys.executable, str(ROOT / "scripts" / "probe_policy.py"), *probe_args(task, policy, out.name)],
+                work / f"probe_{arm}.log")
         record[arm] = json.loads(out.read_text())
         record[arm]["fit_args"] = [portable(a) if a.startswith("/") else a for a in record[arm]["fit_args"]]
-        record[arm]["training_min"] = training_minutes(work / "runs" / names[arm])
-    record["load_at_end"] = os.getloadavg()
+        record[arm].update(training_time(work / "runs" / names[arm]))
+    if ran:
+        record["load_at_end"] = os.getloadavg()
     return record
 
 
@@ -216,14 +230,15 @@ def _pending(missing: list[str]) -> str:
 def render(data: dict) -> str:
     """The markdown block: each measured task's arms, the paired comparison and its verdict."""
     judged = judge(data["tasks"])
-    lines = ["| task | arm | training minutes | held-out prompts | sampled accuracy | episodes with a call |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| task | arm | training minutes | training steps | held-out prompts | sampled accuracy | episodes with a "
+             "call |", "|---|---|---|---|---|---|---|"]
     for task, d in data["tasks"].items():
         for arm, label in (("grpo", "GRPO"), ("sft_more", "more supervised steps")):
             if arm in d:
                 a = d[arm]
                 calls = a.get("episodes", {}).get("with_call")
-                lines.append(f"| {task} | {label} | {a['training_min']} | {a['prompts']} ({a['split']}) | "
+                lines.append(f"| {task} | {label} | {a['training_min']} | {a.get('training_steps', '-')} | "
+                             f"{a['prompts']} ({a['split']}) | "
                              f"{a['sampled_accuracy']:.3f} | {'-' if calls is None else f'{calls:.3f}'} |")
     lines.append("")
     for task, c in judged.items():
@@ -259,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         data = json.loads(args.json.read_text()) if args.json.exists() else {"tasks": {}}
         made_with = command("bench/agent_budget.py", sys.argv[1:] if argv is None else argv)
         for task in args.task:
-            data["tasks"][task] = {**measure(task, args.root.resolve()), "command": made_with}
+            data["tasks"][task] = {**measure(task, args.root.resolve(), data["tasks"].get(task)), "command": made_with}
         data["criterion"] = CRITERION
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=1) + "\n")

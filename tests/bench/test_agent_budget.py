@@ -165,14 +165,14 @@ def test_the_docs_block_is_the_committed_results_rendered():
 
 def test_render_names_each_arm_and_the_reading(tmp_path):
     probe = {"prompts": 500, "split": "test", "sampled_accuracy": 0.5, "episodes": {"with_call": 0.9},
-             "training_min": 50.4}
+             "training_min": 50.4, "training_steps": 16}
     data = {"tasks": {"search_agent": {
         "budget": "00:00:50:00", "command": "python bench/agent_budget.py --task search_agent",
         "grpo": {**probe, "correct_per_prompt": [1] * 250 + [0] * 250},
         "sft_more": {**probe, "sampled_accuracy": 0.3, "correct_per_prompt": [1] * 150 + [0] * 350}}}}
     text = bench.render(data)
-    assert "| search_agent | GRPO | 50.4 | 500 (test) | 0.500 | 0.900 |" in text
-    assert "| search_agent | more supervised steps | 50.4 | 500 (test) | 0.300 | 0.900 |" in text
+    assert "| search_agent | GRPO | 50.4 | 16 | 500 (test) | 0.500 | 0.900 |" in text
+    assert "| search_agent | more supervised steps | 50.4 | 16 | 500 (test) | 0.300 | 0.900 |" in text
     assert "+0.200" in text and "100 prompts right only under GRPO, 0 only" in text
     assert "**GRPO adds over more supervised steps at this budget**" in text
     assert "search_agent: `python bench/agent_budget.py --task search_agent`, budget `trainer.max_time` 00:00:50:00." \
@@ -190,3 +190,18 @@ def test_the_docs_criterion_reads_as_the_constant():
                     "more supervised steps do better at this budget"):
         assert f'"{reading}"' in text, reading
     assert len(bench.TASKS) == 2  # "Holm over the two tasks"
+
+
+def test_reading_a_measured_task_again_keeps_what_its_run_recorded(tmp_path, monkeypatch):
+    work = tmp_path / "search_agent"
+    for _, _, done in bench.stages("search_agent"):
+        (work / done).mkdir(parents=True)  # every stage done
+    for arm in ("grpo", "sft_more"):
+        (work / f"probe_{arm}.json").write_text(json.dumps({"fit_args": ["--config", "x.yaml"], "prompts": 500}))
+    monkeypatch.setattr(bench, "_run", lambda *a: pytest.fail(f"ran {a[0]}"))  # nothing may run again
+    earlier = {"grpo_wall_s": 3061.2, "sft_more_wall_s": 3020.5, "load_at_start": [0.1, 0.2, 0.3],
+               "load_at_end": [2.0, 2.0, 2.0]}
+    record = bench.measure("search_agent", tmp_path, earlier)
+    assert {k: record[k] for k in earlier} == earlier  # the run's wall times and loads, not this call's
+    assert record["grpo"]["prompts"] == 500 and record["grpo"]["training_steps"] is None  # no log here
+    assert "load_at_start" not in bench.measure("search_agent", tmp_path)  # nothing ran: no load to report
