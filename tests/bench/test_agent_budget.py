@@ -205,3 +205,21 @@ def test_reading_a_measured_task_again_keeps_what_its_run_recorded(tmp_path, mon
     assert {k: record[k] for k in earlier} == earlier  # the run's wall times and loads, not this call's
     assert record["grpo"]["prompts"] == 500 and record["grpo"]["training_steps"] is None  # no log here
     assert "load_at_start" not in bench.measure("search_agent", tmp_path)  # nothing ran: no load to report
+
+
+def test_the_prose_on_the_search_agent_reads_as_its_data():
+    if not bench.RESULTS.exists() or "search_agent" not in json.loads(bench.RESULTS.read_text())["tasks"]:
+        pytest.skip("the search agent is not measured")
+    record = json.loads(bench.RESULTS.read_text())["tasks"]["search_agent"]
+    grpo, sft_more = record["grpo"], record["sft_more"]
+    doc = " ".join(DOC.read_text().split())
+    assert (f"it took {sft_more['training_steps']} steps to GRPO's {grpo['training_steps']}: a supervised step "
+            f"trains 8 demonstrations") in doc
+    tasks = json.loads((ROOT / "docs" / "results" / "agents" / "search_agent" / "curve.json").read_text())
+    published = json.loads((ROOT / "docs" / "results" / "agents" / "search_agent" / "after_rl.json").read_text())
+    assert (f"Its {grpo['sampled_accuracy']:.3f} in {grpo['training_steps']} steps is above the "
+            f"{published['sampled_accuracy']:.3f} in {tasks['steps']} steps of the table") in doc
+    assert grpo["sampled_accuracy"] > published["sampled_accuracy"]
+    assert bench.judge({"search_agent": record})["search_agent"]["verdict"] in doc  # the reading the prose explains
+    assert "The reading is final for the search agent" in doc and bench.judge(
+        {"search_agent": record})["search_agent"]["verdict"] != "not yet read"
