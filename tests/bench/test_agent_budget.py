@@ -223,3 +223,17 @@ def test_the_prose_on_the_search_agent_reads_as_its_data():
     assert bench.judge({"search_agent": record})["search_agent"]["verdict"] in doc  # the reading the prose explains
     assert "The reading is final for the search agent" in doc and bench.judge(
         {"search_agent": record})["search_agent"]["verdict"] != "not yet read"
+
+
+def test_a_python_without_vllm_is_refused_before_any_stage_runs(tmp_path, monkeypatch):
+    real_find_spec = bench.importlib.util.find_spec
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: None if name == "vllm" else real_find_spec(name))
+    monkeypatch.setattr(bench, "_run", lambda *a: pytest.fail(f"ran {a[0]} without vLLM for the probes"))
+    with pytest.raises(SystemExit, match=r"the search_agent probes \(grpo, sft_more\) generate with vLLM.*--vllm-cpu"):
+        bench.measure("search_agent", tmp_path)
+    work = tmp_path / "search_agent"  # with both probes made, nothing needs vLLM: reading the results again works
+    for _, _, done in bench.stages("search_agent"):
+        (work / done).mkdir(parents=True)
+    for arm in ("grpo", "sft_more"):
+        (work / f"probe_{arm}.json").write_text(json.dumps({"fit_args": [], "prompts": 500}))
+    assert bench.measure("search_agent", tmp_path)["sft_more"]["prompts"] == 500
