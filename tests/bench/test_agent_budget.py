@@ -215,6 +215,11 @@ def test_the_prose_on_the_search_agent_reads_as_its_data():
     doc = " ".join(DOC.read_text().split())
     assert (f"it took {sft_more['training_steps']} steps to GRPO's {grpo['training_steps']}: a supervised step "
             f"trains 8 demonstrations") in doc
+    sft_cfg, grpo_cfg = (yaml.safe_load(bench._config("search_agent", sft).read_text()) for sft in (True, False))
+    assert sft_cfg["data"]["prompts_per_step"] == 8  # "a supervised step trains 8 demonstrations"
+    per_step = (grpo_cfg["data"]["prompts_per_step"], grpo_cfg["model"]["init_args"]["group_size"])
+    assert f"a GRPO step samples {per_step[0] * per_step[1]} episodes ({per_step[0]} questions x {per_step[1]})" in doc
+    assert record["budget"] == "00:00:50:00" and "In the same 50 minutes" in doc
     tasks = json.loads((ROOT / "docs" / "results" / "agents" / "search_agent" / "curve.json").read_text())
     published = json.loads((ROOT / "docs" / "results" / "agents" / "search_agent" / "after_rl.json").read_text())
     assert (f"Its {grpo['sampled_accuracy']:.3f} in {grpo['training_steps']} steps is above the "
