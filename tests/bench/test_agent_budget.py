@@ -207,27 +207,69 @@ def test_reading_a_measured_task_again_keeps_what_its_run_recorded(tmp_path, mon
     assert "load_at_start" not in bench.measure("search_agent", tmp_path)  # nothing ran: no load to report
 
 
-def test_the_prose_on_the_search_agent_reads_as_its_data():
-    if not bench.RESULTS.exists() or "search_agent" not in json.loads(bench.RESULTS.read_text())["tasks"]:
-        pytest.skip("the search agent is not measured")
-    record = json.loads(bench.RESULTS.read_text())["tasks"]["search_agent"]
-    grpo, sft_more = record["grpo"], record["sft_more"]
+def _measured():
+    if not bench.RESULTS.exists():
+        pytest.skip("not measured")
+    return json.loads(bench.RESULTS.read_text())["tasks"]
+
+
+def _table_run(task):
+    """The GRPO run the table above the block publishes: its steps and its held-out accuracy."""
+    where = ROOT / "docs" / "results" / "agents" / task
+    curve, after = (json.loads((where / f"{name}.json").read_text()) for name in ("curve", "after_rl"))
+    return curve["steps"], after["sampled_accuracy"]
+
+
+def test_the_prose_on_both_tasks_reads_as_their_data():
+    tasks = _measured()
+    if set(tasks) != set(bench.TASKS):
+        pytest.skip("not every task is measured")
     doc = " ".join(DOC.read_text().split())
-    assert (f"it took {sft_more['training_steps']} steps to GRPO's {grpo['training_steps']}: a supervised step "
-            f"trains 8 demonstrations") in doc
-    sft_cfg, grpo_cfg = (yaml.safe_load(bench._config("search_agent", sft).read_text()) for sft in (True, False))
-    assert sft_cfg["data"]["prompts_per_step"] == 8  # "a supervised step trains 8 demonstrations"
-    per_step = (grpo_cfg["data"]["prompts_per_step"], grpo_cfg["model"]["init_args"]["group_size"])
-    assert f"a GRPO step samples {per_step[0] * per_step[1]} episodes ({per_step[0]} questions x {per_step[1]})" in doc
-    assert record["budget"] == "00:00:50:00" and "In the same 50 minutes" in doc
-    tasks = json.loads((ROOT / "docs" / "results" / "agents" / "search_agent" / "curve.json").read_text())
-    published = json.loads((ROOT / "docs" / "results" / "agents" / "search_agent" / "after_rl.json").read_text())
-    assert (f"Its {grpo['sampled_accuracy']:.3f} in {grpo['training_steps']} steps is above the "
-            f"{published['sampled_accuracy']:.3f} in {tasks['steps']} steps of the table") in doc
-    assert grpo["sampled_accuracy"] > published["sampled_accuracy"]
-    assert bench.judge({"search_agent": record})["search_agent"]["verdict"] in doc  # the reading the prose explains
-    assert "The reading is final for the search agent" in doc and bench.judge(
-        {"search_agent": record})["search_agent"]["verdict"] != "not yet read"
+    verdicts = bench.judge(tasks)
+    assert {v["verdict"] for v in verdicts.values()} == {"more supervised steps do better at this budget"}
+    assert 'The reading is final for both tasks.' in doc and '"more supervised steps do better at this budget"' in doc
+    search, calc = tasks["search_agent"], tasks["calculator"]
+    assert (f"it took {search['sft_more']['training_steps']} steps to GRPO's {search['grpo']['training_steps']} on "
+            f"the search agent, and {calc['sft_more']['training_steps']} steps to GRPO's "
+            f"{calc['grpo']['training_steps']} on the calculator: a supervised step trains 8 demonstrations") in doc
+    for task in bench.TASKS:
+        sft_cfg, grpo_cfg = (yaml.safe_load(bench._config(task, sft).read_text()) for sft in (True, False))
+        assert sft_cfg["data"]["prompts_per_step"] == 8  # "a supervised step trains 8 demonstrations"
+        per_step = (grpo_cfg["data"]["prompts_per_step"], grpo_cfg["model"]["init_args"]["group_size"])
+        assert (f"a GRPO step samples {per_step[0] * per_step[1]} episodes ({per_step[0]} questions x "
+                f"{per_step[1]})") in doc
+        assert tasks[task]["budget"] == "00:00:50:00" and "In the same 50 minutes" in doc
+    # the table's GRPO runs against these arms' GRPO, in the direction the prose says
+    (s_steps, s_acc), (c_steps, c_acc) = _table_run("search_agent"), _table_run("calculator")
+    assert (f"its {search['grpo']['sampled_accuracy']:.3f} in {search['grpo']['training_steps']} steps is above "
+            f"the {s_acc:.3f} in {s_steps} steps of the table above") in doc
+    assert search["grpo"]["sampled_accuracy"] > s_acc
+    assert (f"its {calc['grpo']['sampled_accuracy']:.3f} in {calc['grpo']['training_steps']} steps is below the "
+            f"table's {c_acc:.3f} in {c_steps} steps") in doc
+    assert calc["grpo"]["sampled_accuracy"] < c_acc
+    assert "(the test split for the search agent, the validation split for the calculator" in doc
+    assert search["split"] == "test" and calc["split"] == "val"
+
+
+def test_the_calculators_ceiling_reads_as_its_data():
+    tasks = _measured()
+    if "calculator" not in tasks:
+        pytest.skip("the calculator is not measured")
+    calc = tasks["calculator"]
+    grpo, sft_more = calc["grpo"], calc["sft_more"]
+    doc = " ".join(DOC.read_text().split())
+    right = sum(grpo["correct_per_prompt"])
+    assert sum(sft_more["correct_per_prompt"]) == sft_more["prompts"] == 500  # "all 500 validation prompts right"
+    assert f"It answered all 500 validation prompts right ({sft_more['sampled_accuracy']:.3f}) and GRPO {right} " \
+        f"({grpo['sampled_accuracy']:.3f})" in doc
+    counts = bench.paired(grpo["correct_per_prompt"], sft_more["correct_per_prompt"])
+    assert counts["grpo_only"] == 0  # "every prompt the arms disagree on is a GRPO miss"
+    diff = grpo["sampled_accuracy"] - sft_more["sampled_accuracy"]
+    assert f"The difference, {diff:.3f}, is smaller in size than the criterion's margin of " \
+        f"{bench.CRITERION['margin']:g}" in doc and abs(diff) < bench.CRITERION["margin"]
+    errors = grpo["episodes"]["tool_errors"], sft_more["episodes"]["tool_errors"]
+    assert f"Under GRPO {errors[0]} episodes got a tool error back" in doc and f"under the supervised arm {errors[1]};" \
+        in doc and f"GRPO's {sft_more['prompts'] - right} misses" in doc
 
 
 def test_a_python_without_vllm_is_refused_before_any_stage_runs(tmp_path, monkeypatch):
