@@ -207,14 +207,13 @@ def measure(task: str, root: Path, previous: dict | None = None) -> dict:
         print(f"[{task}] {what}", flush=True)
         return _run(argv, work, log)
 
-    outputs = {}
+    outputs = {}  # stage -> the merged policy it writes, under its run directory
     for stage, args, done in stages(task):
         outputs[stage] = done
         if not (work / done).exists():
             record[f"{stage}_wall_s"] = round(run(f"{stage}: lit-grpo fit {' '.join(args[:2])} ...",
                                                   [sys.executable, "-m", "lit_grpo", "fit", *args],
                                                   work / f"{stage}.log"), 1)
-    names = {"grpo": f"real_{task}", "sft_more": f"{task}_sft_more"}
     for arm in ARMS:
         policy = outputs[arm]  # the merged policy the arm's stage wrote
         out = work / f"probe_{arm}.json"
@@ -224,7 +223,7 @@ def measure(task: str, root: Path, previous: dict | None = None) -> dict:
                 work / f"probe_{arm}.log")
         record[arm] = json.loads(out.read_text())
         record[arm]["fit_args"] = [portable(a) if a.startswith("/") else a for a in record[arm]["fit_args"]]
-        record[arm].update(training_time(work / "runs" / names[arm]))
+        record[arm].update(training_time(work / Path(policy).parents[1]))  # runs/<run>/policy/merged
     if ran:
         record["load_at_end"] = os.getloadavg()
     return record
