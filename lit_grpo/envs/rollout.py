@@ -28,6 +28,7 @@ from lit_grpo.envs.base import TURN_REDUCTIONS, Environment, Episode, Record, ru
 from lit_grpo.envs.chat import ChatFormat
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.functional import eos_token_ids, pad_prompts
+from lit_grpo.rollout.turns import Turns
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
 
 T = TypeVar("T")
@@ -111,22 +112,27 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
     budgets = [_budget(budget, context, t, ep) for t, ep in zip(tracks, episodes, strict=True)]
     live = list(range(len(episodes)))
     device = None
-    for turn in range(max_turns):
-        if not live:
-            break
-        limits = {i: min(sampling.max_new_tokens, budgets[i] - len(tracks[i].ids)) for i in live}
-        seed = None if sampling.seed is None else sampling.seed + turn * TURN_SEED_STRIDE
-        turn_sampling = replace(sampling, max_new_tokens=max(limits.values()), seed=seed)
-        out = _generate(engine, tracks, live, n if turn == 0 else 1, turn_sampling)
-        device = device or out.completion_ids.device
-        answers = []  # the environment answers the live episodes' turns together (see Environment.astep)
-        for row, i in enumerate(live):
-            tokens = out.completion_ids[row][out.completion_mask[row]][: limits[i]].tolist()
-            tracks[i].add(tokens, out.logprobs[row, : len(tokens)])
-            answers.append(_answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer,
-                                   budgets[i], last=turn == max_turns - 1, cap=max_observation_tokens))
-        going = _run_all(answers)
-        live = [i for i, goes_on in zip(live, going, strict=True) if goes_on]
+    turns = engine.turns()  # what the engine keeps of each live episode between its turns
+    try:
+        for turn in range(max_turns):
+            if not live:
+                break
+            limits = {i: min(sampling.max_new_tokens, budgets[i] - len(tracks[i].ids)) for i in live}
+            seed = None if sampling.seed is None else sampling.seed + turn * TURN_SEED_STRIDE
+            turn_sampling = replace(sampling, max_new_tokens=max(limits.values()), seed=seed)
+            out = _generate(turns, tracks, live, n if turn == 0 else 1, turn_sampling)
+            device = device or out.completion_ids.device
+            answers = []  # the environment answers the live episodes' turns together (see Environment.astep)
+            for row, i in enumerate(live):
+                tokens = out.completion_ids[row][out.completion_mask[row]][: limits[i]].tolist()
+                tracks[i].add(tokens, out.logprobs[row, : len(tokens)])
+                answers.append(_answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer,
+                                       budgets[i], last=turn == max_turns - 1, cap=max_observation_tokens))
+            going = _run_all(answers)
+            live = [i for i, goes_on in zip(live, going, strict=True) if goes_on]
+            turns.release(live)
+    finally:
+        turns.close()
     for ep in episodes:
         ep.reward = _timed(ep, lambda ep=ep: environment.reward(ep))  # always read: it may close a session
         how = environment.turn_reduction(ep)
@@ -150,15 +156,15 @@ def _budget(budget: int, context: int | None, track: _Track, episode: Episode) -
     return min(budget, room)
 
 
-def _generate(engine: RolloutEngine, tracks: list[_Track], live: list[int], n: int,
+def _generate(turns: Turns, tracks: list[_Track], live: list[int], n: int,
               sampling: SamplingParams) -> Rollouts:
     """One turn for the ``live`` episodes. The first turn samples each record's ``n`` episodes from their one
     prompt (as :meth:`RolloutEngine.generate` does) where the ``n`` prompts agree."""
     if n > 1:
         heads = [tracks[i].prompt for i in live[::n]]
         if all(tracks[i].prompt == heads[j // n] for j, i in enumerate(live)):
-            return engine.generate_ids(heads, n, sampling)
-    return engine.generate_ids([tracks[i].prompt + tracks[i].ids for i in live], 1, sampling)
+            return turns.generate(live, heads, n, sampling)
+    return turns.generate(live, [tracks[i].prompt + tracks[i].ids for i in live], 1, sampling)
 
 
 def _run_all(answers: list) -> list[bool]:

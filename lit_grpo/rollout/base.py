@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import nn
 
+from lit_grpo.rollout.turns import Turns
 from lit_grpo.types import PromptBatch, Rollouts, SamplingParams
 
 
@@ -52,6 +53,12 @@ class RolloutEngine(ABC):
             f"{type(self).__name__} does not generate from token ids, which multi-turn episodes need; use "
             "HFGenerateEngine or VLLMEngine, or implement generate_ids"
         )
+
+    def turns(self) -> Turns:
+        """How :func:`lit_grpo.envs.run_episodes` generates the turns of one rollout's episodes: here each
+        from the episodes' whole token histories (:meth:`generate_ids`); the HF engine keeps each episode's
+        cache between its turns (:class:`~lit_grpo.rollout.turns.EpisodeCache`)."""
+        return Turns(self)
 
     def max_sequence_length(self) -> int | None:
         """Most tokens of prompt and completion together the engine can hold (None: no known limit)."""

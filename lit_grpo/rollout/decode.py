@@ -22,6 +22,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -118,6 +119,13 @@ class BufferLayer(DynamicLayer):
 
     def get_seq_length(self) -> int:
         return self.length
+
+    def start_from(self, keys: Tensor, values: Tensor, length: int) -> None:
+        """Take the buffers ``keys, values [N, H, capacity, D]``, their first ``length`` positions filled."""
+        self.dtype, self.device = keys.dtype, keys.device
+        self.key_buffer, self.value_buffer, self.length = keys, values, length
+        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+        self.is_initialized = True
 
     def move_rows(self, holes: Tensor, fillers: Tensor, rows: int) -> None:
         """Copy the filled part of rows ``fillers`` into rows ``holes``, then keep the first ``rows`` rows
@@ -298,9 +306,50 @@ def stream_generator(device: torch.device) -> torch.Generator | None:
     return generators[device]
 
 
+@dataclass
+class Past:
+    """Keys and values computed before a decode for each of its rows, ahead of the ids it starts from (the
+    earlier turns of an episode): ``cache`` holds ``W`` positions a row, ``mask [N, W]`` marks those that hold
+    one of the row's tokens, ``lengths [N]`` counts them (the position of the row's next token)."""
+
+    cache: BufferCache
+    mask: Tensor
+    lengths: Tensor
+
+    @classmethod
+    def of(cls, held: list[Kept | None], room: int) -> Past | None:
+        """The past of rows whose keys and values are ``held`` (None: a row with no past), each right-aligned
+        in a buffer with ``room`` more positions for the decode; None when no row has one."""
+        given = [h for h in held if h is not None]
+        if not given:
+            return None
+        sizes = [0 if h is None else h[0][0].shape[1] for h in held]
+        width = max(sizes)
+        cache = BufferCache(len(given[0]), width + room)
+        for k, layer in enumerate(cache.layers):
+            parts = []
+            for states in (0, 1):
+                like = given[0][k][states]  # [H, L, D]
+                buffer = like.new_zeros(len(held), like.shape[0], width + room, like.shape[2])  # [N, H, C, D]
+                for row, h in enumerate(held):
+                    if h is not None:
+                        buffer[row, :, width - sizes[row] : width] = h[k][states]
+                parts.append(buffer)
+            layer.start_from(*parts, width)
+        lengths = torch.tensor(sizes, device=given[0][0][0].device)  # [N]
+        mask = torch.arange(width, device=lengths.device)[None] >= (width - lengths)[:, None]  # [N, W]
+        return cls(cache, mask, lengths)
+
+
+#: What :func:`decode` keeps of each row when asked: per layer, the keys and values ``[H, L, D]`` of the ``L``
+#: tokens it computed them for (the past, the ids and the sampled tokens but the last), in the row's order
+Kept = list[tuple[Tensor, Tensor]]
+
+
 def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams, eos_ids: list[int],
            pad_id: int, prefix: DynamicCache | None = None, shrink: bool = False,
-           sampler: str = "multinomial") -> tuple[Tensor, Tensor]:
+           sampler: str = "multinomial", past: Past | None = None,
+           keep: dict[int, Kept] | None = None) -> tuple[Tensor, Tensor]:
     """Sample up to ``sampling.max_new_tokens`` tokens after the left-padded prompts ``ids, mask [N, Tp]``.
 
     Returns ``(tokens [N, T], logprobs [N, T])``, ``T`` the steps run (as ``generate``: until every row
@@ -308,52 +357,83 @@ def decode(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams
     ``prefix`` is the cache of every row's prompt but its last token
     (:func:`~lit_grpo.rollout.prefill.prompt_cache`); without it the first forward runs the whole prompts.
     With ``shrink``, finished rows leave the batch; ``sampler`` is how a step draws (:func:`next_tokens`).
+    ``past`` (no ``prefix`` then) holds what each row attends to before its ids, whose positions follow it;
+    ``keep`` receives each row's :data:`Kept` as the row leaves the batch or the loop ends (its tokens are its
+    past's, its ids', and its sampled tokens' but the last, which no forward has read).
     Raises :class:`NotServed`, before drawing any random number, when the model ignores the cache it is
     given.
     """
     with shared_heads(model):
-        return _sample(model, ids, mask, sampling, eos_ids, pad_id, prefix, shrink, sampler)
+        return _sample(model, ids, mask, sampling, eos_ids, pad_id, prefix, shrink, sampler, past, keep)
 
 
 def _sample(model: nn.Module, ids: Tensor, mask: Tensor, sampling: SamplingParams, eos_ids: list[int],
-            pad_id: int, prefix: DynamicCache | None, shrink: bool, sampler: str) -> tuple[Tensor, Tensor]:
+            pad_id: int, prefix: DynamicCache | None, shrink: bool, sampler: str, past: Past | None,
+            keep: dict[int, Kept] | None) -> tuple[Tensor, Tensor]:
     """:func:`decode`'s loop."""
     n, tp = ids.shape
     steps = sampling.max_new_tokens
     tokens = ids.new_full((n, steps), pad_id)  # [N, T]
     logprobs = torch.zeros(n, steps, dtype=torch.float32, device=ids.device)  # [N, T]
+    seen = mask.bool() if past is None else torch.cat([past.mask, mask.bool()], 1)  # [N, W + Tp]
     # generate drops an all-ones mask (no padding), which selects other attention kernels: do the same
-    attention = None if bool(mask.all()) else \
-        torch.cat([mask.long(), mask.new_ones(n, steps, dtype=torch.long)], 1)
-    # [N, Tp], as generate: padding at position 0
-    positions = (mask.long().cumsum(-1) - 1).masked_fill(~mask.bool(), 0)
-    cache = BufferCache.of(model, tp + steps, prefix)
+    attention = None if bool(seen.all()) else \
+        torch.cat([seen.long(), mask.new_ones(n, steps, dtype=torch.long)], 1)
+    # [N, Tp], as generate: padding at position 0; after a past, its tokens come first
+    start = 0 if past is None else past.lengths[:, None]
+    positions = (mask.long().cumsum(-1) - 1 + start).masked_fill(~mask.bool(), 0)
+    width = seen.shape[1]  # the positions before the first sampled token's
+    cache = BufferCache.of(model, tp + steps, prefix) if past is None else past.cache
     first = 0 if prefix is None else tp - 1
     step_ids, step_positions = ids[:, first:], positions[:, first:]  # [N, Tp - first]
     eos = torch.as_tensor(eos_ids, dtype=torch.long, device=ids.device)  # [E]
     unfinished = torch.ones(n, dtype=torch.bool, device=ids.device)  # [n] of the rows in the batch
     rows = torch.arange(n, device=ids.device)  # [n] the original row of each row in the batch
-    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    ended = torch.full((n,), steps, device=ids.device)  # [N] the step at which each row sampled its EOS
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters \
+        else {}
     for t in range(steps):
-        out = model(input_ids=step_ids, attention_mask=None if attention is None else attention[:, : tp + t],
+        seen_now = None if attention is None else attention[:, : width + t]
+        out = model(input_ids=step_ids, attention_mask=seen_now,
                     position_ids=step_positions, past_key_values=cache, use_cache=True, return_dict=True,
-                    **keep)
-        if t == 0 and (out.past_key_values is not cache or cache.get_seq_length() != tp):
+                    **last_only)
+        if t == 0 and (out.past_key_values is not cache or cache.get_seq_length() != width):
             raise NotServed(f"{type(model).__name__}'s forward returns {type(out.past_key_values).__name__}, "
                             "not the cache it was given")
         logits = out.logits[:, -1]  # [n, V]
         sampled = next_tokens(logits, sampling, sampler)  # [n]
         if eos.numel():  # as generate: rows that are done get pad tokens (with shrink, none is in the batch)
             sampled = sampled.masked_fill(~unfinished, pad_id)
+            ended[rows] = torch.where(unfinished & torch.isin(sampled, eos), t, ended[rows])
             unfinished = unfinished & ~torch.isin(sampled, eos)
         tokens[rows, t] = sampled
         logprobs[rows, t] = token_logprobs(logits, sampled, sampling.temperature or 1.0)
         if t + 1 == steps or not bool(unfinished.any()):
+            if keep is not None:
+                here = torch.arange(len(rows), device=rows.device)
+                _keep(keep, cache, seen, attention, width, rows, ended[rows].clamp(max=t), here)
             return tokens[:, : t + 1], logprobs[:, : t + 1]
         step_ids, step_positions = sampled[:, None], step_positions[:, -1:] + 1  # [n, 1]
         if shrink and not bool(unfinished.all()):
+            if keep is not None:
+                leaving = (~unfinished).nonzero().squeeze(1)
+                _keep(keep, cache, seen, attention, width, rows[leaving], ended[rows[leaving]], leaving)
             stay = cache.keep_rows(unfinished)  # [n'] the rows that go on, in their new order
             rows, unfinished, step_ids, step_positions = rows[stay], unfinished[stay], step_ids[stay], \
                 step_positions[stay]
             attention = None if attention is None else attention[stay]
     return tokens, logprobs  # max_new_tokens=0: [N, 0]
+
+
+def _keep(keep: dict[int, Kept], cache: BufferCache, seen: Tensor, attention: Tensor | None, width: int,
+          rows: Tensor, ended: Tensor, local: Tensor) -> None:
+    """Copies into ``keep`` the keys and values of the original rows ``rows [k]``, in the batch at ``local
+    [k]``, each of which sampled its last token at step ``ended [k]``: its positions among the first ``width``
+    that hold a token (``seen``), then the ``ended`` decode steps' after them (step ``s`` writes the token of
+    step ``s - 1``). ``attention`` is the mask of the rows in the batch (None: every position holds one)."""
+    for row, step, at in zip(rows.tolist(), ended.tolist(), local.tolist(), strict=True):
+        held = seen[row] if attention is None else attention[at, :width].bool()  # [W + Tp]
+        slots = torch.cat([held.nonzero().squeeze(1),
+                           torch.arange(width, width + step, device=held.device)])  # [L]
+        keep[row] = [(layer.key_buffer[at, :, slots], layer.value_buffer[at, :, slots])
+                     for layer in cache.layers]

@@ -24,6 +24,7 @@ from lit_grpo.rollout.functional import (
     unpad_prompts,
 )
 from lit_grpo.rollout.prefill import prompt_cache
+from lit_grpo.rollout.turns import EpisodeCache, Turns
 from lit_grpo.types import Rollouts, SamplingParams
 
 #: The engine settings that draw Hugging Face ``generate``'s tokens from the same seed: how the runs published
@@ -51,12 +52,18 @@ class HFGenerateEngine(RolloutEngine):
         use_cache: Decode with a key/value cache (without it, ``generate`` runs every token over the text).
         merge_lora: Fold LoRA adapters into copies of the adapted weights while generating (FSDP: unfolded).
         shared_prefill: Prefill each distinct prompt once and start its ``n`` rows from copies of its cache.
+        episode_cache_mib: Multi-turn episodes keep each one's keys and values from one turn to the next, so a
+            turn computes only its new tokens (:class:`~lit_grpo.rollout.turns.EpisodeCache`), within this
+            many MiB for a rollout's episodes together (past it, they go on from their whole histories, saying
+            why); 0: every turn computes the whole histories.
     """
 
     def __init__(self, decoder: Literal["own", "generate"] = "own", shrink: bool = True,
                  sampler: Literal["multinomial", "inverse_cdf"] = "inverse_cdf",
                  batch_size: int | None = None, use_cache: bool = True, merge_lora: bool = True,
-                 shared_prefill: bool = True) -> None:
+                 shared_prefill: bool = True, episode_cache_mib: int = 4096) -> None:
+        require(episode_cache_mib >= 0,
+                f"episode_cache_mib={episode_cache_mib} must be >= 0 (0: no cache between episode turns)")
         require(batch_size is None or batch_size >= 1,
                 f"batch_size={batch_size} must be >= 1 (or null for one call)")
         require(decoder in ("own", "generate"),
@@ -71,6 +78,7 @@ class HFGenerateEngine(RolloutEngine):
         self.use_cache = use_cache
         self.merge_lora = merge_lora
         self.shared_prefill = shared_prefill
+        self.episode_cache_mib = episode_cache_mib
         self.policy: nn.Module | None = None
         self.tokenizer = None
 
@@ -103,21 +111,40 @@ class HFGenerateEngine(RolloutEngine):
                 f"(max_position_embeddings); the longest, prompt {i} of the batch, has {length} tokens. "
                 f"Shorten the prompts or drop the long rows from the data ({fix})")
 
-    @torch.no_grad()
     def generate_ids(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> Rollouts:
+        return self.continue_ids(prompt_ids, n, sampling)
+
+    @torch.no_grad()
+    def continue_ids(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams,
+                     held: list[own.Kept | None] | None = None,
+                     keep: dict[int, own.Kept] | None = None) -> Rollouts:
+        """:meth:`generate_ids`, where each prompt's first tokens may be ``held`` already (the keys and values
+        of its first ``L`` tokens, :data:`~lit_grpo.rollout.decode.Kept`; None: none), so that only the rest
+        is computed; ``keep`` receives each row's keys and values (all but its last sampled token's) where the
+        own loop samples it. The episode cache's path (:class:`~lit_grpo.rollout.turns.EpisodeCache`)."""
         if self.policy is None:
             raise RuntimeError("HFGenerateEngine.generate_ids() called before bind(policy, tokenizer)")
         device = next(self.policy.parameters()).device
-        ids, mask = pad_prompts(prompt_ids, self.tokenizer.pad_token_id)  # [P, Tp]
+        held = held or [None] * len(prompt_ids)
+        tails = [p[0 if h is None else h[0][0].shape[1] :] for p, h in zip(prompt_ids, held, strict=True)]
+        ids, mask = pad_prompts(tails, self.tokenizer.pad_token_id)  # [P, Tp] what is left to compute
         ids, mask = ids.to(device), mask.to(device)
         group = torch.arange(len(prompt_ids), device=device).repeat_interleave(n)  # [N] each row's prompt
-        prompt_ids, prompt_mask = ids[group], mask[group]  # [N, Tp]
+        whole, whole_mask = pad_prompts(prompt_ids, self.tokenizer.pad_token_id)  # [P, Tp']
+        prompt_ids, prompt_mask = whole.to(device)[group], whole_mask.to(device)[group]  # [N, Tp']
         step = self.batch_size or prompt_ids.shape[0]
         was_training = self.policy.training
         self.policy.eval()
         try:
-            chunks = [self._generate(ids, mask.long(), group[i : i + step], sampling)
-                      for i in range(0, prompt_ids.shape[0], step)]
+            chunks = []
+            for i in range(0, prompt_ids.shape[0], step):
+                rows = group[i : i + step]
+                past = own.Past.of([held[r] for r in rows.tolist()], ids.shape[1] + sampling.max_new_tokens)
+                kept: dict[int, own.Kept] = {}
+                chunks.append(self._generate(ids, mask.long(), rows, sampling, past,
+                                             None if keep is None else kept))
+                if keep is not None:
+                    keep.update({i + row: states for row, states in kept.items()})
         finally:
             self.policy.train(was_training)
         t = max(c[0].shape[1] for c in chunks)
@@ -137,6 +164,23 @@ class HFGenerateEngine(RolloutEngine):
             group_size=n,
         )
 
+    def turns(self) -> Turns:
+        """Episodes continue from each one's cache (:class:`~lit_grpo.rollout.turns.EpisodeCache`), unless
+        ``episode_cache_mib`` is 0."""
+        return EpisodeCache(self, self.episode_cache_mib * 2**20) if self.episode_cache_mib else Turns(self)
+
+    def cache_bytes_per_token(self) -> int | None:
+        """Bytes of keys and values one token takes in the policy's cache (None where its config does not
+        say)."""
+        config = getattr(self.policy, "config", None)
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        layers, heads = getattr(text, "num_hidden_layers", None), getattr(text, "num_attention_heads", None)
+        if not layers or not heads:
+            return None
+        size = getattr(text, "head_dim", None) or text.hidden_size // heads
+        kv = getattr(text, "num_key_value_heads", None) or heads
+        return 2 * layers * kv * size * next(self.policy.parameters()).element_size()
+
     def max_sequence_length(self) -> int | None:
         """The policy config's ``max_position_embeddings`` (None when it has none)."""
         config = getattr(self.policy, "config", None)
@@ -147,18 +191,24 @@ class HFGenerateEngine(RolloutEngine):
         """The ids that end a completion (:func:`~lit_grpo.rollout.functional.eos_token_ids`)."""
         return eos_token_ids(self.policy, self.tokenizer)
 
-    def _generate(self, ids, mask, rows, sampling: SamplingParams):
-        """Completions and their log-probs for the rows ``rows [n]`` of the prompts ``ids, mask [P, Tp]``."""
+    def _generate(self, ids, mask, rows, sampling: SamplingParams, past: own.Past | None = None,
+                  keep: dict[int, own.Kept] | None = None):
+        """Completions and their log-probs for the rows ``rows [n]`` of the prompts ``ids, mask [P, Tp]``
+        (after their ``past``, which only the own loop reads; ``keep``: see :func:`~lit_grpo.rollout.decode.
+        decode`)."""
         with generation_view(self.policy) as model, self._folded(model), _diverged():
-            cache = self._prompt_cache(base_model(model), ids, mask, rows)
+            cache = self._prompt_cache(base_model(model), ids, mask, rows) if past is None else None
             if self.decoder == "own" and self._serves(base_model(model)):
                 try:
                     return own.decode(base_model(model), ids[rows], mask[rows], sampling, self.eos_ids(),
                                       self.tokenizer.pad_token_id, prefix=cache, shrink=self.shrink,
-                                      sampler=self.sampler)
+                                      sampler=self.sampler, past=past, keep=keep)
                 except own.NotServed as refused:  # found before any random number was drawn
                     own.FALLBACK.say(str(refused))
                     own.FALLBACK.remember(base_model(model), str(refused))
+            if past is not None:  # generate cannot start from it: only a cache the own loop kept is given
+                raise RuntimeError("a held episode cache was given for a model the own decoding loop does "
+                                   "not serve; generate from the whole token histories instead")
             recorder = SampledLogprobs(sampling.temperature or 1.0)
             with recorder.attached(base_model(model)):
                 out = self._call_generate(model, ids[rows], mask[rows], cache, sampling)
