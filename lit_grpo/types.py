@@ -90,8 +90,7 @@ class Rollouts:
     @property
     def sampled_mask(self) -> Tensor:  # [N, T] bool
         """The tokens the policy sampled, the only ones the loss, the KL, the entropy and the engine
-        comparison
-        read: ``policy_mask`` for episodes, else every completion token."""
+        comparison read: ``policy_mask`` for episodes, else every completion token."""
         return self.completion_mask if self.policy_mask is None else self.policy_mask
 
     @property

@@ -138,7 +138,7 @@ def per_completion_gradients(
         for handle in handles:
             handle.remove()
     coef = coefficients.to(device=logp.device, dtype=logp.dtype)  # [N]
-    objective = (logp * rollouts.completion_mask * coef[:, None]).sum()
+    objective = (logp * rollouts.sampled_mask * coef[:, None]).sum()  # an episode: its sampled tokens
     outputs = [y for store in captured for _, y in store if y.requires_grad]
     grads = torch.autograd.grad(objective, outputs, allow_unused=True) if outputs else ()
     deltas = iter(grads)

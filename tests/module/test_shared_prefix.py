@@ -259,3 +259,30 @@ def test_module_update_equals_the_plain_path(tmp_path, sft_model_path, options, 
     diff = torch.sqrt(sum((ours[k] - v).double().square().sum() for k, v in theirs.items()))
     update = torch.sqrt(sum((v - start[k]).double().square().sum() for k, v in theirs.items()))
     assert update > 0 and diff / update < 1e-3
+
+
+def test_episodes_run_the_head_on_the_sampled_tokens_only():
+    """An episode's observations are context: the decoder reads them, the LM head only the sampled tokens."""
+    policy = _policy()
+    rollouts = _rollouts([6, 3], group=4, t=9, vocab=policy.config.vocab_size, seed=5)
+    sampled = rollouts.completion_mask.clone()
+    sampled[:, 2:5] = False  # an observation between two turns
+    rollouts.policy_mask = sampled
+    heads: list[int] = []
+    handle = policy.get_output_embeddings().register_forward_hook(
+        lambda m, args, out: heads.append(args[0].reshape(-1, args[0].shape[-1]).shape[0]))
+    weights = torch.rand(sampled.shape, generator=torch.Generator().manual_seed(3))
+
+    def run(fn, **options):
+        policy.zero_grad(set_to_none=True)
+        logp, entropy = fn(policy, rollouts, 0.7, with_entropy=True, **options)
+        (logp * weights * sampled).sum().backward()
+        return logp.detach() * sampled, entropy.detach() * sampled, {
+            k: p.grad.clone() for k, p in policy.named_parameters() if p.requires_grad}
+
+    plain = run(sequence_logprobs)
+    heads.clear()
+    packed = run(shared_prefix_logprobs, packed=True)
+    handle.remove()
+    assert sum(heads) == int(sampled.sum()) < int(rollouts.completion_mask.sum())
+    _assert_same(packed, plain)
