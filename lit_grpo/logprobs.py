@@ -249,8 +249,8 @@ def shared_prefix_logprobs(
     With ``packed`` the completion pass runs on the tokens that exist: the completions of a prompt are packed
     end to end into as few rows as the longest one fills (:func:`pack_rows`), each attending to its prompt and
     its own earlier tokens only (a block-diagonal mask, position ids continuing its prompt's), and the LM head
-    runs on the tokens the loss reads only (:attr:`~lit_grpo.types.Rollouts.sampled_mask`: the completion, or an
-    episode's sampled tokens), not on right padding or an episode's observations. Positions past a row's
+    runs on the tokens the loss reads only (:attr:`~lit_grpo.types.Rollouts.sampled_mask`: the completion,
+    or an episode's sampled tokens), not on right padding or an episode's observations. Positions past a row's
     completion (its padding) and an episode's observation and template tokens then hold log-prob and entropy
     0 instead of the plain path's values there, which every reader masks out.
     Needs the ``sdpa`` or ``eager`` attention of transformers (whose masks can be given); other attention
