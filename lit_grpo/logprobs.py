@@ -275,7 +275,7 @@ def shared_prefix_logprobs(
             if reason is not None:
                 FALLBACK.remember(model, reason)
             if hidden is not None and hidden.dim() == 2:  # packed: the completion tokens only
-                read = rollouts.sampled_mask  # an episode's observations are context: no reader takes theirs
+                read = head_mask(rollouts)
                 return _scattered_head_logprobs(model, hidden[read[rollouts.completion_mask]],
                                                 rollouts.completion_ids, read, temperature, with_entropy,
                                                 entropy_grad)
@@ -286,6 +286,12 @@ def shared_prefix_logprobs(
     if reason is not None:
         FALLBACK.say(reason)
     return sequence_logprobs(policy, rollouts, temperature, with_entropy, entropy_grad)
+
+
+def head_mask(rollouts: Rollouts) -> Tensor:
+    """The tokens ``[N, T]`` whose log-probs the packed forward computes: those the loss reads (an episode's
+    observations are context the decoder reads; no reader takes their log-probs)."""
+    return rollouts.sampled_mask
 
 
 def _shared_prefix_refusal(policy: nn.Module, model: nn.Module) -> str | None:
