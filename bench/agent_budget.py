@@ -136,10 +136,12 @@ def stages(task: str) -> list[tuple[str, list[str], str]]:
     sft_more = f"runs/{task}_sft_more/policy"
     save = json.dumps({"class_path": "lit_grpo.callbacks.SavePretrained", "init_args": {"dirpath": sft_more,
                                                                                         "merge": True}})
+    from lit_grpo.rollout.hf import EPISODE_DRAWS_ARG  # generate's draws, as the published runs drew
+
     return [
-        ("start", ["--config", str(_config(task, sft=True))], start),
-        ("grpo", ["--config", str(_config(task, sft=False))], f"runs/real_{task}/policy/merged"),
-        ("sft_more", ["--config", str(_config(task, sft=True)), f"--model.model={start}",
+        ("start", ["--config", str(_config(task, sft=True)), EPISODE_DRAWS_ARG], start),
+        ("grpo", ["--config", str(_config(task, sft=False)), EPISODE_DRAWS_ARG], f"runs/real_{task}/policy/merged"),
+        ("sft_more", ["--config", str(_config(task, sft=True)), EPISODE_DRAWS_ARG, f"--model.model={start}",
                       f"--trainer.max_time={budget_of(task)}", "--trainer.max_steps=1000000",
                       "--trainer.limit_val_batches=0", "--trainer.callbacks=[]", f"--trainer.callbacks+={save}",
                       f"--trainer.logger.init_args.name={task}_sft_more"], f"{sft_more}/merged"),

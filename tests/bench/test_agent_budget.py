@@ -132,12 +132,14 @@ def test_more_supervised_steps_continue_the_start_for_the_grpo_runs_budget(task)
 
 
 @pytest.mark.parametrize("task", sorted(bench.TASKS))
-def test_every_config_it_trains_draws_as_the_published_runs_did(task):
-    from tests.rollout.test_hf_defaults import PIN_YAML
+def test_every_stage_draws_as_the_published_runs_did(task, monkeypatch):
+    from tests.rollout.test_hf_defaults import _draws
 
-    for sft in (True, False):  # generate's draws, and the float32 the published runs trained in (the default)
-        text = bench._config(task, sft).read_text()
-        assert PIN_YAML in text and "dtype:" not in text, bench._config(task, sft)
+    monkeypatch.chdir(ROOT)
+    for stage, args, _ in bench.stages(task):  # generate's draws, and the float32 the published runs trained in
+        assert _draws(args) == ("own", False, "multinomial"), stage
+    for sft in (True, False):
+        assert "dtype:" not in bench._config(task, sft).read_text(), bench._config(task, sft)
 
 
 @pytest.mark.parametrize("task", sorted(bench.TASKS))

@@ -42,7 +42,8 @@ SCRIPTS = {
     "scripts/gpu_check.py": "pass/fail checks of the shipped configs",
     "scripts/probe_policy.py": "the fit arguments' engine: its quoted commands pin (checked below)",
     "bench/real_quickstart_time.py": "the real quickstart as users run it: the defaults, its figures rerun at them",
-    "bench/agent_budget.py": "the agent configs it runs pin generate's draws in their engine blocks (tests/bench)",
+    "bench/agent_budget.py": "pinned",  # EPISODE_DRAWS_ARG in every stage (tests/bench)
+    "bench/agent_step.py": "names every setting it measures (ARMS)",
 }
 
 
@@ -89,7 +90,7 @@ def test_every_sampling_script_says_how_a_rerun_draws():
         f"{sorted(listed - set(SCRIPTS))}"
     for name, how in SCRIPTS.items():
         if how == "pinned":
-            assert "GENERATE_DRAWS" in (ROOT / name).read_text(), f"{name}: pin GENERATE_DRAWS"
+            assert re.search("GENERATE_DRAWS|EPISODE_DRAWS", (ROOT / name).read_text()), f"{name}: pin the draws"
 
 
 def _draws(args: list[str]) -> tuple:
