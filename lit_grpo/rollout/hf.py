@@ -35,8 +35,8 @@ GENERATE_DRAWS_ARG = "--model.engine=" + json.dumps({"class_path": "lit_grpo.HFG
                                                      "init_args": GENERATE_DRAWS})
 #: The same for the HF engine inside an episode engine (``model.engine.init_args.engine``): how the agent
 #: runs published before the episodes' fast defaults drew (docs/agents.md)
-EPISODE_DRAWS_ARG = "--model.engine.init_args.engine=" + json.dumps({"class_path": "lit_grpo.HFGenerateEngine",
-                                                                      "init_args": GENERATE_DRAWS})
+EPISODE_DRAWS_ARG = "--model.engine.init_args.engine=" + json.dumps(
+    {"class_path": "lit_grpo.HFGenerateEngine", "init_args": GENERATE_DRAWS})
 
 
 class HFGenerateEngine(RolloutEngine):
