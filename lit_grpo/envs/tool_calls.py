@@ -66,17 +66,20 @@ def parse_tool_calls(text: str, call_format: str = "auto",
 
 
 def _read(body: str) -> ToolCall:
+    """The call ``body`` holds; whatever the policy wrote, a call or a call with its error, never an exception."""
     try:
         data = json.loads(body.strip())
     except json.JSONDecodeError as err:
         return ToolCall(None, error=f"the tool call is not valid JSON ({err.msg} at character {err.pos})")
+    except (ValueError, RecursionError) as err:  # an integer past Python's digit limit, nesting past the stack
+        return ToolCall(None, error=f"the tool call cannot be read ({type(err).__name__}: {str(err)[:80]})")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return ToolCall(None, error='a tool call is a JSON object {"name": "<tool>", "arguments": {...}}')
     arguments = data.get("arguments", data.get("parameters", {}))
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
             arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             pass
     if not isinstance(arguments, dict):
         return ToolCall(data["name"], error=f"the arguments of {data['name']!r} must be a JSON object")
@@ -109,7 +112,15 @@ def _check_value(name: str, value: Any, spec: dict) -> str | None:
     allowed = tuple(t for k in kinds for t in _JSON_TYPES.get(k, (object,)))
     wrong_bool = isinstance(value, bool) and "boolean" not in kinds
     if allowed and (wrong_bool or not isinstance(value, allowed)):
-        return f"argument {name!r} must be {' or '.join(kinds)}, got {type(value).__name__} {value!r:.40}"
+        return f"argument {name!r} must be {' or '.join(kinds)}, got {type(value).__name__} {_shown(value)}"
     if "enum" in spec and value not in spec["enum"]:
-        return f"argument {name!r} must be one of {spec['enum']}, got {value!r:.40}"
+        return f"argument {name!r} must be one of {spec['enum']}, got {_shown(value)}"
     return None
+
+
+def _shown(value: Any) -> str:
+    """The first 40 characters of ``value``'s repr (a value too deep or too long to show: its type)."""
+    try:
+        return f"{value!r:.40}"
+    except (ValueError, RecursionError):
+        return f"<a {type(value).__name__} too large to show>"

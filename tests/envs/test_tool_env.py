@@ -265,3 +265,31 @@ def test_bad_calls_in_episodes_are_counted_and_not_fatal(template):
     else:  # no tool format: instructions in a system message, results wrapped in user messages
         assert prompt.startswith("<|system|>You can call these tools") and '"name": "calculator"' in prompt
         assert "<|user|><tool_response>\n42\n</tool_response><eos>" in tok.decode(r.completion_ids[0])
+
+
+def _hostile_turns(count: int = 200) -> list[str]:
+    """Turns a policy could sample: deep nesting, huge numbers, broken JSON, stray tags, noise (a fixed seed)."""
+    import random
+
+    rng = random.Random(0)
+    pieces = ["[", "]", "{", "}", '"', ":", ",", "9" * 5000, "1e999", "-", "null", "\\u0000", "\\ud800",
+              '"name"', '"arguments"', '"calculator"', '"expression"', "<tool_call>", "</tool_call>", " ", "\n"]
+    turns = [_call("calculator", expression="1" + "+1" * 5000), "<tool_call>" + "[" * 1000 + "</tool_call>",
+             "<tool_call>" + "[" * 1000 + "]" * 1000 + "</tool_call>",
+             '<tool_call>{"name": "calculator", "arguments": {"expression": ' + "9" * 5000 + "}}</tool_call>",
+             '<tool_call>{"name": "echo", "arguments": {"text": ' + "[" * 900 + "]" * 900 + "}}</tool_call>",
+             '<tool_call>{"name": "calculator", "arguments": "' + "[" * 1000 + '"}</tool_call>',
+             "{" * 2000, '{"name": "echo", "parameters": ' + "{" * 1000]
+    turns += ["<tool_call>" + "".join(rng.choice(pieces) for _ in range(rng.randint(1, 60))) + "</tool_call>"
+              for _ in range(count)]
+    return turns
+
+
+@pytest.mark.parametrize("call_format", ["auto", "tags", "json"])
+def test_whatever_the_policy_samples_ends_as_an_answer_or_a_counted_error(call_format):
+    env = ToolEnvironment(tools=TOOLS, timeout_s=2.0, isolation="none", call_format=call_format)
+    for text in _hostile_turns():
+        episode, result = _step(env, text)  # never an exception out of the episode
+        for message in result.observations:
+            assert isinstance(message["content"], str) and len(message["content"]) < 10_000
+        assert episode.tool_errors <= episode.tool_calls
