@@ -66,12 +66,12 @@ def parse_tool_calls(text: str, call_format: str = "auto",
 
 
 def _read(body: str) -> ToolCall:
-    """The call ``body`` holds; whatever the policy wrote, a call or a call with its error, never an exception."""
+    """The call ``body`` holds: whatever the policy wrote, a call or its error, never an exception."""
     try:
         data = json.loads(body.strip())
     except json.JSONDecodeError as err:
         return ToolCall(None, error=f"the tool call is not valid JSON ({err.msg} at character {err.pos})")
-    except (ValueError, RecursionError) as err:  # an integer past Python's digit limit, nesting past the stack
+    except (ValueError, RecursionError) as err:  # a number past Python's digit limit, nesting past the stack
         return ToolCall(None, error=f"the tool call cannot be read ({type(err).__name__}: {str(err)[:80]})")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return ToolCall(None, error='a tool call is a JSON object {"name": "<tool>", "arguments": {...}}')
