@@ -49,7 +49,11 @@ def _data() -> dict:
 
 @pytest.mark.parametrize("doc", ["agents.md", "performance.md"])
 def test_the_docs_tables_are_the_committed_data_rendered(doc):
-    block = doc_block((ROOT / "docs" / doc).read_text(), agent_step.BEGIN, agent_step.END)
+    text = (ROOT / "docs" / doc).read_text()
+    if not agent_step.RESULTS.exists():  # no number may stand where no data is
+        assert f"{agent_step.BEGIN}" not in text and "not measured yet" in text
+        return
+    block = doc_block(text, agent_step.BEGIN, agent_step.END)
     assert block == agent_step.render(_data()), \
         f"docs/{doc} differs from its data: python bench/agent_step.py --render --write docs/{doc}"
 
