@@ -14,7 +14,7 @@ the module's own ``perf/*`` timers (generate includes the environment's tool cal
   pinned them) and the LM head over every completion token, observations included;
 - ``after``: today's defaults: each episode's key/value cache kept across its turns, the fast exact draws, the
   LM head over the sampled tokens only;
-- ``single``: the same config with one turn (``max_turns: 1``), one step: the single-turn path's generated
+- ``single``: the same config with one turn (``max_turns: 1``), two steps (the second read): the single-turn path's generated
   tokens/s on the same model, dtype and prompts, the yardstick of the episode path's.
 
 Each step also counts the tokens its generation computed: prefill (rows times width of every forward wider than

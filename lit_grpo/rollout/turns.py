@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Iterable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from lit_grpo.perf import Fallback
 from lit_grpo.types import Rollouts, SamplingParams
 
-if TYPE_CHECKING:
-    from lit_grpo.rollout.base import RolloutEngine
-    from lit_grpo.rollout.decode import Kept
-    from lit_grpo.rollout.hf import HFGenerateEngine
+#: An engine (``RolloutEngine``; ``HFGenerateEngine`` for :class:`EpisodeCache`), named loosely: the engines
+#: import this module, so it imports none of theirs
+Engine = Any
+#: What :func:`~lit_grpo.rollout.decode.decode` keeps of a row: per layer, its keys and values ``[H, L, D]``
+Kept = list
 
 FALLBACK = Fallback(logging.getLogger(__name__), "episode cache: the episodes go on from their whole token "
                                                  "histories (each turn computes them again): %s")
@@ -36,7 +37,7 @@ FALLBACK = Fallback(logging.getLogger(__name__), "episode cache: the episodes go
 class Turns:
     """The turns of one call of :func:`~lit_grpo.envs.run_episodes`: each from the whole histories."""
 
-    def __init__(self, engine: RolloutEngine) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def generate(self, episodes: list[Hashable], prompt_ids: list[list[int]], n: int,
@@ -64,7 +65,7 @@ class EpisodeCache(Turns):
     (always so in :func:`~lit_grpo.envs.run_episodes`, which only appends); any other row starts afresh.
     """
 
-    def __init__(self, engine: HFGenerateEngine, limit_bytes: int) -> None:
+    def __init__(self, engine: Engine, limit_bytes: int) -> None:
         super().__init__(engine)
         self.limit_bytes = limit_bytes
         self.held: dict[Hashable, tuple[list[int], Kept]] = {}  # episode -> (its tokens held, their states)
