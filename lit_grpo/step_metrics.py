@@ -35,7 +35,8 @@ GRPO_METRICS: tuple[str, ...] = (
     "rollout/retired_prompts", "rollout/skipped_prompts", "reward/<term>", "data/skipped_rows",
     "perf/<phase>_s", "perf/tokens_per_s", "perf/elided_frac", "optim/<name>",
     "env/turns_mean", "env/tool_calls_mean", "env/truncated_frac", "env/unanswered_frac", "env/seconds",
-    "env/tool_errors", "env/tool_timeouts", "env/adv_share_turn<k>", "env/adv_share_final_turn",
+    "env/tool_errors", "env/tool_timeouts", "env/observations_cut", "env/context_exhausted_frac",
+    "env/adv_share_turn<k>", "env/adv_share_final_turn",
     "async/<name>",
 )
 

@@ -54,6 +54,8 @@ class Episode:
     tool_calls: int = 0  # tool calls made (malformed ones included)
     tool_errors: int = 0  # calls answered with an error: malformed, unknown tool, tool raised, bad result
     tool_timeouts: int = 0  # calls that ran past the tool time limit
+    observations_cut: int = 0  # observations cut to max_observation_tokens or to the episode's room left
+    context_exhausted: bool = False  # observations could not fit the room left, even cut: it ended
     env_seconds: float = 0.0  # wall-clock seconds spent in reset, step and reward
     done: bool = False  # the environment ended the episode
     truncated: bool = False  # max_turns, the token budget or a turn without EOS ended it

@@ -16,6 +16,7 @@ import asyncio
 import math
 import sys
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Literal, TypeVar
@@ -91,7 +92,14 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
     ``drop`` (NaN: unscorable, left out of its group's statistics with advantage 0).
 
     An observation longer than ``max_observation_tokens`` tokens (its content encoded alone; null: no cap) is
-    cut to its first ``max_observation_tokens`` tokens followed by ``[result cut at N tokens]``.
+    cut to its first ``max_observation_tokens`` tokens followed by ``[result cut at N tokens]``. Observations
+    that do not fit the room the episode has left (its budget) are cut further, the longest first, so that the
+    next turn keeps ``sampling.max_new_tokens`` tokens, or half the room when less remains; where even empty
+    observations would not fit, the episode ends unanswered (``context_exhausted``). Both are counted
+    (``Episode.observations_cut``, ``Episode.context_exhausted``; ``env/observations_cut``,
+    ``env/context_exhausted_frac``). A long text is cut in characters before it is tokenised, to a length that
+    holds more than the tokens kept (each token decodes to at most as many characters as its longest
+    vocabulary entry), so a megabyte-long result costs what its first tokens cost.
     """
     truncated_reward = check_truncated_reward(truncated_reward)
     require(max_turns >= 1, f"max_turns={max_turns} must be >= 1")
@@ -127,7 +135,8 @@ def run_episodes(engine: RolloutEngine, tokenizer, records: Sequence[Record], en
                 tokens = out.completion_ids[row][out.completion_mask[row]][: limits[i]].tolist()
                 tracks[i].add(tokens, out.logprobs[row, : len(tokens)])
                 answers.append(_answer(environment, chat, episodes[i], tracks[i], tokens, eos, tokenizer,
-                                       budgets[i], last=turn == max_turns - 1, cap=max_observation_tokens))
+                                       budgets[i], last=turn == max_turns - 1, cap=max_observation_tokens,
+                                       turn_tokens=sampling.max_new_tokens))
             going = _run_all(answers)
             live = [i for i, goes_on in zip(live, going, strict=True) if goes_on]
             turns.release(live)
@@ -178,7 +187,7 @@ def _run_all(answers: list) -> list[bool]:
 
 async def _answer(environment: Environment, chat: ChatFormat, episode: Episode, track: _Track,
                   tokens: list[int], eos: set[int], tokenizer, budget: int, last: bool,
-                  cap: int | None = None) -> bool:
+                  cap: int | None = None, turn_tokens: int = 1) -> bool:
     """Records the sampled turn ``tokens`` and the environment's answer; True while the episode goes on.
 
     The turn's text is its tokens decoded as sampled (special tokens included) without the EOS that ends it.
@@ -210,11 +219,24 @@ async def _answer(environment: Environment, chat: ChatFormat, episode: Episode, 
     if result.done:
         episode.done = episode.answered = True
         return False
-    observations = [_capped(m, tokenizer, cap) for m in result.observations]
-    bridge = chat.bridge_ids(history, observations, episode.tools, episode.tool_instructions, tokens[-1])
-    if last or len(track.ids) + len(bridge) >= budget:  # no turn left, or no room to sample one token
+    if last:  # no turn left to read the observations
         episode.truncated = True
         return False
+    room = budget - len(track.ids)  # tokens left for the bridge and the next turn
+
+    def bridge_of(messages: list) -> list[int]:
+        return chat.bridge_ids(history, messages, episode.tools, episode.tool_instructions, tokens[-1])
+
+    observations = [_capped(_head(m, tokenizer, room), tokenizer, cap) for m in result.observations]
+    bridge = bridge_of(observations)
+    if len(bridge) >= room:  # no room to sample one token after them: cut them to the room
+        fitted = _fit(observations, bridge_of, room, turn_tokens, tokenizer)
+        if fitted is None:
+            episode.truncated = episode.context_exhausted = True
+            return False
+        observations, bridge = fitted
+    episode.observations_cut += sum(m.get("content") != o.get("content")
+                                    for m, o in zip(observations, result.observations, strict=True))
     episode.messages.extend(observations)
     track.add(bridge, None)
     return True
@@ -241,10 +263,66 @@ def _capped(message: dict, tokenizer, cap: int | None) -> dict:
     content = message.get("content")
     if cap is None or not isinstance(content, str):
         return message
-    ids = tokenizer.encode(content, add_special_tokens=False)
-    if len(ids) <= cap:
-        return message
+    ids = tokenizer.encode(_head(message, tokenizer, cap)["content"], add_special_tokens=False)
+    return message if len(ids) <= cap else _cut(message, tokenizer, ids, cap)
+
+
+def _cut(message: dict, tokenizer, ids: list[int], cap: int) -> dict:
     return {**message, "content": tokenizer.decode(ids[:cap]) + f"\n[result cut at {cap} tokens]"}
+
+
+def _fit(observations: list[dict], bridge_of: Callable[[list], list[int]], room: int, turn_tokens: int,
+         tokenizer) -> tuple[list[dict], list[int]] | None:
+    """``(the observations, their bridge)`` with the bridge leaving the next turn ``turn_tokens`` tokens of
+    ``room``, or half of what the bridge's own tokens leave when that is less; None when even empty
+    observations would leave less than two tokens. The longest contents are cut first, down to one level."""
+    text = [isinstance(m.get("content"), str) for m in observations]
+    empty = bridge_of([{**m, "content": ""} if t else m for m, t in zip(observations, text, strict=True)])
+    free = room - len(empty)
+    if free < 2:
+        return None
+    target = room - min(turn_tokens, free // 2)  # the most tokens the bridge may take
+    ids = [tokenizer.encode(m["content"], add_special_tokens=False) if t else []
+           for m, t in zip(observations, text, strict=True)]
+    caps = [len(i) for i in ids]
+    cut, bridge = observations, bridge_of(observations)
+    for _ in range(4):  # the marks and the template's joins shift a few tokens: correct by what is over
+        if len(bridge) <= target:
+            return cut, bridge
+        caps = _level(caps, len(bridge) - target)
+        if caps is None:
+            return None
+        cut = [_cut(m, tokenizer, i, c) if c < len(i) else m
+               for m, i, c in zip(observations, ids, caps, strict=True)]
+        bridge = bridge_of(cut)
+    return None
+
+
+def _level(caps: list[int], over: int) -> list[int] | None:
+    """``caps`` with the largest lowered to one level, so that they sum to at least ``over`` fewer; None when
+    that would leave a content no token."""
+    for level in range(max(caps, default=0) - 1, 0, -1):
+        if sum(max(0, c - level) for c in caps) >= over:
+            return [min(c, level) for c in caps]
+    return None
+
+
+#: each tokenizer's longest vocabulary entry, in characters (an upper bound of what one token decodes to)
+_LONGEST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _head(message: dict, tokenizer, tokens: int) -> dict:
+    """``message`` with its content cut to a length in characters that holds more than ``tokens`` tokens, so
+    that a megabyte-long result is never tokenised whole: a text of more characters than twice ``tokens + 8``
+    times the longest vocabulary entry has more than ``tokens`` tokens (the factor two covers normalisers
+    that fold characters)."""
+    content = message.get("content")
+    if not isinstance(content, str) or tokens >= sys.maxsize // 4:
+        return message
+    if tokenizer not in _LONGEST:
+        _LONGEST[tokenizer] = max(map(len, tokenizer.get_vocab()), default=1)
+    limit = 2 * (tokens + 8) * _LONGEST[tokenizer]
+    return message if len(content) <= limit else {**message, "content": content[:limit]}
 
 
 def _reset(environment: Environment, record: Record) -> Episode:
@@ -298,6 +376,8 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "env/seconds": sum(e.env_seconds for e in episodes),
         "env/tool_errors": float(sum(e.tool_errors for e in episodes)),
         "env/tool_timeouts": float(sum(e.tool_timeouts for e in episodes)),
+        "env/observations_cut": float(sum(e.observations_cut for e in episodes)),
+        "env/context_exhausted_frac": sum(e.context_exhausted for e in episodes) / k,
     }
 
 

@@ -91,7 +91,8 @@ def test_all_callbacks_write_their_documented_tags(fit_run):
         "budget/exact_share_<bin>", "rollout/retired_prompts", "rollout/skipped_prompts", "optim/<name>",
         "test/accuracy", "reward/timeouts", "perf/elided_frac", "data/skipped_rows", "env/turns_mean",
         "env/tool_calls_mean", "env/truncated_frac", "env/unanswered_frac", "env/seconds", "env/tool_errors",
-        "env/tool_timeouts", "env/adv_share_turn<k>", "env/adv_share_final_turn",
+        "env/tool_timeouts", "env/observations_cut", "env/context_exhausted_frac", "env/adv_share_turn<k>",
+        "env/adv_share_final_turn",
         "async/<name>",  # an asynchronous engine (tests/rollout/test_async_rollouts.py)
     }  # fmt: skip
     unwritten = {p.pattern for p in declared if p.pattern not in off and not any(p.matches(t) for t in scalars)}

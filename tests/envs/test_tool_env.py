@@ -255,7 +255,8 @@ def test_bad_calls_in_episodes_are_counted_and_not_fatal(template):
     assert episode_metrics(r.episodes) | {"env/seconds": 0} == {
         "env/turns_mean": 5.0, "env/tool_calls_mean": 4.0, "env/truncated_frac": 0.0, "env/unanswered_frac": 0.0,
         "env/seconds": 0,
-        "env/tool_errors": 2.0, "env/tool_timeouts": 1.0}
+        "env/tool_errors": 2.0, "env/tool_timeouts": 1.0, "env/observations_cut": 0.0,
+        "env/context_exhausted_frac": 0.0}
     tool_results = [m for m in ep.messages if m["role"] == "tool"]
     assert [m["content"][:6] for m in tool_results] == ["error:"] * 3 + ["42"]
     prompt = tok.decode(r.prompt_ids[0][r.prompt_mask[0]])
