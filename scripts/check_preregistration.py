@@ -1,13 +1,21 @@
-"""Whether each published criterion was committed before its data, and left unchanged since.
+"""Whether each published criterion, and what its verdict is read with, was committed before its data and left
+unchanged since.
 
 Two kinds of record are checked:
 
 - every ``experiments/<name>.yaml`` with a criterion block and a published ``docs/results/<name>/runs.csv``. The
   block is the whole header comment from the line holding ``SUCCESS CRITERION``/``SUCCESS CRITERIA`` to the
-  ``# Result`` line or the first YAML line (every paragraph, not the first alone);
+  ``# Result`` line or the first YAML line (every paragraph, not the first alone). The prose is read with the
+  YAML's design, held with it: the keys of :data:`DESIGN` (the arms compared and the reference, the seeds, the
+  sweep's settings, the selection stage and its metric, the tests, and the metrics of the multiplicity family,
+  ``primary`` included). The runs' command-line arguments, the measured ``runtime`` and the metrics outside the
+  family may change after the data: they decide how runs are made or what else is reported, not the reading;
 - every benchmark part in :data:`BENCHES` whose doc says its criterion came first: the criterion is the
-  module-level constants named (each with the ``#:`` comment above it) or the module docstring from a named
-  sentence to its paragraph's end, and its data is the first committed version of the part's published file.
+  module-level constants named (each with the ``#:`` comment above it, and every later statement of the module
+  that binds or changes the name: a second assignment further down is the value the module runs with) or the
+  module docstring from a named sentence to its paragraph's end, and the verdict code named: each function with
+  every module-level function and constant it reads, transitively, compared as code (their docstrings and comments
+  may change). Its data is the first committed version of the part's published file.
 
 For each, the git history answers: the data commit is the first commit that added the data file; the criterion
 is read from that commit's parent, from that commit and from the working tree. It counts as committed first when
@@ -18,12 +26,17 @@ across renames (``git log --follow``), criteria and data alike.
 starts with ``AMENDMENT`` (``# AMENDMENT (after the data): ...`` in YAML, ``#: AMENDMENT ...`` in Python) and
 that runs to the next blank comment line or the end of the criterion. Amendments are removed before comparing, so
 an amendment adds to the criterion the data was judged by and cannot reword it; the doc must read the result by the
-original text and say what the amendment adds.
+original text and say what the amendment adds. An amendment that words a change of what the original fixed (its
+primary metric, family, margin or bound, "instead", "replaces", a comparison with a number: :data:`REWORDS`) is
+refused, whatever else it says.
 
 A record that fails is "criteria written after the data"; the doc that publishes it must say so on a line naming
 it (for experiments: a row of docs/results.md's claims or status table). Finally every paragraph of README.md and
 docs/*.md, and every file under bench/ and scripts/, that claims a criterion came first ("fixed before the first
-run", "committed before any run", "pre-registered", ...) must name a record this script checks.
+run", "committed before any run", "pre-registered", ...) must name a record this script checks (a doc's paragraph
+in the claim's sentence or before it: a record named only after the claim is another result's). A published
+``docs/results/<name>/runs.csv`` whose ``experiments/<name>.yaml`` is gone (removed, or renamed without its data)
+fails: the record would otherwise drop out of the check.
 
 Usage: ``python scripts/check_preregistration.py [--repo DIR] [--json]``; exit 1 when a record fails without
 being labelled so, a label has no failing record, or a claim has no record; 2 when the history is not there to
@@ -34,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import json
 import re
 import subprocess
@@ -41,9 +55,19 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import yaml
+
 MARKER = re.compile(r"^#\s*SUCCESS CRITERI(ON|A)\b")
 AMENDMENT = re.compile(r"^(#:?)?\s*AMENDMENT\b")
 LABEL = "criteria written after the data"
+#: what an amendment may not say: it would change what the original fixed (the primary metric, the family, a
+#: margin, bound or level, the reading) instead of adding to it
+REWORDS = re.compile(
+    r"\b(?:primary|instead|replac\w*|rather than|in place of|no longer|supersed\w*|overrid\w*|margin|threshold"
+    r"|alpha|family|holm|success|verdict)\b"
+    r"|(?:[<>]=?|[≤≥]|\bat (?:least|most)\b|\b(?:below|above)\b)\s*[-+]?\.?\d", re.I)
+#: the keys of an experiment's YAML that decide how its verdict is read from its runs (see the module docstring)
+DESIGN = ("arms", "reference", "seeds", "sweep", "select", "tests", "metrics")
 #: a sentence that says a criterion (rule, target, question, reading, bound) was fixed before something, or was
 #: committed first or pre-registered (a sentence ends at a full stop followed by a space)
 CLAIM = re.compile(
@@ -57,9 +81,11 @@ DOCS, CODE = ("README.md", "docs/*.md"), ("bench/*.py", "scripts/*.py", "experim
 @dataclass(frozen=True)
 class Piece:
     """Where one part of a criterion lives: ``constant`` (a module-level assignment of ``name`` with the ``#:``
-    comment right above it; its value and comment are compared, not its name, so a renamed constant lists its
-    earlier names in ``was``), ``docstring`` (the module docstring from the sentence holding ``name`` to the end of
-    its paragraph) or ``yaml`` (an experiment's header block)."""
+    comment right above it, and any later statement binding or changing ``name``; its value and comment are
+    compared, not its name, so a renamed constant lists its earlier names in ``was``), ``docstring`` (the module
+    docstring from the sentence holding ``name`` to the end of its paragraph), ``code`` (the module-level function
+    ``name`` with what it reads, as code), ``yaml`` (an experiment's header block) or ``design`` (its
+    :data:`DESIGN` keys)."""
 
     path: str
     kind: str
@@ -82,30 +108,40 @@ class Record:
         return (self.data, data, *(p.path for p in self.pieces), *self.refs)
 
 
-def _bench(name: str, script: str, data: str, *constants: str, docstring: str = "",
+def _bench(name: str, script: str, data: str, *constants: str, docstring: str = "", code: tuple[str, ...] = (),
            doc: str = "docs/performance.md") -> Record:
     """A benchmark part: its criterion the ``constants`` of ``bench/<script>`` (``NAME<OLD``: a constant renamed
-    from OLD) and the ``docstring`` from that sentence on; ``doc`` publishes it."""
+    from OLD) and the ``docstring`` from that sentence on, its verdict the functions ``code`` (with what they read);
+    ``doc`` publishes it."""
     pieces = tuple(Piece(f"bench/{script}", "constant", *c.split("<")[:1], tuple(c.split("<")[1:])) for c in constants)
     pieces += (Piece(f"bench/{script}", "docstring", docstring),) if docstring else ()
+    pieces += tuple(Piece(f"bench/{script}", "code", f) for f in code)
     return Record(name, pieces, f"docs/results/{data}", doc)
 
 
-#: The benchmarks whose criterion their doc (docs/performance.md unless named) says was fixed before their data.
+#: The benchmarks whose criterion their doc (docs/performance.md unless named) says was fixed before their data, with
+#: the functions their verdict is read by. The asynchronous parts compute their verdict inline, in the function that
+#: runs them, and record it in their data: what is held is the interval and p-value code it reads. The soak's first
+#: run recorded its verdict in its data, and ``verdict`` has since grown the trend run's rule (a reading its
+#: criterion does not reach), so only the trend run holds it; the compile rule is read inline by ``render_compile``.
+_INTERVAL, _NOT_WORSE = ("_t_interval",), ("_t_interval", "_p_below")
 BENCHES = (
-    _bench("async speed", "async_rollouts.py", "async/speed.json", "CRITERION"),
-    _bench("async accuracy", "async_rollouts.py", "async/accuracy.json", "CRITERION"),
-    _bench("async speed-real", "async_rollouts.py", "async/speed-real.json", "CRITERION", "REAL"),
-    _bench("async accuracy-tis", "async_rollouts.py", "async/accuracy-tis.json", "CRITERION", "PARTS"),
-    _bench("async speed-process", "async_rollouts.py", "async/speed-process.json", "CRITERION", "SPEED_ARMS"),
+    _bench("async speed", "async_rollouts.py", "async/speed.json", "CRITERION", code=_INTERVAL),
+    _bench("async accuracy", "async_rollouts.py", "async/accuracy.json", "CRITERION", code=_NOT_WORSE),
+    _bench("async speed-real", "async_rollouts.py", "async/speed-real.json", "CRITERION", "REAL", code=_INTERVAL),
+    _bench("async accuracy-tis", "async_rollouts.py", "async/accuracy-tis.json", "CRITERION", "PARTS",
+           code=_NOT_WORSE),
+    _bench("async speed-process", "async_rollouts.py", "async/speed-process.json", "CRITERION", "SPEED_ARMS",
+           code=_INTERVAL),
     _bench("async accuracy-defaults", "async_rollouts.py", "async/accuracy-defaults.json", "CRITERION",
-           "DEFAULTS_PARTS"),
-    _bench("async speed-k", "async_rollouts.py", "async/speed-k.json", "CRITERION", "SPEED_K"),
+           "DEFAULTS_PARTS", code=_NOT_WORSE),
+    _bench("async speed-k", "async_rollouts.py", "async/speed-k.json", "CRITERION", "SPEED_K",
+           code=("_t_interval", "_p_two_sided")),
     _bench("soak, first run", "soak.py", "soak/quickstart.json", "FIRST_CRITERION<CRITERION"),
-    _bench("soak, trend run", "soak.py", "soak/quickstart-trend.json", "CRITERION"),
+    _bench("soak, trend run", "soak.py", "soak/quickstart-trend.json", "CRITERION", code=("verdict",)),
     _bench("decode step compiled", "hf_decode.py", "hf_decode_compile.json", docstring="The reading, fixed before"),
     _bench("agents: GRPO against more supervised steps", "agent_budget.py", "agents/budget.json", "CRITERION",
-           doc="docs/agents.md"),
+           code=("judge",), doc="docs/agents.md"),
 )
 
 
@@ -140,30 +176,145 @@ def criterion_block(text: str) -> str | None:
     return "\n".join(block)
 
 
-def constant(text: str, name: str) -> str | None:
-    """The ``#:`` comment lines right above the module-level assignment of ``name`` and its value's source (its
-    whitespace collapsed), or None."""
+def _parse(text: str) -> ast.Module | None:
     try:
-        tree = ast.parse(text)
+        return ast.parse(text)
     except SyntaxError:
         return None
+
+
+def _statements(body: list) -> list:
+    """The module-level statements of ``body``, those inside module-level ``if``/``try``/``with``/``for`` blocks
+    included (not function or class bodies), in order."""
+    out = []
+    for node in body:
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for block in ("body", "handlers", "orelse", "finalbody"):
+                out += _statements(getattr(node, block, []))
+    return out
+
+
+def _targets(node: ast.AST) -> list[str]:
+    """The names an assignment target binds, or changes (``NAME[key] = ...``, ``NAME.attr = ...``)."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return [n for e in node.elts for n in _targets(e)]
+    if isinstance(node, (ast.Starred, ast.Subscript, ast.Attribute)):
+        return _targets(node.value)
+    return []
+
+
+def _bound(node: ast.AST) -> list[str]:
+    """The names one statement binds or changes: a definition, an assignment (also of an item or attribute), an
+    import, a loop or ``with`` target, a ``del``, or a method call on the name (``NAME.update(...)``)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        return [n for t in node.targets for n in _targets(t)]
+    if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        return _targets(node.target)
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return [n for item in node.items if item.optional_vars for n in _targets(item.optional_vars)]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(alias.asname or alias.name).split(".")[0] for alias in node.names]
+    if isinstance(node, ast.ExceptHandler) and node.name:
+        return [node.name]
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
+        return _targets(node.value.func.value)
+    return []
+
+
+def _bindings(tree: ast.Module) -> dict[str, list]:
+    """Each module-level name with the statements that bind or change it, in order."""
+    out: dict[str, list] = {}
+    for node in _statements(tree.body):
+        for name in dict.fromkeys(_bound(node)):
+            out.setdefault(name, []).append(node)
+    return out
+
+
+def constant(text: str, name: str) -> str | None:
+    """The ``#:`` comment lines right above the module-level assignment of ``name`` and its value's source (its
+    whitespace collapsed), then every other module-level statement that binds or changes ``name`` (a second
+    assignment further down is the value the module runs with), or None without an assignment."""
+    tree = _parse(text)
+    if tree is None:
+        return None
     lines = text.splitlines()
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            start = node.lineno - 1
-            while start > 0 and lines[start - 1].startswith("#:"):
-                start -= 1
-            return "\n".join([*lines[start:node.lineno - 1], "= " + " ".join(ast.get_source_segment(text, node.value).split())])
-    return None
+    nodes = _bindings(tree).get(name, [])
+    first = next((node for node in nodes if isinstance(node, (ast.Assign, ast.AnnAssign)) and name in [
+        t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)]),
+        None)  # fmt: skip
+    if first is None:
+        return None
+    start = first.lineno - 1
+    while start > 0 and lines[start - 1].startswith("#:"):
+        start -= 1
+    later = [" ".join(ast.get_source_segment(text, node).split()) for node in nodes if node is not first]
+    value = " ".join(ast.get_source_segment(text, first.value).split())
+    return "\n".join([*lines[start:first.lineno - 1], "= " + value, *later])
+
+
+def _bare(node: ast.AST) -> ast.AST:
+    """``node`` without the docstrings of its functions and classes (comments are not in the tree)."""
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body and isinstance(
+                n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant) and isinstance(
+                n.body[0].value.value, str):  # fmt: skip
+            n.body = n.body[1:] or [ast.Pass()]
+    return node
+
+
+def code(text: str, name: str) -> str | None:
+    """The module-level function ``name`` and every module-level function and constant it reads, transitively, as
+    code (their syntax trees less docstrings: comments, docstrings and layout may change), or None without the
+    function. The module's imports are where the module ends: what they bring in is another module's code."""
+    tree = _parse(text)
+    if tree is None:
+        return None
+    bindings = {n: [node for node in nodes if not isinstance(node, (ast.Import, ast.ImportFrom))]
+                for n, nodes in _bindings(tree).items()}
+    if not any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) for node in bindings.get(name, [])):
+        return None
+    order, todo = [], [name]
+    while todo:
+        current = todo.pop(0)
+        if current in order or not bindings.get(current):
+            continue
+        order.append(current)
+        todo += [n.id for node in bindings[current] for n in ast.walk(node) if isinstance(n, ast.Name)]
+    return "\n".join(f"{n}: {ast.dump(_bare(node))}" for n in order for node in bindings[n])
+
+
+def design(text: str) -> str | None:
+    """An experiment YAML's :data:`DESIGN` keys as canonical JSON: the arms less their ``args``, the sweep's axes
+    and setting labels less their arguments, and the metrics of the family (those marked ``primary``, else all);
+    None where the YAML does not parse to a mapping."""
+    try:
+        body = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    held = {key: body.get(key) for key in DESIGN}
+    if isinstance(held["arms"], dict):
+        held["arms"] = {label: {k: v for k, v in arm.items() if k != "args"} if isinstance(arm, dict) else arm
+                        for label, arm in held["arms"].items()}
+    if isinstance(held["sweep"], dict):
+        held["sweep"] = {axis: [str(v) for v in values] if isinstance(values, dict) else values
+                         for axis, values in held["sweep"].items()}
+    if isinstance(held["metrics"], list):
+        held["metrics"] = [m for m in held["metrics"] if isinstance(m, dict) and m.get("primary")] or held["metrics"]
+    return json.dumps(held, sort_keys=True, default=str)
 
 
 def docstring_part(text: str, anchor: str) -> str | None:
     """The module docstring from the sentence holding ``anchor`` to the end of its paragraph, or None."""
-    try:
-        doc = ast.get_docstring(ast.parse(text), clean=False)
-    except SyntaxError:
-        return None
+    tree = _parse(text)
+    doc = ast.get_docstring(tree, clean=False) if tree else None
     if not doc or anchor not in doc:
         return None
     at = doc.index(anchor)
@@ -180,23 +331,39 @@ def read(piece: Piece, text: str | None) -> str | None:
         return next((c for c in (constant(text, n) for n in (piece.name, *piece.was)) if c is not None), None)
     if piece.kind == "docstring":
         return docstring_part(text, piece.name)
-    raise ValueError(f"unknown criterion kind {piece.kind!r}: use yaml, constant or docstring")
+    if piece.kind == "code":
+        return code(text, piece.name)
+    if piece.kind == "design":
+        return design(text)
+    raise ValueError(f"unknown criterion kind {piece.kind!r}: use yaml, design, constant, docstring or code")
 
 
-def without_amendments(text: str) -> str:
-    """``text`` less its amendment paragraphs (see the module docstring)."""
-    kept, inside = [], False
+#: the kinds of piece that are prose, which may grow by amendments; the others (design, code) may not change
+PROSE = ("yaml", "constant", "docstring")
+
+
+def _amendments(text: str) -> tuple[str, list[str]]:
+    """``text`` less its amendment paragraphs, and those paragraphs (see the module docstring)."""
+    kept, found, inside = [], [], False
     for line in text.splitlines():
         bare = line.strip()
         if AMENDMENT.match(bare):
             inside = True
+            found.append("")
         elif inside and (bare in ("#", "#:", "") or not bare.startswith("#")):
             inside = False
-        if not inside:
+        if inside:
+            found[-1] += " " + bare.lstrip("#:").strip()
+        else:
             kept.append(line)
     while kept and kept[-1].strip() in ("#", "#:"):
         kept.pop()
-    return "\n".join(kept)
+    return "\n".join(kept), [f.strip() for f in found]
+
+
+def without_amendments(text: str) -> str:
+    """``text`` less its amendment paragraphs (see the module docstring)."""
+    return _amendments(text)[0]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -253,14 +420,31 @@ def check_record(repo: Path, record: Record) -> Verdict | None:
         return Verdict(record.name, where, data_commit, False, "no criterion before the data commit", record.doc)
     if before != at_data:
         return Verdict(record.name, where, data_commit, False, "changed by the data commit", record.doc)
-    if [without_amendments(n) for n in now] != before:
-        return Verdict(record.name, where, data_commit, False,
-                       "changed after the data without an AMENDMENT marker", record.doc)
+    for piece, was, today in zip(record.pieces, before, now, strict=True):
+        why = _changed(piece, was, today)
+        if why:
+            return Verdict(record.name, where, data_commit, False, why, record.doc)
     return Verdict(record.name, where, data_commit, True, "", record.doc)
 
 
+def _changed(piece: Piece, before: str, now: str) -> str:
+    """Why ``piece`` reads ``now`` where it read ``before`` at the data, or "" where that is allowed (prose that
+    grew by amendments which only add)."""
+    where = f"{piece.path}{': ' + piece.name if piece.name else ''}"
+    if piece.kind not in PROSE:
+        what = "the design the criterion is read with" if piece.kind == "design" else "the verdict code"
+        return f"{what} changed after the data ({where})" if now != before else ""
+    kept, amendments = _amendments(now)
+    change = next((m.group(0) for a in amendments for m in [REWORDS.search(a)] if m), None)
+    if change is not None:
+        return (f"an AMENDMENT changes what the criterion fixed ({change!r} in {where}): an amendment may only add "
+                "to the original text, which the result is read by")
+    return "changed after the data without an AMENDMENT marker" if kept != before else ""
+
+
 def experiment(name: str) -> Record:
-    return Record(name, (Piece(f"experiments/{name}.yaml", "yaml"),), f"docs/results/{name}/runs.csv",
+    spec = f"experiments/{name}.yaml"
+    return Record(name, (Piece(spec, "yaml"), Piece(spec, "design")), f"docs/results/{name}/runs.csv",
                   "docs/results.md", (f"`{name}`", f"results/{name}/"))
 
 
@@ -271,6 +455,16 @@ def records(repo: Path) -> list[Record]:
     found = [experiment(n) for n in names if criterion_block((repo / "experiments" / f"{n}.yaml").read_text())
              or (repo / "docs" / "results" / n / "runs.csv").is_file()]
     return [*found, *BENCHES]
+
+
+def lost_experiments(repo: Path) -> list[str]:
+    """Published experiment data whose ``experiments/<name>.yaml`` is gone: its record would drop out of the
+    check."""
+    return [f"docs/results/{p.parent.name}/runs.csv is published but experiments/{p.parent.name}.yaml is gone "
+            "(removed, or renamed without its data): restore the YAML, or rename its data folder with it "
+            "(git mv docs/results/OLD docs/results/NEW)"
+            for p in sorted(repo.glob("docs/results/*/runs.csv"))
+            if not (repo / "experiments" / f"{p.parent.name}.yaml").is_file()]
 
 
 def check(repo: Path, name: str) -> Verdict | None:
@@ -315,16 +509,25 @@ def paragraphs(text: str) -> list[str]:
     return out
 
 
+def through_sentence(text: str, match: re.Match) -> str:
+    """``text`` up to the end of the sentence holding ``match`` (a sentence ends at a full stop followed by white
+    space, as :data:`CLAIM` reads them): where a claim's subject is named, in its sentence or before it ("Its
+    criterion was committed ..."), not in a later sentence about something else."""
+    end = re.search(r"\.\s", text[match.end():])
+    return text[:match.end() + end.start() + 1 if end else len(text)]
+
+
 def unrecorded_claims(repo: Path, known: list[Record]) -> list[str]:
     """Claims that a criterion came first which name no record this script checks."""
     problems = []
     for pattern in DOCS:
         for doc in sorted(repo.glob(pattern)):
             for para in paragraphs(doc.read_text()):
-                claim = CLAIM.search(para)
-                if claim and not any(n in para for r in known for n in r.names()):
-                    where = f"{doc.relative_to(repo)}: {para.strip().splitlines()[0][:80]!r}"
-                    problems.append(f"{where} says {claim.group(0)!r} of a result this script has no record of")
+                for claim in CLAIM.finditer(para):
+                    if not any(n in through_sentence(para, claim) for r in known for n in r.names()):
+                        where = f"{doc.relative_to(repo)}: {para.strip().splitlines()[0][:80]!r}"
+                        problems.append(f"{where} says {claim.group(0)!r} of a result this script has no record "
+                                        "of (name the record's data or criterion file in the claim's sentence or before it)")
     sources = {p.path for r in known for p in r.pieces} | {"scripts/check_preregistration.py"}
     for pattern in CODE:
         for path in sorted(repo.glob(pattern)):
@@ -360,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
             state = "has no published data yet" if verdict is None else "was committed before its data"
             problems.append(f"{record.doc} labels {record.name} '{LABEL}', but by the history its criterion {state}: "
                             "remove the label")
-    problems += unrecorded_claims(args.repo, known)
+    problems += lost_experiments(args.repo) + unrecorded_claims(args.repo, known)
     if problems:
         print("check_preregistration:\n" + "\n".join(f"- {p}" for p in problems), file=sys.stderr)
         return 1

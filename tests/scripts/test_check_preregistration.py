@@ -173,8 +173,8 @@ def test_a_claim_that_a_criterion_came_first_needs_a_record(tmp_path, capsys, wh
     repo.commit((where, f"# Other\n\n{claim}\n" if where.endswith(".md") else f'"""{claim}"""\n'))
     assert check_preregistration.main(["--repo", str(tmp_path)]) == 1
     assert where in capsys.readouterr().err
-    if where.endswith(".md"):  # naming the record it is about answers it
-        repo.commit((where, f"# Other\n\n{claim} Data: `docs/results/exp/runs.csv`.\n"))
+    if where.endswith(".md"):  # naming the record it is about, before the claim or in its sentence, answers it
+        repo.commit((where, f"# Other\n\nData: `docs/results/exp/runs.csv`. {claim}\n"))
         assert check_preregistration.main(["--repo", str(tmp_path)]) == 0
 
 
@@ -215,3 +215,170 @@ def test_every_published_part_of_the_benchmarks_with_criteria_has_a_record():
                  for p in (ROOT / "docs" / "results" / folder).glob("*.json")]  # fmt: skip
     assert published and set(published) <= recorded
     assert "docs/results/hf_decode_compile.json" in recorded
+
+
+# ---- what the criterion is read with: the design, the verdict code, the records themselves ------------------------
+
+BODY = """name: exp
+arms:
+  A: {estimator: Sign}
+  B: {estimator: DrGRPO, args: [--model.lr=1e-4]}
+reference: A
+seeds: [0, 1, 2, 3]
+select: {axis: lr, metric: {name: val/reward_mean}, seeds: [9]}
+sweep:
+  lr: {1e-4: [--model.lr=1e-4], 3e-4: [--model.lr=3e-4]}
+metrics:
+  - {name: test/reward_mean, primary: true}
+  - {name: test/accuracy}
+runtime: pending
+"""
+
+
+def _designed(body: str = BODY) -> tuple[str, str]:
+    return "experiments/exp.yaml", f"# exp: a claim\n{CRITERION}#\n# Result: pending\n{body}"
+
+
+@pytest.mark.parametrize("edit", [
+    ("  - {name: test/reward_mean, primary: true}\n  - {name: test/accuracy}",
+     "  - {name: test/reward_mean}\n  - {name: test/accuracy, primary: true}"),  # another primary metric
+    ("metric: {name: val/reward_mean}", "metric: {name: val/accuracy}"),  # another selection metric
+    ("seeds: [0, 1, 2, 3]", "seeds: [0, 1, 2]"),  # a seed dropped
+    ("reference: A", "reference: B"),  # the other direction
+    ("  - {name: test/accuracy}\n", "  - {name: test/accuracy}\n  - {name: test/pass@4, primary: true}\n"),  # a test
+])
+def test_an_edit_after_the_data_of_the_design_the_criterion_is_read_with_fails(tmp_path, capsys, edit):
+    """The YAML keys that decide how the verdict is read from the runs are held to the data commit like the prose."""
+    repo = Repo(tmp_path)
+    repo.commit(_designed(), _docs(False))
+    repo.commit(DATA)
+    assert check_preregistration.check(tmp_path, "exp").before_data
+    repo.commit(_designed(BODY.replace(*edit)))
+    verdict = check_preregistration.check(tmp_path, "exp")
+    assert not verdict.before_data and "design" in verdict.why
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 1
+    assert "exp: " in capsys.readouterr().err
+
+
+def test_keys_that_do_not_decide_the_verdict_may_change_after_the_data(tmp_path):
+    """The runtime measured, the runs' arguments (the CLI renames them) and a metric outside the family."""
+    repo = Repo(tmp_path)
+    repo.commit(_designed(), _docs(False))
+    repo.commit(DATA)
+    later = (BODY.replace("runtime: pending", "runtime: 8 runs in 99 minutes")
+             .replace("--model.lr=", "--model.optim.lr=")
+             .replace("  - {name: test/accuracy}\n", "  - {name: test/accuracy}\n  - {name: rollout/len_mean}\n"))
+    repo.commit(_designed(later))
+    assert check_preregistration.check(tmp_path, "exp").before_data
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 0
+
+
+VERDICT_BENCH = '''"""A bench."""
+
+#: The rule, fixed before the first run: ahead when the difference is at least MARGIN.
+RULE = {"margin": 0.05}
+#: how many decimals the table prints
+DIGITS = 3
+
+
+def _ahead(diff: float, margin: float) -> bool:
+    return diff >= margin
+
+
+def verdict(diff: float) -> str:
+    """The rule's reading."""
+    return "ahead" if _ahead(diff, RULE["margin"]) else "inconclusive"
+
+
+def render(diff: float) -> str:
+    return f"{diff:.{DIGITS}f}: {verdict(diff)}"
+'''
+
+
+def _verdict_bench(monkeypatch, tmp_path) -> Repo:
+    record = check_preregistration._bench("bench part", "b.py", "b.json", "RULE", code=("verdict",),
+                                          doc="docs/perf.md")
+    monkeypatch.setattr(check_preregistration, "BENCHES", (record,))
+    repo = Repo(tmp_path)
+    repo.commit(("bench/b.py", VERDICT_BENCH), ("docs/perf.md", "# Perf\n\n`bench/b.py`: its rule came first.\n"))
+    repo.commit(("docs/results/b.json", "{}"))
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 0
+    return repo
+
+
+@pytest.mark.parametrize("edit", [
+    ('return "ahead" if', 'return "ahead" if diff > 0 or'),  # the verdict's own code
+    ("return diff >= margin", "return diff >= margin / 2"),  # a helper it calls
+    ('RULE = {"margin": 0.05}', 'RULE = {"margin": 0.05}\nRULE["margin"] = 0.02'),  # its constant, changed later
+    ('\n\ndef _ahead', '\nRULE = {"margin": 0.02}\n\n\ndef _ahead'),  # a second assignment further down
+])
+def test_a_benchmark_verdict_or_its_constants_edited_after_the_data_fails(tmp_path, monkeypatch, capsys, edit):
+    repo = _verdict_bench(monkeypatch, tmp_path)
+    assert VERDICT_BENCH.count(edit[0]) == 1
+    repo.commit(("bench/b.py", VERDICT_BENCH.replace(*edit)))
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 1
+    assert "bench part: " in capsys.readouterr().err
+
+
+def test_what_the_verdict_does_not_read_may_change_after_the_data(tmp_path, monkeypatch):
+    """Its docstring, comments, and code and constants the verdict does not reach (the table's digits)."""
+    repo = _verdict_bench(monkeypatch, tmp_path)
+    later = (VERDICT_BENCH.replace('"""The rule\'s reading."""', '"""The reading of :data:`RULE`."""')
+             .replace("DIGITS = 3", "DIGITS = 4").replace("    return diff >= margin", "    return diff >= margin  # at"))
+    repo.commit(("bench/b.py", later))
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 0
+
+
+def test_a_second_assignment_of_a_criterion_constant_fails(tmp_path, monkeypatch, capsys):
+    """The last assignment is the one the module runs with: a later one further down is a change of the rule."""
+    record = check_preregistration.Record(
+        "bench part", (check_preregistration.Piece("bench/b.py", "constant", "RULE"),), "docs/results/b.json",
+        "docs/perf.md")
+    monkeypatch.setattr(check_preregistration, "BENCHES", (record,))
+    repo = Repo(tmp_path)
+    repo.commit(("bench/b.py", BENCH), ("docs/perf.md", "# Perf\n\n`bench/b.py`: its rule came first.\n"))
+    repo.commit(("docs/results/b.json", "{}"))
+    repo.commit(("bench/b.py", BENCH + '\n\ndef f():\n    pass\n\n\nRULE = {"level": 0.5}\n'))
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 1
+    assert "bench part: changed after the data" in capsys.readouterr().err
+
+
+def test_an_experiment_renamed_without_its_data_fails(tmp_path, capsys):
+    """Renaming the YAML alone leaves its data under the old name: neither name may then drop out of the check."""
+    repo = Repo(tmp_path)
+    repo.commit(_exp(CRITERION), _docs(False))
+    repo.commit(DATA)
+    repo.git("mv", "experiments/exp.yaml", "experiments/new.yaml")
+    repo.commit(("experiments/new.yaml", _exp(CRITERION)[1].replace("name: exp", "name: new")))
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "docs/results/exp/runs.csv" in err and "experiments/exp.yaml" in err
+
+
+@pytest.mark.parametrize("amendment", [
+    "the primary metric is the greedy accuracy.",
+    "the greedy accuracy is read instead of the sampled one.",
+    "a difference of at least 0.02 counts as met.",
+])
+def test_an_amendment_that_changes_what_the_criterion_fixed_is_refused(tmp_path, amendment):
+    repo = Repo(tmp_path)
+    repo.commit(_exp(TWO_PARAGRAPHS), _docs(False))
+    repo.commit(DATA)
+    repo.commit(_exp(TWO_PARAGRAPHS + f"#\n# AMENDMENT (after the data): {amendment}\n"))
+    verdict = check_preregistration.check(tmp_path, "exp")
+    assert not verdict.before_data and "AMENDMENT" in verdict.why and "changes" in verdict.why
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 1
+
+
+def test_a_claim_must_name_its_record_in_its_own_sentence(tmp_path, capsys):
+    """A claim about one result answered by naming another record's data elsewhere in the paragraph is no record."""
+    repo = Repo(tmp_path)
+    repo.commit(_exp(CRITERION), _docs(False))
+    repo.commit(DATA)
+    para = "The agent's criterion was fixed before its first run. The earlier study: `docs/results/exp/runs.csv`."
+    repo.commit(("docs/other.md", f"# Other\n\n{para}\n"))
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 1
+    assert "docs/other.md" in capsys.readouterr().err
+    repo.commit(("docs/other.md", "# Other\n\nThe criterion of `docs/results/exp/runs.csv` was fixed before its "
+                                  "first run.\n"))
+    assert check_preregistration.main(["--repo", str(tmp_path)]) == 0
