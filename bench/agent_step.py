@@ -55,7 +55,8 @@ ARMS = {
                "init_args": {"episode_cache_mib": 4096, "shrink": True, "sampler": "inverse_cdf"}}, False),
     "single": ({"class_path": "lit_grpo.HFGenerateEngine",
                 "init_args": {"episode_cache_mib": 4096, "shrink": True, "sampler": "inverse_cdf"}}, False),
-    "vllm": ({"class_path": "lit_grpo.VLLMEngine", "init_args": {}}, False),
+    # the CPU build reserves gpu_memory_utilization of the RAM for its cache unless kv_cache_gib is set
+    "vllm": ({"class_path": "lit_grpo.rollout.VLLMEngine", "init_args": {"kv_cache_gib": 2}}, False),
 }
 LABELS = {"before": "whole histories (before)", "after": "episode cache (today)", "single": "one turn (yardstick)",
           "vllm": "vLLM CPU, prefix caching"}
