@@ -322,18 +322,40 @@ def model_identity(model: str) -> str:
     return str(path.resolve()) if path.is_dir() else model
 
 
+#: What to do about a fingerprint entry that differs, beside the general advice of :func:`check_fingerprint`.
+FINGERPRINT_ADVICE = {
+    "train_data": "the training prompts are not those the checkpoint was trained on, so its data position "
+                  "points at other prompts: point data.source at the data the checkpoint was trained on, or "
+                  "start a fresh run (without --ckpt_path)",
+}
+
+
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], also: Sequence[str] = ()) -> None:
     """Raise a ``ValueError`` naming every setting that differs between a checkpoint and this run (settings
     only one of them has are not compared: older checkpoints lack newer ones), and the differences ``also``
-    found elsewhere (the data position's settings), so that one refusal lists them all."""
+    found elsewhere (the data position's settings), so that one refusal lists them all. A checkpoint without
+    the fingerprint of the training data (written before it was taken) is resumed with a warning that the
+    data could not be checked."""
     if isinstance(saved.get("model"), str):  # written as given by checkpoints of earlier versions
         saved = {**saved, "model": model_identity(saved["model"])}
-    differ = [*differences(saved, current), *also]
+    differ = [*map(_advised, differences(saved, current)), *also]
     require(not differ,
             "the checkpoint was written with a different configuration, so its state does not fit this run: "
             + "; ".join(differ)
             + ". Resume with the checkpoint's settings, or start a new run from exported weights "
             "(lit_grpo.callbacks.SavePretrained) to change them.")
+    if "train_data" in current and "train_data" not in saved:
+        logger.warning(
+            "the checkpoint holds no fingerprint of its training data (an earlier version, or a run without "
+            "PromptDataModule, wrote it), so the content of the training data could not be checked: resuming "
+            "on the assumption that data.source gives the prompts it was trained on (this run: %s)",
+            current["train_data"])
+
+
+def _advised(line: str) -> str:
+    """A line of :func:`~lit_grpo.checks.differences` with its :data:`FINGERPRINT_ADVICE`, if any."""
+    advice = FINGERPRINT_ADVICE.get(line.partition(":")[0])
+    return f"{line} ({advice})" if advice else line
 
 
 def gather_objects(obj: Any) -> list[Any]:

@@ -306,10 +306,13 @@ class GRPOModule(PolicyModule):
 
     # ---- checkpoints: Lightning saves weights, optimizer, scheduler, data position; the module the rest ----
     def fingerprint(self) -> dict[str, Any]:
-        """The settings a checkpoint's state depends on (docs/design.md, "GRPOModule: one training step")."""
+        """The settings a checkpoint's state depends on (docs/design.md, "GRPOModule: one training step"), and
+        what the training prompts are, where the DataModule says (``PromptDataModule.train_content``)."""
+        data = getattr(self.trainer.datamodule, "train_content", None) if self._trainer is not None else None
         return {"model": model_identity(self.model_name), "group_size": self.group_size,
                 "estimator": repr(self.estimator), "aggregation": self.algorithm.aggregation,
-                "lora": asdict(self.lora) if self.lora is not None else None, "dtype": self.dtype_name}
+                "lora": asdict(self.lora) if self.lora is not None else None, "dtype": self.dtype_name,
+                **({"train_data": data} if data is not None else {})}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """The fingerprint, counters, rollout seed and every rank's random states; the curriculum's state (the

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from functools import partial
 from itertools import islice
 from typing import Any
@@ -19,6 +22,27 @@ from lit_grpo.data.stream import EpochLoader, PromptStream
 from lit_grpo.types import PromptBatch
 
 logger = logging.getLogger(__name__)
+
+#: A streamed training split is fingerprinted by this many of its first records (:func:`content_fingerprint`).
+STREAM_FINGERPRINT_RECORDS = 1000
+
+
+def content_fingerprint(records: Iterable[Record], limit: int | None = None) -> str:
+    """``"<n> records, sha256 <16 hex digits>"``: a hash of each record's id, prompt, reference and columns,
+    in order (the order fixes which prompt a data position means), of at most ``limit`` records (``"first
+    <n> records, ..."`` when it stopped there). Checked on resume (:meth:`GRPOModule.fingerprint`), so that a
+    checkpoint resumes on the prompts it was trained on, not on as many others."""
+    digest, n = hashlib.sha256(), 0
+    for record in islice(records, limit):
+        row = [record["id"], record["prompt"], record["reference"], record["columns"]]
+        digest.update(json.dumps(row, sort_keys=True, ensure_ascii=False, default=repr).encode())
+        digest.update(b"\n")
+        n += 1
+    return f"{'first ' if n == limit else ''}{n} records, sha256 {digest.hexdigest()[:16]}"
+
+
+def _ignore(error: BadRowError) -> None:
+    """A bad row skipped without counting it."""
 
 
 class SkippedRows:
@@ -46,7 +70,10 @@ class PromptDataModule(L.LightningDataModule):
     loaded once and fully shuffled. The position in the epoch and in the :meth:`refill` stream is saved
     in checkpoints, counted in prompts, so a resumed run continues with exactly the prompts the
     uninterrupted run would have seen; resuming with settings that change which prompt a position
-    means is refused with an error naming them (docs/data.md, "Resume").
+    means is refused with an error naming them (docs/data.md, "Resume"), and so is one on other prompts, of
+    the same number or not: :attr:`train_content` fingerprints the training records (all of them held in
+    memory; streamed, the first :data:`STREAM_FINGERPRINT_RECORDS`, as reading a whole stream at every
+    start costs a pass over data that need not fit in memory).
 
     Validation and test prompts are held in memory, in file order (the first ``max_val_prompts``).
 
@@ -103,6 +130,7 @@ class PromptDataModule(L.LightningDataModule):
         self._resume = True  # the next training iterator continues at the position above
         self._refill_drawn = 0  # training prompts drawn by refill so far
         self._refill_stream = None
+        self.train_content: str | None = None  # the training records' content_fingerprint, once loaded
 
     @property
     def skipped_rows(self) -> dict[str, int]:
@@ -134,8 +162,12 @@ class PromptDataModule(L.LightningDataModule):
         elif not self.streaming:
             self.splits[split] = list(records)
             self._check_size(len(self.splits[split]))
+            self.train_content = content_fingerprint(self.splits[split])
         elif next(records, None) is None:  # streamed: fail now on a missing or unreadable file
             self._check_size(0)
+        else:  # its first records, read again, past their bad rows: each epoch's read counts or raises them
+            head = self.source.stream(split, _ignore)
+            self.train_content = content_fingerprint(head, limit=STREAM_FINGERPRINT_RECORDS)
 
     def _check_size(self, size: int) -> None:
         skipped = self._skipped.counts.get("train", 0)

@@ -4,12 +4,14 @@ problem, and that the checkpoints already saved are kept."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
 
 import lightning as L
 import pytest
+import torch
 
 from tests.faults.fault_tools import MODEL, Saved, checkpoint_step, config, fit, params, same_params
 
@@ -147,6 +149,30 @@ def test_a_refused_resume_names_every_difference_at_once(run_dir):
     outcome = fit(config(run_dir, steps=4, **options), run_dir, f"--ckpt_path={run_dir / 'ckpt/last.ckpt'}")
     assert outcome.status == 1
     assert all(REFUSED[option][1] in outcome.message for option in options), outcome.message[-2000:]
+
+
+def test_resuming_with_as_many_other_prompts_is_refused_naming_the_data_and_the_fix(run_dir):
+    saved = Saved(run_dir / "ckpt")  # the checkpoint was trained on the prompts of source seed 0
+    cfg = config(run_dir, steps=4, **{"data.source.init_args.seed": 1})  # 16 prompts again, other ones
+    outcome = fit(cfg, run_dir, f"--ckpt_path={run_dir / 'ckpt/last.ckpt'}")
+    assert outcome.status == 1
+    assert "train_data: checkpoint 16 records, sha256 " in outcome.message, outcome.message[-2000:]
+    assert "point data.source at the data the checkpoint was trained on, or start a fresh run" in outcome.message
+    assert saved.unchanged()
+
+
+def test_a_checkpoint_older_than_the_data_fingerprint_resumes_warning_that_the_data_is_unchecked(
+    run_dir, reference, caplog
+):
+    path = run_dir / "ckpt/last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["lit_grpo"]["fingerprint"].pop("train_data", None)  # as checkpoints of earlier versions hold it
+    torch.save(checkpoint, path)
+    with caplog.at_level(logging.WARNING):
+        outcome = fit(config(run_dir, steps=4), run_dir, f"--ckpt_path={path}")
+    assert outcome.status == 0, outcome.message
+    assert "the content of the training data could not be checked" in caplog.text
+    assert same_params(params(outcome.cli.model), reference["params"])
 
 
 def test_resuming_with_another_prompts_per_step_continues_at_the_next_unseen_prompt(run_dir, reference):
