@@ -41,6 +41,7 @@ from lit_grpo.checkpoint import (
     remove_unused_log_dirs,
 )
 from lit_grpo.components import resolve
+from lit_grpo.console import quiet_libraries, use_run_console
 from lit_grpo.data import PromptDataModule
 from lit_grpo.precision import resolve_dtype
 
@@ -88,6 +89,7 @@ class LitGRPOCLI(LightningCLI):
             raise SystemExit(2)
         # Ctrl-C / SIGTERM / SIGUSR1 / SIGUSR2 finish the step, write last.ckpt and stop: appended to the
         # callbacks
+        quiet_libraries()  # no advertising tips or Lightning's own deprecation warning on every run
         kwargs.setdefault("trainer_defaults", {**TRAINER_DEFAULTS, "callbacks": [SaveOnInterrupt()]})
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         given_kwargs = kwargs.get("parser_kwargs") or {}
@@ -118,8 +120,20 @@ class LitGRPOCLI(LightningCLI):
             init_args.dtype = choice.dtype
             rank_zero_only(print)(choice.line("model.dtype"))
 
+    def instantiate_trainer(self, **kwargs: Any) -> lightning.Trainer:
+        # a SaveOnInterrupt the config lists (to set its options) takes the place of the default one
+        trainer = super().instantiate_trainer(**kwargs)
+        defaults = self.trainer_defaults.get("callbacks") or []
+        stops = [c for c in trainer.callbacks if isinstance(c, SaveOnInterrupt)]
+        default = [c for c in stops if any(c is d for d in defaults)]
+        if len(stops) > len(default):
+            for callback in default:
+                trainer.callbacks.remove(callback)
+        return trainer
+
     def before_fit(self) -> None:
         check_outputs(self.trainer)  # a folder the run cannot write fails now, naming its option
+        use_run_console(self.trainer)  # a bar of the run's steps, a summary without FLOPs
 
     def _run_subcommand(self, subcommand: str) -> None:
         # a start that fails before anything is logged (bad data, a refused resume) leaves no
