@@ -61,3 +61,58 @@ def code_env(code: Path | None, **extra: str) -> dict[str, str]:
     if code is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(code), *filter(None, [os.environ.get("PYTHONPATH")])])
     return env
+
+
+#: The values a recorded setting may hold (anything else is recorded by its class and constructor arguments).
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def resolved_settings(args: list[str]) -> dict:
+    """The settings ``lit-grpo fit <args>`` runs with, run from the repository: the parsed config (every option,
+    defaults included) and each component the module builds itself where the config names none (the rollout
+    engine), as its class and the constructor arguments it holds. A published number records these so that a
+    test can tell when a changed default no longer gives it (:func:`changed_settings`)."""
+    import yaml
+
+    from lit_grpo.cli import LitGRPOCLI
+
+    here = Path.cwd()
+    os.chdir(ROOT)
+    try:
+        cli = LitGRPOCLI(args=list(args), run=False)
+        config = yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))
+    finally:
+        os.chdir(here)
+    return {"config": config, "engine": _component(cli.model.engine)}
+
+
+def _component(obj, depth: int = 0) -> dict:
+    import inspect
+
+    out = {"class": f"{type(obj).__module__}.{type(obj).__qualname__}"}
+    for name, parameter in inspect.signature(type(obj).__init__).parameters.items():
+        if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if not hasattr(obj, name):
+            continue
+        value = getattr(obj, name)
+        if isinstance(value, _PLAIN) or (isinstance(value, list | tuple) and all(isinstance(v, _PLAIN) for v in value)):
+            out[name] = list(value) if isinstance(value, tuple) else value
+        elif depth < 3 and hasattr(type(value), "__init__") and not callable(value):
+            out[name] = _component(value, depth + 1)
+    return out
+
+
+def changed_settings(recorded: dict, current: dict, prefix: str = "") -> list[str]:
+    """The dotted keys of ``recorded`` whose value ``current`` no longer holds (options added since are not
+    compared: a new option keeps the old behaviour at its default, or its change is a change of a recorded one)."""
+    changed = []
+    for key, value in recorded.items():
+        where = f"{prefix}{key}"
+        if key not in current:
+            changed.append(f"{where} (gone)")
+        elif isinstance(value, dict) and isinstance(current[key], dict):
+            changed += changed_settings(value, current[key], where + ".")
+        elif value != current[key]:
+            changed.append(f"{where}: {value!r} -> {current[key]!r}")
+    return changed

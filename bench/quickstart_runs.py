@@ -5,7 +5,9 @@ numbers it prints, their spread over seeds, and whether one command gives the sa
     python bench/quickstart_runs.py --write README.md     # the README's table from docs/results/quickstart/runs.json
 
 Each run is ``lit-grpo fit --config configs/quickstart.yaml --seed_everything=S`` (the config's own seed is 0) in a
-fresh process with the machine's default threads. Recorded per run: greedy accuracy and sampled accuracy
+fresh process with the machine's default threads, at every default the command resolves to (recorded as
+``settings``: the parsed config and the rollout engine the module builds; a test fails when today's command
+resolves a recorded setting differently, so a changed default means measuring again). Recorded per run: greedy accuracy and sampled accuracy
 (temperature 1) on the 200 held-out prompts as the command prints them before and after training, and at its
 validations at steps 250, 500 and 750 (a validation's sampled accuracy uses other random numbers than the report's),
 the wall time from start to exit, the process's peak resident memory and the machine's load average when it
@@ -25,11 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import ROOT, command, write_block
+from provenance import ROOT, code_commit, command, resolved_settings, write_block
 
 RESULTS = ROOT / "docs" / "results" / "quickstart" / "runs.json"
 BEGIN, END = "<!-- quickstart_runs: begin -->\n", "<!-- quickstart_runs: end -->\n"
 STEPS = (250, 500, 750, 1000)
+#: the README's command: its settings are recorded with the runs, and tests/bench holds them to today's
+USERS_ARGS = ["--config", "configs/quickstart.yaml"]
 #: label: (printed before training, the validations at 250, 500 and 750, printed after training at 1000)
 METRICS = {"greedy accuracy": ("heldout/accuracy_before", "val/accuracy", "heldout/accuracy_after"),
            "sampled accuracy (temperature 1)": ("heldout/reward_mean_before", "val/reward_mean",
@@ -38,10 +42,8 @@ METRICS = {"greedy accuracy": ("heldout/accuracy_before", "val/accuracy", "heldo
 
 def run(seed: int, folder: Path) -> dict:
     from lit_grpo.lab.collect import read_scalars
-    from lit_grpo.rollout.hf import GENERATE_DRAWS_ARG  # the draws of the published runs
-
-    argv = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/quickstart.yaml", f"--seed_everything={seed}",
-            f"--trainer.logger.init_args.save_dir={folder}", "--trainer.enable_progress_bar=false", GENERATE_DRAWS_ARG]
+    argv = [sys.executable, "-m", "lit_grpo", "fit", *USERS_ARGS, f"--seed_everything={seed}",
+            f"--trainer.logger.init_args.save_dir={folder}", "--trainer.enable_progress_bar=false"]
     load, started = os.getloadavg()[0], time.perf_counter()
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _, stderr = child.communicate()
@@ -116,7 +118,7 @@ def main() -> None:
         write_block(args.write, BEGIN, END, render())
         return
     record = {"command": command("bench/quickstart_runs.py", sys.argv[1:]), "cpus": os.cpu_count(),
-              **measure(args.seeds)}
+              "code": code_commit(), "settings": resolved_settings(USERS_ARGS), **measure(args.seeds)}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(record, indent=1) + "\n")
 

@@ -26,7 +26,7 @@ EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 SCRIPTS = {
     "bench/async_rollouts.py": "pinned",
     "bench/crn_agreement.py": "pinned",
-    "bench/quickstart_runs.py": "pinned",
+    "bench/quickstart_runs.py": "the README's quickstart at its defaults, recorded and held to today's (tests/bench)",
     "bench/real_engines.py": "pinned",
     "bench/real_tasks.py": "pinned",
     "bench/reasoning_gym_start.py": "pinned",
