@@ -6,7 +6,10 @@ its continued fraction. Resampling (bootstrap, permutations) is vectorised with 
 
 What counts as zero is one rule, :func:`rounding_tolerance`: a difference, deviation, spread or residual no
 larger than what rounding alone can leave in it is exactly 0, so that another CPU's last digit never becomes a
-finding (docs/methods.md, "What counts as zero").
+finding (docs/methods.md, "What counts as zero"). A t statistic over a spread of 0 is undefined, not
+infinite: the t-tests then give no p (NaN), and the exact tests' p is the one to read. Differences a caller
+computed are tied on the scale of the values they were taken of (``scale``), which their own magnitude cannot
+show.
 """
 
 from __future__ import annotations
@@ -151,6 +154,28 @@ def t_quantile(q: float, df: float) -> float:
     return (lo + hi) / 2
 
 
+def t_test_power(n: int, delta: float, sd: float, alpha: float = 0.05, points: int = 20001) -> float:
+    """Power of the two-sided one-sample (or paired) t-test at level ``alpha`` with ``n`` values: the chance
+    that it rejects ``mean == 0`` when the true mean is ``delta`` and the values' standard deviation ``sd``.
+
+    ``T = (Z + lam) / W`` with ``lam = delta sqrt(n) / sd`` and ``W = sqrt(V / (n - 1))``, ``V`` chi-squared
+    with ``n - 1`` df (the noncentral t): ``P(|T| > c) = E_W[Phi(lam - c W) + Phi(-lam - c W)]`` for the
+    critical value ``c = t_{1 - alpha/2, n-1}``, integrated over ``u = sqrt(V)`` by the trapezoid rule on
+    ``points`` points of ``[0, sqrt(n - 1) + 12]`` (the density of ``u`` beyond it is below ``e^-72``).
+    """
+    require(n >= 2, f"t_test_power needs n >= 2 values, got {n}")
+    require(sd > 0 and math.isfinite(sd), f"t_test_power needs a finite sd > 0, got {sd}")
+    require(0 < alpha < 1, f"alpha must lie in (0, 1), got {alpha}; e.g. 0.05")
+    df = n - 1
+    c, lam = t_quantile(1 - alpha / 2, df), delta * math.sqrt(n) / sd
+    u = torch.linspace(0.0, math.sqrt(df) + 12, points, dtype=torch.float64)  # [points]
+    log_front = math.log(2) - df / 2 * math.log(2) - math.lgamma(df / 2)
+    density = torch.exp(torch.xlogy(torch.tensor(df - 1.0, dtype=torch.float64), u) - u * u / 2 + log_front)
+    w = u / math.sqrt(df)
+    reject = torch.special.ndtr(lam - c * w) + torch.special.ndtr(-lam - c * w)
+    return float(torch.trapezoid(density * reject, u))
+
+
 def interquartile_mean(x: Tensor) -> Tensor:
     """Mean of the middle half along the last dim: ``[..., n] -> [...]``.
 
@@ -206,7 +231,8 @@ def welch_t_test(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor) -> tu
     Returns:
         ``(t, df, p_two_sided)`` with Welch-Satterthwaite ``df``. Spreads and the difference of means
         within rounding (:func:`zero_tolerance` of both samples) are 0. When both samples have zero
-        variance: ``(nan, nan, nan)`` for equal means, ``(+-inf, nan, 0.0)`` otherwise.
+        variance the test is undefined, ``(nan, nan, nan)``, whatever the means: ``diff / 0`` measures no
+        spread, so it is no evidence at any n (:func:`permutation_test` gives the p there).
     """
     x, y = _values(a, "welch_t_test(a)", 2), _values(b, "welch_t_test(b)", 2)
     tol = zero_tolerance(x, y)
@@ -214,7 +240,7 @@ def welch_t_test(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor) -> tu
     vb = y.var(correction=1).item() / y.numel() if _spread(y, tol) else 0.0
     diff = snap(x.mean().item() - y.mean().item(), tol)
     if va + vb == 0:
-        return (math.nan, math.nan, math.nan) if diff == 0 else (math.copysign(math.inf, diff), math.nan, 0.0)
+        return math.nan, math.nan, math.nan
     t = diff / math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va**2 / (x.numel() - 1) + vb**2 / (y.numel() - 1))
     return t, df, min(1.0, 2 * t_sf(abs(t), df))
@@ -285,11 +311,15 @@ def stratified_permutation_test(
 MAX_EXACT_FLIPS = 16
 
 
-def _deviations(values: Sequence[float] | Tensor, mu: float, min_n: int, name: str) -> tuple[Tensor, float]:
-    """``values - mu`` with the deviations within rounding exactly 0, and the tolerance
-    (:func:`zero_tolerance` of the values and ``mu``)."""
+def _deviations(
+    values: Sequence[float] | Tensor, mu: float, min_n: int, name: str, scale: float = 0.0
+) -> tuple[Tensor, float]:
+    """``values - mu`` with the deviations within rounding exactly 0, and the tolerance:
+    :func:`zero_tolerance` of the values and ``mu``, or :func:`rounding_tolerance` of ``scale`` (the magnitude
+    of the values that ``values`` were computed from, such as the two arms of paired differences) where that
+    is larger."""
     x = _values(values, name, min_n)
-    tol = zero_tolerance(x, mu)
+    tol = max(zero_tolerance(x, mu), rounding_tolerance(scale, x.numel() + 1))
     return _tied(x - mu, tol), tol  # [n]
 
 
@@ -320,26 +350,35 @@ def mean_difference(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor) ->
 
 
 def _t_test(d: Tensor, tol: float) -> tuple[float, float, float]:
-    """Student's t of ``mean(d) == 0`` for deviations ``d [n]`` already tied at ``tol``."""
+    """Student's t of ``mean(d) == 0`` for deviations ``d [n]`` already tied at ``tol``; ``(nan, nan, nan)``
+    with zero spread (see :func:`one_sample_t_test`)."""
     n, mean, sd = d.numel(), snap(d.mean().item(), tol), _spread(d, tol)
     if sd == 0:
-        return (math.nan, math.nan, math.nan) if mean == 0 else (math.copysign(math.inf, mean), math.nan, 0.0)
+        return math.nan, math.nan, math.nan
     t = mean / (sd / math.sqrt(n))
     return t, float(n - 1), min(1.0, 2 * t_sf(abs(t), n - 1))
 
 
-def one_sample_t_test(values: Sequence[float] | Tensor, mu: float = 0.0) -> tuple[float, float, float]:
+def one_sample_t_test(
+    values: Sequence[float] | Tensor, mu: float = 0.0, scale: float = 0.0
+) -> tuple[float, float, float]:
     """Student's t-test of ``mean(values) == mu``: ``(t, df, p_two_sided)``; needs >= 2 values.
 
-    Deviations, their mean and their spread within rounding (:func:`zero_tolerance` of the values and ``mu``)
-    are 0. Zero spread gives ``(nan, nan, nan)`` when every value equals ``mu``, else ``(+-inf, nan, 0.0)``.
+    Deviations, their mean and their spread within rounding are 0: :func:`zero_tolerance` of the values and
+    ``mu``, or, for values computed from others (paired differences ``a - b``), of ``scale``, the largest
+    magnitude of those (``a`` and ``b``): a difference one ULP of the arms wide is rounding, which the
+    differences' own magnitude cannot tell. Zero spread leaves the test undefined, ``(nan, nan, nan)``,
+    whatever the mean: ``mean / 0`` measures no spread (two seeds one prompt apart would otherwise give
+    p = 0), so read the exact :func:`sign_flip_test` there.
     """
-    return _t_test(*_deviations(values, mu, 2, "one_sample_t_test"))
+    return _t_test(*_deviations(values, mu, 2, "one_sample_t_test", scale))
 
 
 def paired_t_test(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor) -> tuple[float, float, float]:
     """Paired t-test of ``mean(a - b) == 0`` (a one-sample t-test of the differences): ``(t, df, p)``.
-    Differences within rounding of the values (:func:`zero_tolerance` of ``a`` and ``b``) are ties."""
+    Differences within rounding of the values (:func:`zero_tolerance` of ``a`` and ``b``) are ties;
+    differences that agree to rounding (zero spread) leave it undefined, ``(nan, nan, nan)``: read
+    :func:`paired_sign_flip_test` there."""
     return _t_test(*_differences(a, b, "paired_t_test", 2))
 
 
@@ -354,7 +393,11 @@ def sign_patterns(n: int, n_resamples: int, seed: int) -> tuple[Tensor, bool]:
 
 
 def sign_flip_test(
-    values: Sequence[float] | Tensor, mu: float = 0.0, n_resamples: int = 10000, seed: int = 0
+    values: Sequence[float] | Tensor,
+    mu: float = 0.0,
+    n_resamples: int = 10000,
+    seed: int = 0,
+    scale: float = 0.0,
 ) -> float:
     """Two-sided sign-flip permutation test of ``mean(values) == mu`` (symmetric deviations under the null).
 
@@ -362,10 +405,11 @@ def sign_flip_test(
     least the observed one: all ``2^n`` patterns when ``n <= MAX_EXACT_FLIPS``, else ``n_resamples``
     random patterns drawn with ``seed``, giving ``(1 + hits) / (1 + n_resamples)``. Applied to paired
     differences it is the exact paired permutation test (:func:`paired_sign_flip_test`); its smallest
-    possible p is ``2 / 2^n`` (0.0020 for 10 pairs). Deviations within rounding (:func:`zero_tolerance` of
-    the values and ``mu``) are 0.
+    possible p is ``2 / 2^n`` (0.0020 for 10 pairs). Deviations within rounding are 0:
+    :func:`zero_tolerance` of the values and ``mu``, or of ``scale``, the largest magnitude of the values that
+    ``values`` were computed from (the arms of paired differences), as :func:`one_sample_t_test`.
     """
-    d, tol = _deviations(values, mu, 1, "sign_flip_test")
+    d, tol = _deviations(values, mu, 1, "sign_flip_test", scale)
     return _sign_flip([d], tol, n_resamples, seed)
 
 

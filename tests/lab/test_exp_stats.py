@@ -12,6 +12,7 @@ from lit_grpo.lab.stats import (
     summarize,
     t_quantile,
     t_sf,
+    t_test_power,
     welch_t_test,
 )
 
@@ -105,8 +106,8 @@ def test_welch_t_test(a, b, want):
 def test_welch_zero_variance_and_errors():
     t, df, p = welch_t_test([1.0, 1.0], [1.0, 1.0])
     assert math.isnan(t) and math.isnan(df) and math.isnan(p)
-    t, _, p = welch_t_test([2.0, 2.0], [1.0, 1.0])
-    assert t == math.inf and p == 0.0
+    t, _, p = welch_t_test([2.0, 2.0], [1.0, 1.0])  # no spread in either: undefined, not p = 0
+    assert math.isnan(t) and math.isnan(p)
     with pytest.raises(ValueError, match="at least 2"):
         welch_t_test([1.0], [1.0, 2.0])
 
@@ -175,3 +176,19 @@ def test_stratified_permutation_monte_carlo_and_bad_input():
         stratified_permutation_test([])
     with pytest.raises(ValueError, match="n_resamples"):
         stratified_permutation_test(shifted, n_resamples=0)
+
+
+def test_t_test_power():
+    """Against R's power.t.test(n = 10, delta = 1, sd = 1, type = "one.sample", strict = TRUE): 0.8030969; at no
+    effect the power is the level (up to the quadrature's error, below 1e-6), and at large n the normal limit."""
+    assert t_test_power(10, 1.0, 1.0) == pytest.approx(0.8030969, abs=1e-6)
+    for n in (2, 3, 10):
+        assert t_test_power(n, 0.0, 1.0) == pytest.approx(0.05, abs=1e-6)
+    assert t_test_power(4, -0.05, 0.1) == t_test_power(4, 0.05, 0.1) < t_test_power(8, 0.05, 0.1)
+    c = t_quantile(0.975, 999)
+    normal = 0.5 * math.erfc(-(0.1 * math.sqrt(1000) - c) / math.sqrt(2))
+    assert t_test_power(1000, 0.1, 1.0) == pytest.approx(normal, abs=1e-3)  # the sample sd varies little
+    with pytest.raises(ValueError, match="sd > 0"):
+        t_test_power(4, 0.05, 0.0)
+    with pytest.raises(ValueError, match="n >= 2"):
+        t_test_power(1, 0.05, 0.1)

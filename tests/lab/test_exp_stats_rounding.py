@@ -196,3 +196,33 @@ def test_the_methods_doc_states_the_rule_with_its_numbers():
     assert f"= {stats.rounding_tolerance(0.5, 84):.1e}" in doc  # 84 values near 0.5
     assert f"{stats.ROUNDING_ULPS}·n·ε·M" in doc and f"rounded to {STABLE_DIGITS} significant digits" in doc
     assert NO_WITHIN_VARIATION in doc
+
+
+def test_zero_spread_with_a_nonzero_mean_has_no_t_test_p():
+    """Two seeds one prompt in 1000 apart: the differences agree to rounding, so their sd is 0 and the t statistic
+    mean / 0 measures nothing (no digit of the spread is measured). The t-tests give no p; the exact tests do, and
+    the report's family reads those (0.5 for two pairs), never a p of 0 at any n."""
+    a, b = [0.501, 0.602], [0.500, 0.601]
+    assert all(math.isnan(x) for x in stats.paired_t_test(a, b))
+    assert all(math.isnan(x) for x in stats.one_sample_t_test([3.0, 3.0, 3.0], 1.0))
+    assert all(math.isnan(x) for x in stats.welch_t_test([2.0, 2.0], [1.0, 1.0]))
+    row = paired(a, b)
+    assert math.isnan(row["p_t"]) and row["p"] == row["p_flip"] == 0.5 and row["diff"] == pytest.approx(0.001)
+    assert pairwise([2.0, 2.0], [1.0, 1.0])["p"] == stats.permutation_test([2.0, 2.0], [1.0, 1.0]) == 1 / 3
+    assert holm_adjust([row["p"], 0.01]) == [0.5, 0.02]
+
+
+def _one_ulp_differences(c: float, n: int) -> list[float]:
+    """Paired differences of two arms with no true difference: one arm moved one or two ULPs up, pair by pair."""
+    return [_ulps(c, 1 + i % 2) - c for i in range(n)]
+
+
+@pytest.mark.parametrize("c", LEVELS)
+def test_differences_passed_in_are_read_on_the_scale_of_their_arms(c):
+    """Differences a caller computed are as small as rounding makes them; only the arms' magnitude says so."""
+    d = _one_ulp_differences(c, 10)
+    assert math.isnan(stats.one_sample_t_test(d, scale=c)[2])  # every difference within rounding: no spread
+    assert stats.sign_flip_test(d[:8], scale=c) == 1.0
+    real = [0.05, 0.06, 0.04, 0.07, 0.05, 0.08, 0.03, 0.06]
+    assert stats.one_sample_t_test(real, scale=c) == stats.one_sample_t_test(real)
+    assert stats.sign_flip_test(real, scale=c) == stats.sign_flip_test(real) < 0.01
