@@ -16,6 +16,7 @@ import random
 import signal
 import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -130,36 +131,45 @@ class SaveOnInterrupt(Callback):
     runs when a run is told to stop, nor one due at that step. A signal during a validation pass lets that
     pass finish (its metrics cover the whole validation set), then writes the checkpoint and stops: no new
     training step. A signal during a checkpoint write lets the write finish and takes effect at the end of the
-    next training step. A second Ctrl-C interrupts at once (no new checkpoint; exit status 1), a second
-    SIGTERM ends the process at once (status 143); either way the checkpoints already on disk, the interrupt's
-    own among them if its write had finished, stay whole (:class:`AtomicCheckpointIO`). Signals that arrive
-    before training starts (while the model loads) have their default effect. With several processes the ranks
-    agree to stop after the same step. The handlers are installed for ``fit`` only and the previous ones
-    restored after it; they replace Lightning's own SIGTERM handling (which stops without a checkpoint and
-    exits 0) and its Slurm auto-requeue on SIGUSR1 (requeue on exit status 75 instead). Writes no metrics.
+    next training step. A second Ctrl-C interrupts at once (no new checkpoint; exit status 1). A second
+    SIGTERM within ``repeat_window_s`` of the first is the same request (a wrapper that passes the signal on
+    and a scheduler that signals the whole process group both send it): the run still writes its checkpoint
+    and exits 75; a SIGTERM later than that ends the process at once (status 143). Either way the checkpoints
+    already on disk, the interrupt's own among them if its write had finished, stay whole
+    (:class:`AtomicCheckpointIO`). Signals that arrive before training starts (while the model loads) have
+    their default effect. With several processes the ranks agree to stop after the same step. The handlers are
+    installed for ``fit`` only and the previous ones restored after it; they replace Lightning's own SIGTERM
+    handling (which stops without a checkpoint and exits 0) and its Slurm auto-requeue on SIGUSR1 (requeue on
+    exit status 75 instead). Writes no metrics. ``lit-grpo fit`` adds one with the defaults; one listed in
+    ``trainer.callbacks`` takes its place (to set the options below).
 
     Args:
         dirpath: Where ``last.ckpt`` is written; null: the folder of the trainer's ``ModelCheckpoint``,
             else ``<default_root_dir>/checkpoints``.
         filename: File name of the checkpoint.
         signals: Names of the signals that stop the run this way.
+        repeat_window_s: Seconds after the first SIGTERM in which another is the same request; 0: every
+            second SIGTERM ends the process at once.
     """
 
     def __init__(
-        self, dirpath: str | None = None, filename: str = "last.ckpt", signals: list[str] | None = None
+        self, dirpath: str | None = None, filename: str = "last.ckpt", signals: list[str] | None = None,
+        repeat_window_s: float = 5.0,
     ) -> None:
         names = list(STOP_SIGNALS if signals is None else signals)
         unknown = [n for n in names if not isinstance(getattr(signal, n, None), signal.Signals)]
         require(not unknown, f"SaveOnInterrupt: signals={names}: unknown {unknown}; use names like 'SIGTERM'")
-        self.dirpath, self.filename = dirpath, filename
+        require(repeat_window_s >= 0, f"SaveOnInterrupt: repeat_window_s={repeat_window_s} must be >= 0")
+        self.dirpath, self.filename, self.repeat_window_s = dirpath, filename, repeat_window_s
         self.signals = [getattr(signal, n) for n in names]
         self.requested = False
         self.received: str | None = None  # the name of the first signal received
         self.saved_path: Path | None = None
+        self._first_sigterm: float | None = None  # when the first SIGTERM arrived (time.monotonic)
         self._previous: dict[int, Any] = {}
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.requested, self.received, self.saved_path = False, None, None
+        self.requested, self.received, self.saved_path, self._first_sigterm = False, None, None, None
         self._install()
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -176,12 +186,29 @@ class SaveOnInterrupt(Callback):
         name = signal.Signals(signum).name
         if not self.requested:
             self.requested, self.received = True, name
+        again = ""
         if signum == signal.SIGINT:  # a second Ctrl-C interrupts at once
             signal.signal(signum, self._previous.get(signum) or signal.default_int_handler)
-        elif signum == signal.SIGTERM:  # a second SIGTERM ends the process at once
-            signal.signal(signum, signal.SIG_DFL)
-        again = {"SIGINT": " (Ctrl-C again to abort at once)", "SIGTERM": " (SIGTERM again to end at once)"}
-        logger.warning("%s: finishing this step, then saving a checkpoint%s", name, again.get(name, ""))
+            again = " (Ctrl-C again to abort at once)"
+        elif signum == signal.SIGTERM:
+            if self._first_sigterm is not None:
+                return self._sigterm_again(time.monotonic() - self._first_sigterm)
+            self._first_sigterm = time.monotonic()
+            again = (f" (a SIGTERM again within {self.repeat_window_s:g} s is the same request; one later "
+                     "ends the process at once)")
+        logger.warning("%s: finishing this step, then saving a checkpoint%s", name, again)
+
+    def _sigterm_again(self, after: float) -> None:
+        """A SIGTERM ``after`` seconds after the first: the same request within the window, else the end."""
+        if after < self.repeat_window_s:
+            logger.warning("SIGTERM again, %.1f s after the first (within repeat_window_s=%g): the same "
+                           "request; still finishing this step and saving a checkpoint", after,
+                           self.repeat_window_s)
+            return
+        logger.warning("SIGTERM again, %.1f s after the first: ending at once, without a new checkpoint "
+                       "(exit status 143)", after)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int

@@ -124,6 +124,7 @@ class LitGRPOCLI(LightningCLI):
         # a SaveOnInterrupt the config lists (to set its options) takes the place of the default one
         trainer = super().instantiate_trainer(**kwargs)
         defaults = self.trainer_defaults.get("callbacks") or []
+        defaults = defaults if isinstance(defaults, list) else [defaults]
         stops = [c for c in trainer.callbacks if isinstance(c, SaveOnInterrupt)]
         default = [c for c in stops if any(c is d for d in defaults)]
         if len(stops) > len(default):

@@ -221,16 +221,21 @@ class Poison(L.Callback):
 # ---- pausing a run where a test sends a signal ------------------------------------------------------
 class PauseAt(L.Callback):
     """Mid-step ``step`` (before its optimizer step), writes ``<default_root_dir>/<marker>`` and waits up
-    to 120 s for a signal to arrive (the handler ends the wait by setting ``SaveOnInterrupt.requested``)."""
+    to 120 s for a signal to arrive (the handler ends the wait by setting ``SaveOnInterrupt.requested``).
+    With ``again``, then writes ``<default_root_dir>/<again>`` and waits (up to 120 s) until the test has
+    sent its next signal (``<again>.sent``), if the process still lives: the handler has run on it then."""
 
-    def __init__(self, step: int, marker: str = "paused") -> None:
-        self.step, self.marker = step, marker
+    def __init__(self, step: int, marker: str = "paused", again: str | None = None) -> None:
+        self.step, self.marker, self.again = step, marker, again
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         if trainer.global_step != self.step:
             return
         Path(trainer.default_root_dir, self.marker).touch()
         _wait_for_request(trainer)
+        if self.again is not None:
+            Path(trainer.default_root_dir, self.again).touch()
+            _wait_for_file(Path(trainer.default_root_dir, f"{self.again}.sent"))
 
 
 class PauseInValidation(L.Callback):
@@ -282,9 +287,7 @@ class PausingIO(AtomicCheckpointIO):
             target.parent.mkdir(parents=True, exist_ok=True)
             (target.parent / f".{target.name}.partial.tmp").write_bytes(b"PK\x03\x04 half a checkpoint")
             (target.parent.parent / f"saving-{self.saves}").touch()
-            go, deadline = target.parent.parent / f"saving-{self.saves}.sent", time.monotonic() + 120
-            while not go.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            _wait_for_file(target.parent.parent / f"saving-{self.saves}.sent")
         super().save_checkpoint(checkpoint, path, storage_options)
 
 
@@ -294,4 +297,10 @@ def _wait_for_request(trainer) -> None:
     stop = next(c for c in trainer.callbacks if isinstance(c, SaveOnInterrupt))
     deadline = time.monotonic() + 120
     while not stop.requested and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _wait_for_file(path: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)

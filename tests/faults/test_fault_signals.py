@@ -67,17 +67,46 @@ def test_a_signal_mid_step_runs_no_validation_after_it(tmp_path, reference):
     _resume_to_the_end(tmp_path, reference)
 
 
+def _stopping(window_s: float) -> dict:
+    """The run's own SaveOnInterrupt, in place of the CLI's: a second SIGTERM within ``window_s`` of the
+    first is the same request, a later one ends the process at once."""
+    return {"class_path": "lit_grpo.checkpoint.SaveOnInterrupt", "init_args": {"repeat_window_s": window_s}}
+
+
 def test_sigterm_during_a_checkpoint_write_and_again_during_the_next_keeps_the_last_whole(tmp_path, reference):
     cfg = config(tmp_path, steps=4)
     cfg["trainer"]["plugins"] = [{"class_path": f"{FAULTS}.PausingIO", "init_args": {"pauses": [2, 3]}}]
+    cfg["trainer"]["callbacks"].append(_stopping(0))  # every second SIGTERM comes after the window
     # save 2 is the scheduled checkpoint of step 2: SIGTERM arrives in the middle of it; the write goes
     # on, step 3 runs, and save 3 (the interrupt's checkpoint) is cut short by a second SIGTERM
     child = run_subprocess(cfg, tmp_path, signals=[("saving-2", signal.SIGTERM), ("saving-3", signal.SIGTERM)])
     assert child.returncode == -signal.SIGTERM, child.stderr_text[-3000:]
-    assert "SIGTERM again to end at once" in child.stderr_text
+    assert "s after the first: ending at once, without a new checkpoint" in child.stderr_text
     assert list((tmp_path / "ckpt").glob(".last.ckpt.*tmp"))  # the write in progress was left unfinished
     assert checkpoint_step(tmp_path / "ckpt" / "last.ckpt") == 2  # the last whole checkpoint
     _resume_to_the_end(tmp_path, reference)
+
+
+def test_a_second_sigterm_within_the_window_is_the_same_request_saves_and_exits_75(tmp_path, reference):
+    # as a wrapper that passes SIGTERM on and the scheduler that signals the whole process group send it
+    cfg = config(tmp_path, steps=4)
+    cfg["trainer"]["callbacks"] += [{"class_path": f"{FAULTS}.PauseAt", "init_args": {"step": 1, "again": "asked"}},
+                                    _stopping(600)]  # a window no loaded machine outlasts
+    child = run_subprocess(cfg, tmp_path, signals=[("paused", signal.SIGTERM), ("asked", signal.SIGTERM)])
+    assert child.returncode == EXIT_INTERRUPTED, child.stderr_text[-3000:]
+    assert "s after the first (within repeat_window_s=600): the same request" in child.stderr_text
+    assert "SIGTERM: stopped after step 2; checkpoint written to" in child.stderr_text
+    assert checkpoint_step(tmp_path / "ckpt" / "last.ckpt") == 2
+    _resume_to_the_end(tmp_path, reference)
+
+
+def test_a_second_ctrl_c_aborts_at_once_without_a_new_checkpoint(tmp_path):
+    cfg = config(tmp_path, steps=4)
+    cfg["trainer"]["callbacks"].append({"class_path": f"{FAULTS}.PauseAt", "init_args": {"step": 1, "again": "asked"}})
+    child = run_subprocess(cfg, tmp_path, signals=[("paused", signal.SIGINT), ("asked", signal.SIGINT)])
+    assert child.returncode == 1, child.stderr_text[-3000:]
+    assert "Ctrl-C again to abort at once" in child.stderr_text
+    assert checkpoint_step(tmp_path / "ckpt" / "last.ckpt") == 1  # step 2 neither finished nor saved
 
 
 def test_ctrl_c_mid_run_saves_after_the_step_and_exits_75(tmp_path):
