@@ -10,7 +10,8 @@ ends its worker process. Errors are counted on the episode (``tool_errors``, ``t
 episode goes on: no tool failure stops the run.
 
 By default tools run isolated (``isolation: process``): in worker processes (:mod:`lit_grpo.envs.isolation`)
-whose wall-clock limit kills the worker, C code included, with a memory limit and none of the trainer's state;
+whose wall-clock limit kills the worker and what it started, C code included, with a memory limit, none of the
+trainer's state, an allow-listed environment, an empty working directory for each call, output to a log;
 up to ``workers`` calls of different episodes run at once (:meth:`ToolEnvironment.astep`, which the rollout
 awaits for all live episodes together). ``isolation: none`` runs them in the trainer's process: async tools
 concurrently on the rollout's event loop (the limit cancels them at their next ``await``), sync ones one at a
@@ -40,6 +41,7 @@ from lit_grpo.envs.isolation import (
     ToolTimeout,
     WorkerDied,
     WorkerPool,
+    check_isolation_options,
     check_picklable,
 )
 from lit_grpo.envs.tool_calls import (
@@ -107,6 +109,16 @@ class ToolEnvironment(Environment):
             that allocates past it gets a ``MemoryError`` observation.
         start_method: How workers start: ``forkserver`` (forked from a server that imported the tools' modules
             once) or ``spawn``.
+        pass_env: Environment variables of the trainer an isolated tool sees besides ``PATH``, ``HOME``,
+            ``USER``, ``LOGNAME``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``, ``TMPDIR`` and ``PYTHONPATH``:
+            names or patterns (``HF_TOKEN``, ``AWS_*``; ``["*"]``: all). Others (tokens, keys) stay out of
+            its reach.
+        log_path: The file isolated tools' stdout and stderr go to (appended; null: a new
+            ``lit-grpo-tools-<pid>-<n>.log`` in the system's temporary folder).
+        log_bytes: Most bytes of the tools' output kept in the log; the rest is dropped after a line saying
+            so.
+        calls_per_worker: Calls a worker answers before a fresh one replaces it (null: no limit, so module
+            globals and caches a tool keeps live on in its worker; 1: every call in a new process).
     """
 
     def __init__(self, tools: list[Callable[..., Any]] | None = None, system_prompt: str | None = None,
@@ -114,7 +126,9 @@ class ToolEnvironment(Environment):
                  call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"),
                  timeout_s: float = DEFAULT_TIMEOUT_S, max_calls_per_turn: int = 4,
                  max_result_chars: int = 2000, isolation: Isolation = "process", workers: int = 4,
-                 memory_mb: int | None = 1024, start_method: StartMethod = "forkserver") -> None:
+                 memory_mb: int | None = 1024, start_method: StartMethod = "forkserver",
+                 pass_env: list[str] | None = None, log_path: str | None = None, log_bytes: int = 2**20,
+                 calls_per_worker: int | None = None) -> None:
         check_call_options(call_format, max_calls_per_turn, max_result_chars)
         require(timeout_s > 0, f"timeout_s={timeout_s} must be > 0")
         require(isolation in ("process", "none"), f"isolation={isolation!r}; use process or none")
@@ -123,6 +137,8 @@ class ToolEnvironment(Environment):
                 f"memory_mb={memory_mb} must be >= 1, or null for no limit")
         require(start_method in ("forkserver", "spawn"),
                 f"start_method={start_method!r}; use forkserver or spawn")
+        pass_env = [] if pass_env is None else pass_env
+        check_isolation_options(pass_env, log_bytes, calls_per_worker)
         self.tools: dict[str, Callable[..., Any]] = {}
         self.schemas: list[dict] = []
         for tool in [*(tools or []), *self.own_tools()]:
@@ -136,6 +152,8 @@ class ToolEnvironment(Environment):
         self.max_result_chars = max_result_chars
         self.isolation, self.workers = isolation, workers
         self.memory_mb, self.start_method = memory_mb, start_method
+        self.pass_env, self.log_path, self.log_bytes = list(pass_env), log_path, log_bytes
+        self.calls_per_worker = calls_per_worker
         self._pool: WorkerPool | None = None
         self._waiters: ThreadPoolExecutor | None = None
         self._limit: asyncio.Semaphore | None = None
@@ -213,7 +231,8 @@ class ToolEnvironment(Environment):
         with _STARTING:  # steps may come from several threads (ConcurrentSteps, a sync step per thread)
             if self._pool is None:
                 self._waiters = ThreadPoolExecutor(self.workers, thread_name_prefix="lit-grpo-tool-wait")
-                self._pool = WorkerPool(self.tools, self.workers, self.memory_mb, self.start_method)
+                self._pool = WorkerPool(self.tools, self.workers, self.memory_mb, self.start_method,
+                                        self.pass_env, self.log_path, self.log_bytes, self.calls_per_worker)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._waiters, self._pool.call, name, arguments, self.timeout_s)
 
@@ -245,7 +264,7 @@ class ToolEnvironment(Environment):
                 return "raised", f"{type(err).__name__}: {err}"
 
     def close(self) -> None:
-        """Stops the tool workers (a later call starts new ones)."""
+        """Stops the tool workers and the processes their tools started (a later call starts new ones)."""
         if self._pool is not None:
             self._pool.close()
         if self._waiters is not None:
