@@ -92,6 +92,7 @@ class SearchEnvironment(ToolEnvironment):
         workers: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
         memory_mb: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
         start_method: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
+        pass_env, log_path, log_bytes, calls_per_worker: See :class:`~lit_grpo.envs.tools.ToolEnvironment`.
     """
 
     def __init__(self, corpus: str | None = None, k: int = 3, max_doc_chars: int = 400,
@@ -100,7 +101,9 @@ class SearchEnvironment(ToolEnvironment):
                  call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"), timeout_s: float = 5.0,
                  max_calls_per_turn: int = 4, max_result_chars: int = 2000, isolation: Isolation = "process",
                  workers: int = 4, memory_mb: int | None = 1024,
-                 start_method: StartMethod = "forkserver") -> None:
+                 start_method: StartMethod = "forkserver", pass_env: list[str] | None = None,
+                 log_path: str | None = None, log_bytes: int = 2**20,
+                 calls_per_worker: int | None = None) -> None:
         require(k >= 1, f"SearchEnvironment: k={k} must be >= 1")
         require(max_doc_chars >= 1, f"SearchEnvironment: max_doc_chars={max_doc_chars} must be >= 1")
         if importlib.util.find_spec("bm25s") is None:
@@ -111,7 +114,8 @@ class SearchEnvironment(ToolEnvironment):
         super().__init__(tools=tools, system_prompt=system_prompt, call_format=call_format,
                          call_tags=call_tags, timeout_s=timeout_s, max_calls_per_turn=max_calls_per_turn,
                          max_result_chars=max_result_chars, isolation=isolation, workers=workers,
-                         memory_mb=memory_mb, start_method=start_method)
+                         memory_mb=memory_mb, start_method=start_method, pass_env=pass_env,
+                         log_path=log_path, log_bytes=log_bytes, calls_per_worker=calls_per_worker)
 
     def reset(self, record):
         self._load()  # a bad collection is an error here, not a tool error in every episode

@@ -100,3 +100,10 @@ def test_bm25s_is_imported_without_numba():
             "assert not loaded, loaded; import bm25s; assert bm25s.BM25().backend == 'numpy'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_isolation_options_reach_the_search_tools_workers():
+    env = SearchEnvironment(pass_env=["HF_TOKEN"], log_bytes=4096, calls_per_worker=1)
+    assert (env.pass_env, env.log_bytes, env.calls_per_worker) == (["HF_TOKEN"], 4096, 1)
+    with pytest.raises(ValueError, match="calls_per_worker"):
+        SearchEnvironment(calls_per_worker=0)
