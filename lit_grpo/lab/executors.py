@@ -1,14 +1,22 @@
 """Where a grid's runs execute (``lit-grpo compare --executor``): ``local``, ``ray`` or ``slurm``.
 
 ``local`` (the default) is a thread pool on this machine, ``--jobs`` runs at a time. ``ray`` makes each run
-and each prepare step a Ray task holding the resources the experiment declares (``resources:`` in its YAML);
-Ray runs a task again when its worker or node dies (``max_retries``). ``slurm`` makes each one a Slurm job
-through submitit, with one task per GPU (:func:`_task`). Either way the task runs the same ``lit-grpo fit``
-child as the local executor (:func:`lit_grpo.lab.runner.run_one`), from the driver's working directory, and
-writes into the results directory, which must be on a filesystem every node sees; the ``status.json`` rules
-skip finished runs next time. A run whose child exits 75 (stopped by a signal after writing a checkpoint:
-pre-empted, or warned of its time limit) is submitted again by :func:`~lit_grpo.lab.runner.run_grid`, at most
-``retries`` times, and goes on from that checkpoint (:func:`~lit_grpo.lab.runner.resume_checkpoint`).
+and each prepare step a Ray task holding the resources the experiment declares (``resources:`` in its YAML).
+``slurm`` makes each one a Slurm job through submitit, with one task per GPU (:func:`_task`). Either way
+the task runs the same ``lit-grpo fit`` child as the local executor (:func:`lit_grpo.lab.runner.run_one`),
+from the driver's working directory, and writes into the results directory, which must be on a filesystem
+every node sees; the ``status.json`` rules skip finished runs next time.
+
+The retry rule, the same for every executor (:func:`lit_grpo.lab.runner.run_grid` applies it; neither Ray
+nor Slurm retries on its own: Ray tasks have ``max_retries=0``, Slurm jobs ``--no-requeue``): a run stopped
+from outside is submitted again, at most ``retries`` times (``--max-retries``; 0 for ``local``, where a
+signal is Ctrl-C), and goes on from the newest ``last.ckpt`` in its directory
+(:func:`~lit_grpo.lab.runner.resume_checkpoint`). Stopped from outside means: its child exited 75 (stopped by
+a signal after writing a checkpoint: pre-empted, or warned of its time limit), its child was killed by a
+signal (the OOM killer, a node drained without warning), or its task was lost with its worker, job or node (a
+Ray worker or node that died, a Slurm job killed or lost: :class:`WorkerLost`). A run that failed on its own
+error (any other exit status, ``--run-timeout``, an exception in the task) is recorded as failed and not
+submitted again. Prepare steps follow the same rule, each attempt from an empty output directory.
 
 What an executor provides is :class:`Executor`; :class:`LocalExecutor`, :class:`RayExecutor` and
 :class:`SlurmExecutor` conform to it (tests/lab/test_exp_executors.py checks each).
@@ -36,6 +44,11 @@ PROGRESS_EVERY = 60.0
 CLUSTER_ENV = "LIT_GRPO_SUBMITIT_CLUSTER"
 
 
+class WorkerLost(RuntimeError):
+    """The worker, node or job of a task died before the task returned (``Executor.result`` raises it, naming
+    the executor's own error); the grid submits the run again (the module docstring's retry rule)."""
+
+
 @runtime_checkable
 class Executor(Protocol):
     """Where a grid's runs and prepare steps execute: what :func:`~lit_grpo.lab.runner.run_grid`,
@@ -44,14 +57,15 @@ class Executor(Protocol):
 
     ``submit`` starts ``fn(*args)`` as a task holding ``resources`` and returns a handle; ``wait`` returns the
     handles of ``handles`` that have finished, at least one unless ``timeout`` seconds pass first; ``result``
-    is ``fn``'s value (it raises when the task was lost); ``free`` is the cluster's free resources in words
+    is ``fn``'s value (it raises :class:`WorkerLost` when the task's worker, node or job died, and ``fn``'s
+    own error when ``fn`` raised); ``free`` is the cluster's free resources in words
     ("" when it has nothing to say); ``close`` cancels the ``pending`` handles, then lets go of the pool or
     cluster.
     """
 
     #: what its tasks are called in the progress lines and the invocation record ("Ray tasks")
     kind: str
-    #: times a run interrupted with exit 75 (pre-empted, warned of its time limit) is submitted again
+    #: times a run stopped from outside (exit 75, killed by a signal, its task lost) is submitted again
     retries: int
     #: seconds between progress lines while no run finishes (None: a line per finished run only)
     progress_every: float | None
@@ -71,7 +85,7 @@ class LocalExecutor:
     """A thread pool of ``jobs`` threads; the runs' children get Ctrl-C with this process."""
 
     kind = "local threads"
-    retries = 0  # a run stopped with exit 75 here was stopped by Ctrl-C: not run again
+    retries = 0  # a run stopped by a signal here was stopped by Ctrl-C (or this machine's OOM killer)
     progress_every: float | None = None  # one line per finished run, as before
 
     def __init__(self, jobs: int) -> None:
@@ -143,19 +157,21 @@ class RayExecutor:
 
     def submit(self, resources: Resources, fn: Callable, *args: Any):
         memory = {"memory": int(resources.memory_gb * 2**30)} if resources.memory_gb else {}
-        options = {
-            "num_cpus": resources.cpus,
-            "num_gpus": resources.gpus,
-            "max_retries": self.retries,
-            **memory,
-        }
+        # max_retries=0: a task whose worker dies is submitted again by the grid, as a lost Slurm job is
+        options = {"num_cpus": resources.cpus, "num_gpus": resources.gpus, "max_retries": 0, **memory}
         return self.task.options(**options).remote(os.getcwd(), fn, *args)
 
     def wait(self, handles: Iterable, timeout: float | None) -> list:
         return self.ray.wait(list(handles), num_returns=1, timeout=timeout)[0]
 
     def result(self, handle) -> Any:
-        return self.ray.get(handle)
+        errors = self.ray.exceptions
+        try:
+            return self.ray.get(handle)
+        except errors.RayTaskError:  # fn raised (Ray's error is also of fn's error's type)
+            raise
+        except errors.RayError as err:  # its worker or node died (WorkerCrashedError, NodeDiedError, ...)
+            raise WorkerLost(type(err).__name__) from err
 
     def free(self) -> str:
         free = self.ray.available_resources()
@@ -252,7 +268,7 @@ class SlurmExecutor:
     ``--gpus-per-node=G``, ``--cpus-per-task`` = ``resources.cpus`` each), as Lightning's ``SLURMEnvironment``
     expects: each task is a rank of the run (``trainer.devices`` must be G). srun is given ``--cpus-per-task``
     too (since Slurm 22.05 it no longer takes it from the job). Jobs are ``--no-requeue``: the grid submits a
-    pre-empted run again itself, and a run never has two jobs."""
+    pre-empted or lost run again itself, and a run never has two jobs."""
 
     kind, progress_every = "Slurm jobs", PROGRESS_EVERY
     retries: int
@@ -269,7 +285,8 @@ class SlurmExecutor:
         submitit = _import("submitit", "slurm")
         require(cluster != "slurm" or shutil.which("sbatch") is not None,
                 "--executor slurm: no `sbatch` on PATH; run lit-grpo compare where jobs are submitted")
-        self.retries, self.executor = retries, submitit.AutoExecutor(folder=folder, cluster=cluster)
+        self.retries, self.submitit = retries, submitit
+        self.executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
         self.executor.update_parameters(
             name="lit-grpo", timeout_min=minutes, slurm_partition=partition, slurm_account=account,
             slurm_additional_parameters={"no-requeue": True},
@@ -294,7 +311,13 @@ class SlurmExecutor:
         return done
 
     def result(self, handle) -> Any:
-        return handle.results()[0]  # the first task's: it ran fn
+        utils = self.submitit.core.utils
+        try:
+            return handle.results()[0]  # the first task's: it ran fn
+        except utils.FailedJobError:  # fn raised in the job
+            raise
+        except utils.UncompletedJobError as err:  # it ended without a result: killed, cancelled, node lost
+            raise WorkerLost(type(err).__name__) from err
 
     def free(self) -> str:
         return ""

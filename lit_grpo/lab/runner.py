@@ -3,11 +3,12 @@
 A run writes ``run.log`` (its output), ``command.txt``, ``attempt.json`` and, when it ends, ``status.json``
 (``{"status": "done" | "failed", "returncode", "seconds", "args", "log", "attempt"}``, and ``resumed_from``
 when it went on from a checkpoint). A run whose ``status.json`` says done with the same arguments is skipped
-next time. A run stopped with exit 75 (a signal; it wrote ``last.ckpt``) with the same arguments, or started
-by this grid and lost with its worker or job, goes on from the newest ``last.ckpt`` in its directory; any
-other failed, unfinished or changed run starts again from an empty directory. A crash stays inside its
-process: it is recorded and the others go on.
-The runs execute on this machine, or on a Ray cluster or Slurm (:mod:`lit_grpo.lab.executors`).
+next time. A run stopped from outside (:func:`interruption`: exit 75, killed by a signal, lost with its worker
+or job) with the same arguments, or started by this grid and never recorded, goes on from the newest
+``last.ckpt`` in its directory; any other failed, unfinished or changed run starts again from an empty
+directory. A crash stays inside its process: it is recorded and the others go on.
+The runs execute on this machine, or on a Ray cluster or Slurm (:mod:`lit_grpo.lab.executors`, whose docstring
+states the retry rule).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,7 +25,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from lit_grpo.lab.executors import Executor, LocalExecutor
+from lit_grpo.lab.executors import Executor, LocalExecutor, WorkerLost
 from lit_grpo.lab.grid import Run, prepare_args, prepare_output, shell_command, substitute
 from lit_grpo.lab.spec import Experiment, Prepare, Resources
 
@@ -108,6 +110,25 @@ def _call(args: tuple[str, ...], log: Path | None, threads: int, timeout: float 
     return rc, time.monotonic() - start
 
 
+def interruption(returncode: int | str | None) -> str | None:
+    """How a run that ended with ``returncode`` was stopped from outside, in words, or None when it failed on
+    its own error (or succeeded). Stopped from outside: exit 75 (a signal, after its checkpoint was written),
+    a negative return code (its child killed by that signal), ``"lost: ..."`` (its worker or job died). Such
+    a run is submitted again (at most ``retries`` times) and resumes from its checkpoint; ``"timeout"``
+    (``--run-timeout``), ``"error: ..."`` (its task raised) and any other exit status are its own."""
+    if isinstance(returncode, str):
+        cause = returncode.removeprefix("lost: ")
+        return f"its worker or job died ({cause})" if cause != returncode else None
+    if returncode == EXIT_INTERRUPTED:
+        return "exit 75 (interrupted, e.g. pre-empted)"
+    if isinstance(returncode, int) and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return None
+
+
 def _attempts(run_dir: Path, token: str) -> int:
     """How many times this grid (``token``) has started the run: more than 1 after a worker died or a
     pre-emption."""
@@ -120,13 +141,14 @@ def _attempts(run_dir: Path, token: str) -> int:
 
 def resume_checkpoint(run: Run, token: str = "") -> Path | None:
     """The checkpoint ``run`` goes on from: the newest ``last.ckpt`` in its directory when the directory holds
-    an interrupted attempt of these arguments (``status.json``: exit 75), or one this grid (``token``)
-    started and never recorded (its worker or job was lost); else None (the run starts from scratch)."""
+    an attempt of these arguments stopped from outside (``status.json``: :func:`interruption`), or one this
+    grid (``token``) started and never recorded; else None (the run starts from scratch)."""
     status = read_status(run.run_dir)
     if status is None:
         interrupted = _attempts(run.run_dir, token) > 0
     else:
-        interrupted = status.get("returncode") == EXIT_INTERRUPTED and status.get("args") == list(run.args)
+        interrupted = (interruption(status.get("returncode")) is not None
+                       and status.get("args") == list(run.args))
     found = sorted(run.run_dir.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime) if interrupted else []
     return found[-1] if found else None
 
@@ -176,21 +198,38 @@ def run_prepare(exp: Experiment, root: str | Path = "runs/experiments", threads:
         if marker.is_file() and json.loads(marker.read_text()).get("args") == list(args):
             echo(f"prepare {step.name}: cached at {output}")
             continue
-        shutil.rmtree(output, ignore_errors=True)
-        shutil.rmtree(f"{output}-logs", ignore_errors=True)  # the requirement reads this step's log alone
         log = Path(f"{output}.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         echo(f"prepare {step.name}: {shell_command(args, threads)}")
-        call = (args, log, threads, None)
-        rc, seconds = (
-            executor.result(executor.submit(exp.resources, _call, *call)) if executor else _call(*call)
-        )
+        rc, seconds = _prepare(step.name, output, (args, log, threads, None), exp.resources, executor, echo)
         if rc != 0 or not output.is_dir():
             raise RuntimeError(f"prepare step {step.name!r} failed (exit {rc}, no {output}); see {log}")
         reached = _check_requirement(step, exp.quick, output, echo)
         marker.write_text(json.dumps({"args": list(args), "seconds": round(seconds, 2), **reached}))
         echo(f"prepare {step.name}: done in {seconds:.0f} s -> {output}")
     return outputs
+
+
+def _prepare(name: str, output: Path, call: tuple, resources: Resources, executor: Executor | None,
+             echo: Callable[[str], None]) -> tuple[int | str, float]:
+    """A prepare step's (return code, seconds), from an empty ``output``: here, or as a task of ``executor``,
+    submitted again from scratch while it is stopped from outside (:func:`interruption`), at most
+    ``executor.retries`` times."""
+    retried = 0
+    while True:
+        shutil.rmtree(output, ignore_errors=True)
+        shutil.rmtree(f"{output}-logs", ignore_errors=True)  # the requirement reads this step's log alone
+        if executor is None:
+            return _call(*call)
+        try:
+            rc, seconds = executor.result(executor.submit(resources, _call, *call))
+        except WorkerLost as err:
+            rc, seconds = f"lost: {err}", 0.0
+        why = interruption(rc)
+        if why is None or retried == executor.retries:
+            return rc, seconds
+        retried += 1
+        echo(f"prepare {name}: {why}; submitted again")
 
 
 def _check_requirement(step: Prepare, quick: bool, output: Path, echo: Callable[[str], None]) -> dict:
@@ -262,8 +301,8 @@ def run_grid(
     resources: Resources | None = None,
 ) -> tuple[int, float]:
     """Run every run that needs it, ``jobs`` at a time here, or as tasks of ``executor`` (each holding
-    ``resources``); returns how many ran and the wall seconds spent. A run that exits 75 (interrupted, e.g.
-    pre-empted) is submitted again, at most ``executor.retries`` times."""
+    ``resources``); returns how many ran and the wall seconds spent. A run stopped from outside
+    (:func:`interruption`) is submitted again, at most ``executor.retries`` times."""
     todo = [r for r in runs if needs_run(r, retry_failed)]
     progress = Progress(len(runs), len(runs) - len(todo), echo)
     pool = executor or LocalExecutor(jobs)
@@ -274,18 +313,22 @@ def run_grid(
     )
     start, token, resources = time.monotonic(), uuid.uuid4().hex, resources or Resources(cpus=threads)
     pending = {pool.submit(resources, run_one, r, threads, timeout, token): r for r in todo}
+    requeued = dict.fromkeys((r.run_dir for r in todo), 0)
     try:
         while pending:
             for handle in pool.wait(pending, pool.progress_every):
                 run = pending.pop(handle)
                 try:
                     status = pool.result(handle)
-                except Exception as err:  # the task was lost (its worker died once too often, the job failed)
-                    status = _record(run, f"lost: {type(err).__name__}", 0, _attempts(run.run_dir, token))
-                if status["returncode"] == EXIT_INTERRUPTED and status["attempt"] <= pool.retries:
-                    attempt = status["attempt"]
-                    echo(f"requeued {run.run_id}: exit 75 (interrupted, e.g. pre-empted) at attempt "
-                         f"{attempt}")
+                except WorkerLost as err:  # its worker, node or job died
+                    status = _record(run, f"lost: {err}", 0, _attempts(run.run_dir, token))
+                except Exception as err:  # run_one raised in the task: the run's own error
+                    status = _record(run, f"error: {type(err).__name__}: {err}", 0,
+                                     _attempts(run.run_dir, token))
+                why = interruption(status["returncode"])
+                if why is not None and requeued[run.run_dir] < pool.retries:
+                    requeued[run.run_dir] += 1
+                    echo(f"requeued {run.run_id}: {why} at attempt {status['attempt']}")
                     pending[pool.submit(resources, run_one, run, threads, timeout, token)] = run
                     continue
                 progress.finished(run, status)

@@ -1,9 +1,9 @@
 """``lit-grpo compare --executor ray|slurm``: the grid on a local Ray instance gives the runs, statuses and report
-tables of the local executor; a Ray worker killed mid-run is retried; a stopped grid resumes; a run that exits 75
-is requeued and resumes from its checkpoint, on Ray and through submitit's local executor (there stopped by
-submitit's USR2); a run on two "GPUs" is a Slurm job of two tasks, each a rank; the sbatch flags of a job;
-run_grid's requeue, resume and lost-task rules with a stand-in child; bad inputs fail before anything runs; each
-executor conforms to the Executor interface.
+tables of the local executor; one retry rule for both: a run whose Ray worker or submitit job is killed mid-run is
+retried and resumes from its checkpoint, as is a run that exits 75 (on Ray, and through submitit's local executor,
+there stopped by submitit's USR2); a stopped grid resumes; a run on two "GPUs" is a Slurm job of two tasks, each a
+rank; the sbatch flags of a job; run_grid's requeue, resume and own-error rules with a stand-in child, prepare
+steps' too; bad inputs fail before anything runs; each executor conforms to the Executor interface.
 
 Ray and submitit are optional extras (``lit-grpo[ray]``, ``lit-grpo[slurm]``): without them these tests skip."""
 
@@ -18,7 +18,14 @@ import pytest
 
 from lit_grpo.commands.compare import compare
 from lit_grpo.lab import runner
-from lit_grpo.lab.executors import CLUSTER_ENV, Executor, LocalExecutor, RayExecutor, SlurmExecutor
+from lit_grpo.lab.executors import (
+    CLUSTER_ENV,
+    Executor,
+    LocalExecutor,
+    RayExecutor,
+    SlurmExecutor,
+    WorkerLost,
+)
 from lit_grpo.lab.grid import Run
 from lit_grpo.lab.loader import load_experiment
 from lit_grpo.lab.runner import run_grid
@@ -26,8 +33,8 @@ from lit_grpo.lab.spec import Resources
 from tests.lab.helpers import ROOT, SMALL, write_experiment
 
 #: A callback that, the first time any run of the test reaches the end of a training step, claims ``MARKER``
-#: (its pid in it) and sends ``SIGNAL`` to ``WHO`` (its own process, or its parent: the Ray worker, the
-#: submitit task), then waits until the run's SaveOnInterrupt has the signal (one passed on by the parent
+#: (its pid in it), with ``SAVE`` writes the run's ``checkpoints/last.ckpt``, and sends ``SIGNAL`` to ``WHO``
+#: (its own process, or its parent: the Ray worker, the submitit task), then waits until the run's SaveOnInterrupt has the signal (one passed on by the parent
 #: arrives a little later), so that the run stops after this step whichever callback runs first.
 ONCE = """
 import os
@@ -36,7 +43,7 @@ import time
 
 from lightning import Callback
 
-MARKER, SIGNAL, WHO = {marker!r}, signal.{signal}, {who}
+MARKER, SIGNAL, WHO, SAVE = {marker!r}, signal.{signal}, {who}, {save}
 
 
 class Once(Callback):
@@ -47,6 +54,8 @@ class Once(Callback):
             return
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
+        if SAVE:  # what a ModelCheckpoint every step would have left before a kill that writes none
+            trainer.save_checkpoint(os.path.join(trainer.default_root_dir, "checkpoints", "last.ckpt"))
         os.kill(WHO(), SIGNAL)
         stop = [c for c in trainer.callbacks if type(c).__name__ == "SaveOnInterrupt"]
         deadline = time.monotonic() + 60
@@ -97,11 +106,11 @@ def test_a_grid_on_ray_matches_the_local_one_and_resumes(tmp_path, monkeypatch, 
     assert "[2/2] ok     GRPO/default/seed1" in out and seed0.read_text() == before and seed1.is_file()
 
 
-def _once(tmp_path, monkeypatch, signal: str, who: str):
+def _once(tmp_path, monkeypatch, signal: str, who: str, save: bool = False):
     """An experiment of ``seeds`` whose first run to finish a step gets ``signal`` (see ONCE)."""
     monkeypatch.chdir(ROOT)
     marker = tmp_path / "signalled"
-    (tmp_path / "oncemod.py").write_text(ONCE.format(marker=str(marker), signal=signal, who=who))
+    (tmp_path / "oncemod.py").write_text(ONCE.format(marker=str(marker), signal=signal, who=who, save=save))
     monkeypatch.syspath_prepend(str(tmp_path))  # the config check imports it here, the runs in their process
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{':'.join(sys.path)}")
     args = [*SMALL, "--trainer.callbacks+=oncemod.Once", f"--trainer.default_root_dir={tmp_path}"]
@@ -117,17 +126,33 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_a_run_whose_ray_worker_is_killed_is_retried(tmp_path, monkeypatch, capsys):
+def test_a_run_whose_ray_worker_is_killed_is_retried_from_its_checkpoint(tmp_path, monkeypatch, capsys):
     pytest.importorskip("ray", reason="needs the ray extra: pip install 'lit-grpo[ray]'")
-    marker, exp = _once(tmp_path, monkeypatch, "SIGKILL", "os.getppid")
+    marker, exp = _once(tmp_path, monkeypatch, "SIGKILL", "os.getppid", save=True)
     root = tmp_path / "out"
     assert compare(["--config", str(exp), "--root", str(root), "--executor", "ray", "--max-retries", "1"]) == 0
     out = capsys.readouterr().out
-    statuses = [json.loads(p.read_text()) for p in sorted(root.glob("tiny/runs/*/*/*/status.json"))]
-    assert [s["status"] for s in statuses] == ["done", "done"]
-    assert sorted(s["attempt"] for s in statuses) == [1, 2]  # the killed run ran again; the other once
+    assert re.search(r"requeued GRPO/default/seed\d: its worker or job died \(WorkerCrashedError\) at attempt 1", out)
     assert re.search(r"ok     GRPO/default/seed\d \(\d+ s, retried: attempt 2\)", out)
+    _assert_resumed(root, marker, None)
     assert not _alive(int(marker.read_text()))  # its first child died with the worker (no orphan)
+
+
+@pytest.mark.slow
+def test_a_run_whose_submitit_job_is_killed_is_retried_from_its_checkpoint(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("submitit", reason="needs the slurm extra: pip install 'lit-grpo[slurm]'")
+    monkeypatch.setenv(CLUSTER_ENV, "local")
+    # SIGKILL to the job's process (submitit's task), as when Slurm kills a job or loses its node: the same rule
+    # as for a Ray worker that dies, the run submitted again and going on from its checkpoint
+    marker, exp = _once(tmp_path, monkeypatch, "SIGKILL", "os.getppid", save=True)
+    root = tmp_path / "out"
+    argv = ["--config", str(exp), "--root", str(root), "--executor", "slurm", "--max-retries", "1"]
+    assert compare(argv) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert re.search(r"requeued GRPO/default/seed\d: its worker or job died \(UncompletedJobError\) at attempt 1",
+                     out)
+    _assert_resumed(root, marker, None)
+    assert not _alive(int(marker.read_text()))  # its first child died with the job (no orphan)
 
 
 @pytest.mark.slow
@@ -148,9 +173,10 @@ def test_submitit_s_time_limit_signal_stops_a_run_with_a_checkpoint_and_its_retr
     assert list((root / ".submitit").glob("*_log.out"))  # submitit's own files stay beside the runs
 
 
-def _assert_resumed(root: Path, marker: Path, signal: str) -> None:
+def _assert_resumed(root: Path, marker: Path, signal: str | None) -> None:
     """Both runs done, one at its second attempt, which went on from the checkpoint its first attempt wrote
-    into the run's directory after step 1 (stopped by ``signal``); its log holds both attempts."""
+    into the run's directory after step 1 (stopped by ``signal``, or, None, killed after ONCE wrote it); its log
+    holds both attempts."""
     statuses = [json.loads(p.read_text()) for p in sorted(root.glob("tiny/runs/*/*/*/status.json"))]
     assert [(s["status"], s["returncode"]) for s in statuses] == [("done", 0), ("done", 0)]
     assert sorted(s["attempt"] for s in statuses) == [1, 2] and marker.is_file()
@@ -158,7 +184,8 @@ def _assert_resumed(root: Path, marker: Path, signal: str) -> None:
     checkpoint = Path(retried["log"]).parent / "checkpoints" / "last.ckpt"
     assert retried["resumed_from"] == str(checkpoint) and "resumed_from" not in first
     log = Path(retried["log"]).read_text()
-    assert f"{signal}: stopped after step 1; checkpoint written to {checkpoint}" in log  # the first attempt's
+    if signal is not None:
+        assert f"{signal}: stopped after step 1; checkpoint written to {checkpoint}" in log  # the first attempt's
     assert f"attempt 2: resuming from {checkpoint}" in log
     assert f"Restoring states from the checkpoint path at {checkpoint}" in log
 
@@ -241,7 +268,7 @@ class _Retrying(LocalExecutor):
         return "free: all"
 
 
-def test_run_grid_requeues_exit_75_resumes_it_and_records_a_lost_task(tmp_path, monkeypatch):
+def test_run_grid_requeues_exit_75_resumes_it_and_records_a_task_that_raised(tmp_path, monkeypatch):
     calls = []
 
     def call(args, log, threads, timeout, append=False):  # the child: 75 once for run a (after its checkpoint)
@@ -263,7 +290,9 @@ def test_run_grid_requeues_exit_75_resumes_it_and_records_a_lost_task(tmp_path, 
     assert "2 runs: 0 already finished (skipped), 2 to run, as test tasks with 1 thread(s) each" in lines
     assert "requeued a/default/seed0: exit 75 (interrupted, e.g. pre-empted) at attempt 1" in lines
     assert any(re.fullmatch(r"\[\d/2\] ok     a/default/seed0 \(0 s, retried: attempt 2\)", x) for x in lines)
-    assert any(re.fullmatch(r"\[\d/2\] FAILED b/default/seed0 \(0 s\)  exit lost: OSError, log: .*", x) for x in lines)
+    # the task raised: the run's own error, recorded and not submitted again
+    assert any(re.fullmatch(r"\[\d/2\] FAILED b/default/seed0 \(0 s\)  exit error: OSError: the node's disk went "
+                            r"away, log: .*", x) for x in lines)
     assert lines[-1] == "[runs] 0 pending, 0 running, 1 done, 1 failed; free: all"
     # the retry went on from the checkpoint the interrupted attempt left in the run's directory
     checkpoint = tmp_path / "a" / "checkpoints" / "last.ckpt"
@@ -275,6 +304,82 @@ def test_run_grid_requeues_exit_75_resumes_it_and_records_a_lost_task(tmp_path, 
     assert log.startswith("attempt 1\n") and f"attempt 2: resuming from {checkpoint}\nattempt 2\n" in log
 
 
+class _Died(Exception):
+    """What the stand-in child raises for a task whose worker died (its executor's result turns it into WorkerLost)."""
+
+
+class _Losing(_Retrying):
+    def result(self, handle):
+        try:
+            return super().result(handle)
+        except _Died as err:  # as RayExecutor and SlurmExecutor report a dead worker or job
+            raise WorkerLost("WorkerCrashedError") from err
+
+
+def test_run_grid_retries_a_run_killed_by_a_signal_or_lost_with_its_worker_but_not_its_own_failure(tmp_path,
+                                                                                                  monkeypatch):
+    calls = []
+
+    def call(args, log, threads, timeout, append=False):
+        # killed: SIGKILL once; lost: its worker dies once; failed: exits 1; always: killed every time
+        name, attempt = args[1], sum(c[1] == args[1] for c in calls) + 1
+        calls.append(args)
+        with open(log, "a" if append else "w") as out:
+            out.write(f"attempt {attempt}\n")
+        if attempt == 1 and name in ("killed", "lost"):  # a checkpoint from before the kill (a ModelCheckpoint's)
+            (tmp_path / name / "checkpoints").mkdir()
+            (tmp_path / name / "checkpoints" / "last.ckpt").write_text("step 1")
+        if name == "lost" and attempt == 1:
+            raise _Died
+        if name == "failed":
+            return 1, 0.1
+        return (-9, 0.1) if name == "always" or (name == "killed" and attempt == 1) else (0, 0.1)
+
+    monkeypatch.setattr(runner, "_call", call)
+    names = ("killed", "lost", "failed", "always")
+    runs = [Run(name, (), 0, ("fit", name), tmp_path / name) for name in names]
+    lines = []
+    assert run_grid(runs, 1, 1, echo=lines.append, executor=_Losing(1))[0] == 4
+    assert "requeued killed/default/seed0: killed by SIGKILL at attempt 1" in lines
+    assert "requeued lost/default/seed0: its worker or job died (WorkerCrashedError) at attempt 1" in lines
+    assert "requeued always/default/seed0: killed by SIGKILL at attempt 1" in lines  # once: --max-retries 1
+    assert not any(x.startswith("requeued failed") for x in lines)  # its own error: not run again
+    statuses = {name: json.loads((tmp_path / name / "status.json").read_text()) for name in names}
+    assert {n: (s["status"], s["returncode"], s["attempt"]) for n, s in statuses.items()} == {
+        "killed": ("done", 0, 2), "lost": ("done", 0, 2), "failed": ("failed", 1, 1), "always": ("failed", -9, 2)}
+    for name in ("killed", "lost"):  # each retry went on from the checkpoint its first attempt left
+        checkpoint = tmp_path / name / "checkpoints" / "last.ckpt"
+        assert [c for c in calls if c[1] == name] == [("fit", name), ("fit", name, f"--ckpt_path={checkpoint}")]
+        assert statuses[name]["resumed_from"] == str(checkpoint)
+    assert [c for c in calls if c[1] == "failed"] == [("fit", "failed")]
+
+
+def test_a_prepare_step_lost_with_its_worker_is_submitted_again_from_an_empty_output(tmp_path, monkeypatch):
+    from tests.lab.test_exp_grid import _fake_step, _prepared_experiment
+
+    exp = _prepared_experiment(tmp_path, {"name": "val/accuracy", "reduce": "max", "min": 0.35})
+    _fake_step(monkeypatch, [0.4])
+    step, tries = runner._call, []
+
+    def call(args, log, threads, timeout):  # the first attempt leaves part of its output, then its worker dies
+        tries.append(args)
+        if len(tries) == 1:
+            output = Path(next(a.partition("=")[2] for a in args if a.startswith("--trainer.callbacks.dirpath=")))
+            output.mkdir(parents=True)
+            raise _Died
+        return step(args, log, threads, timeout)  # it makes the output directory: none may be left over
+
+    monkeypatch.setattr(runner, "_call", call)
+    lines = []
+    executor = _Losing(1)
+    try:
+        outputs = runner.run_prepare(exp, tmp_path, echo=lines.append, executor=executor)
+    finally:
+        executor.close()
+    assert len(tries) == 2 and (outputs["pol"] / runner.PREPARED_FILE).is_file()
+    assert "prepare pol: its worker or job died (WorkerCrashedError); submitted again" in lines
+
+
 def test_a_run_starts_from_scratch_unless_its_directory_holds_an_interrupted_attempt(tmp_path):
     run = Run("a", (), 0, ("fit", "a"), tmp_path / "a")
     checkpoint = run.run_dir / "tb" / "version_0" / "checkpoints" / "last.ckpt"  # ModelCheckpoint's, say
@@ -284,7 +389,9 @@ def test_a_run_starts_from_scratch_unless_its_directory_holds_an_interrupted_att
     (run.run_dir / "attempt.json").write_text(json.dumps({"token": "grid", "attempt": 1}))
     assert runner.resume_checkpoint(run, "grid") == checkpoint  # this grid's attempt, lost with its worker
     assert runner.resume_checkpoint(run, "another grid") is None
-    for rc, args, resumes in [(75, ["fit", "a"], True), (1, ["fit", "a"], False), (75, ["fit", "b"], False)]:
+    for rc, args, resumes in [(75, ["fit", "a"], True), (-9, ["fit", "a"], True), ("lost: WorkerCrashedError",
+                              ["fit", "a"], True), (1, ["fit", "a"], False), ("timeout", ["fit", "a"], False),
+                              ("error: OSError: x", ["fit", "a"], False), (75, ["fit", "b"], False)]:
         (run.run_dir / "status.json").write_text(json.dumps({"returncode": rc, "args": args}))
         assert runner.resume_checkpoint(run, "another grid") == (checkpoint if resumes else None)
     checkpoint.unlink()
