@@ -10,9 +10,11 @@ seed, its counters and the random states in :meth:`GRPOModule.on_save_checkpoint
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
+import shutil
 import signal
 import tempfile
 import threading
@@ -40,7 +42,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     temporary file (``.<name>.*.tmp``) is removed by the next save. Remote paths (``s3://``...) use
     Lightning's own writer. The default plugin of ``lit-grpo`` runs. With
     ``ModelParallelStrategy(save_distributed_checkpoint=True)`` Lightning writes a folder of shards itself,
-    without this plugin; ``save_distributed_checkpoint: false`` writes one file through it.
+    without this plugin; ``save_distributed_checkpoint: false`` writes one file through it. A write that fails
+    (a full disk, a read-only folder) raises a :class:`CheckpointWriteError` that names the folder and what to
+    free or change.
     """
 
     def save_checkpoint(
@@ -51,21 +55,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError(f"AtomicCheckpointIO takes no storage_options (got {storage_options!r})")
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        for stale in target.parent.glob(f".{target.name}.*.tmp"):
-            stale.unlink(missing_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(target.parent)
-
+            _write_atomically(checkpoint, target)
+        except OSError as err:
+            failure = err
+        else:
+            return
+        raise write_error(target, checkpoint, failure)  # outside the except: the message is the whole story
 
     def load_checkpoint(self, path: Any, map_location: Any = None,
                         weights_only: bool | None = None) -> dict[str, Any]:
@@ -78,6 +74,82 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             if damaged is None:
                 raise
             raise damaged from err
+
+
+def _write_atomically(checkpoint: dict[str, Any], target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (:func:`write_error`); ``errno`` is the failed write's. The file
+    it was to replace, if any, is whole."""
+
+
+#: Errors of a write to a full disk, and of one to a folder that cannot be written.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def write_error(target: Path, checkpoint: dict[str, Any], err: OSError) -> CheckpointWriteError:
+    """The error for ``checkpoint`` that failed to be written to ``target`` with ``err``: names the file, the
+    cause and, for a full disk, the checkpoint's size (its tensors) and the space left, with what to free; for
+    a read-only folder, what to change."""
+    cause = os.strerror(err.errno) if err.errno else str(err)
+    folder, head = target.parent, f"could not write the checkpoint {target}: {cause}."
+    kept = f"The previous {target.name}, if there is one, is whole."
+    if err.errno in _FULL:
+        size = _megabytes(tensor_bytes(checkpoint))
+        fix = (f"A checkpoint of this run takes about {size}; the disk of {folder} has {_free(folder)} "
+               f"free. Free at least {size} there (delete checkpoints no longer needed; ModelCheckpoint's "
+               "save_top_k keeps fewer), or point the checkpoint folder (ModelCheckpoint's dirpath) at a "
+               "disk with room.")
+    elif err.errno in _READ_ONLY:
+        fix = (f"The folder {folder} cannot be written: make it writable (a read-only file system: remount "
+               "it read-write), or point the checkpoint folder (ModelCheckpoint's dirpath) at a writable "
+               "one.")
+    else:
+        fix = f"Check the disk of {folder}."
+    error = CheckpointWriteError(f"{head} {fix} {kept}")
+    error.errno = err.errno
+    return error
+
+
+def tensor_bytes(obj: Any) -> int:
+    """The bytes of the tensors in ``obj`` and the dicts, lists and tuples it holds: about what ``torch.save``
+    writes of it."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+def _free(folder: Path) -> str:
+    """The free space of the disk that holds ``folder`` (or its nearest existing parent), in words."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+    try:
+        return _megabytes(shutil.disk_usage(existing).free)
+    except OSError:
+        return "an unknown amount"
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def damaged_checkpoint(path: Any, err: BaseException) -> RuntimeError | None:
@@ -166,10 +238,12 @@ class SaveOnInterrupt(Callback):
         self.received: str | None = None  # the name of the first signal received
         self.saved_path: Path | None = None
         self._first_sigterm: float | None = None  # when the first SIGTERM arrived (time.monotonic)
+        self._stopping = False  # the ranks agreed to stop after a signal
         self._previous: dict[int, Any] = {}
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.requested, self.received, self.saved_path, self._first_sigterm = False, None, None, None
+        self._stopping = False
         self._install()
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -226,19 +300,53 @@ class SaveOnInterrupt(Callback):
         self._save_and_stop(trainer, f"after the validation of step {trainer.global_step}")
 
     def _save_and_stop(self, trainer: Trainer, when: str) -> bool:
-        """When any rank received a signal and no interrupt checkpoint exists yet: write it, stop the run."""
+        """When any rank received a signal and no interrupt checkpoint exists yet: write it, stop the run. A
+        write that fails (:class:`CheckpointWriteError`) stops it too where an earlier checkpoint is there to
+        resume from (:meth:`_resume_from_earlier`), and raises where none is."""
         asked = trainer.strategy.reduce_boolean_decision(self.requested, all=False)
         if self.saved_path is not None or not asked:
             return False
-        path = self._path(trainer)
-        trainer.save_checkpoint(path)
-        self.saved_path = path
+        self._stopping, path = True, self._path(trainer)
+        try:
+            trainer.save_checkpoint(path)
+        except CheckpointWriteError as err:
+            if not self._resume_from_earlier(trainer, err, when):
+                raise
+        else:
+            self.saved_path = path
+            logger.warning(
+                "%s: stopped %s; checkpoint written to %s. Resume with --ckpt_path %s (exit status %d)",
+                self._signal(), when, path, path, EXIT_INTERRUPTED,
+            )
         trainer.should_stop = True
-        logger.warning(
-            "%s: stopped %s; checkpoint written to %s. Resume with --ckpt_path %s (exit status %d)",
-            self.received or "a signal on another rank", when, path, path, EXIT_INTERRUPTED,
-        )
         return True
+
+    def _resume_from_earlier(self, trainer: Trainer, err: CheckpointWriteError, when: str) -> bool:
+        """A checkpoint write failed with ``err`` while the run stops on a signal: logs it with the checkpoint
+        to resume from, the stop's own if it was written, else the newest earlier one
+        (:func:`earlier_checkpoint`), which the exit status (75) then stands for. False when there is none."""
+        if self.saved_path is not None:
+            logger.error("%s\n%s: resume with --ckpt_path %s (exit status %d)", err, self._signal(),
+                         self.saved_path, EXIT_INTERRUPTED)
+            return True
+        self.saved_path = earlier_checkpoint(trainer)
+        if self.saved_path is None:
+            return False
+        logger.error("%s\n%s: stopped %s without its checkpoint; resume from the earlier checkpoint %s with "
+                     "--ckpt_path %s (exit status %d): the steps after it are trained again", err,
+                     self._signal(), when, self.saved_path, self.saved_path, EXIT_INTERRUPTED)
+        return True
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        """A checkpoint write that failed after the stop (the scheduled one of the same step) leaves the run
+        resumable (:func:`stopped_resumably`) where a checkpoint is there to resume from. Restores the signal
+        handlers (Lightning calls no ``teardown`` hook after an exception)."""
+        if isinstance(exception, CheckpointWriteError) and self._stopping:
+            self._resume_from_earlier(trainer, exception, f"after step {trainer.global_step}")
+        self.teardown(trainer, pl_module, "fit")
+
+    def _signal(self) -> str:
+        return self.received or "a signal on another rank"
 
     def _path(self, trainer: Trainer) -> Path:
         if self.dirpath is not None:
@@ -307,6 +415,23 @@ def _header_only(path: Path) -> bool:
     with path.open("rb") as f:
         head = f.read(8)
     return len(head) < 8 or path.stat().st_size <= 8 + 4 + int.from_bytes(head, "little") + 4
+
+
+def earlier_checkpoint(trainer: Trainer) -> Path | None:
+    """The newest local checkpoint ``trainer``'s run can resume from: the last or best one its
+    ``ModelCheckpoint`` callbacks wrote, or the one it resumed from; None when there is none."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    paths = [p for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)
+             for p in (c.last_model_path, c.best_model_path)]
+    files = [Path(p) for p in [*paths, trainer.ckpt_path] if p and "://" not in str(p) and Path(p).is_file()]
+    return max(files, key=lambda f: f.stat().st_mtime) if files else None
+
+
+def stopped_resumably(trainer: Trainer, err: BaseException) -> bool:
+    """Whether ``err``, which ended ``trainer``'s ``fit``, is a checkpoint write that failed while the run
+    stopped on a signal with a checkpoint to resume from: ``lit-grpo fit`` then exits 75, not 1."""
+    return isinstance(err, CheckpointWriteError) and exit_status(trainer) == EXIT_INTERRUPTED
 
 
 def exit_status(trainer: Trainer) -> int:

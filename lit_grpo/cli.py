@@ -39,6 +39,7 @@ from lit_grpo.checkpoint import (
     damaged_checkpoint,
     new_log_dirs,
     remove_unused_log_dirs,
+    stopped_resumably,
 )
 from lit_grpo.components import resolve
 from lit_grpo.console import quiet_libraries, use_run_console
@@ -142,7 +143,9 @@ class LitGRPOCLI(LightningCLI):
         fresh = new_log_dirs(self.trainer)
         try:
             super()._run_subcommand(subcommand)
-        except BaseException:
+        except BaseException as err:
+            if stopped_resumably(self.trainer, err):
+                return  # a write failed as a signal stopped the run, with a checkpoint to resume from: 75
             if self.trainer.is_global_zero:
                 remove_unused_log_dirs(fresh)
             raise

@@ -4,6 +4,7 @@ run where a test sends it a signal."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import lightning as L
 import torch
@@ -289,6 +291,29 @@ class PausingIO(AtomicCheckpointIO):
             (target.parent.parent / f"saving-{self.saves}").touch()
             _wait_for_file(target.parent.parent / f"saving-{self.saves}.sent")
         super().save_checkpoint(checkpoint, path, storage_options)
+
+
+class FullDiskIO(AtomicCheckpointIO):
+    """Atomic writes on a disk that fills up (``error="ENOSPC"``) or turns read-only (``"EROFS"``) from save
+    number ``full_from`` (1-based) on: those writes get a few bytes into their temporary file, then fail with
+    that ``OSError``, as ``torch.save`` does on such a disk. Works as root, where a read-only folder (chmod)
+    does not stop a write."""
+
+    def __init__(self, full_from: int, error: str = "ENOSPC") -> None:
+        super().__init__()
+        self.full_from, self.errno, self.saves = full_from, getattr(errno, error), 0
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        self.saves += 1
+        if self.saves < self.full_from:
+            return super().save_checkpoint(checkpoint, path, storage_options)
+
+        def full(obj, f) -> None:
+            f.write(b"PK\x03\x04 the start of a checkpoint")
+            raise OSError(self.errno, os.strerror(self.errno))
+
+        with mock.patch("torch.save", full):
+            super().save_checkpoint(checkpoint, path, storage_options)
 
 
 def _wait_for_request(trainer) -> None:
