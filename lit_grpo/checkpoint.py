@@ -198,30 +198,27 @@ class SaveOnInterrupt(Callback):
     """Ctrl-C (SIGINT), SIGTERM, SIGUSR1 or SIGUSR2 finishes the current training step, writes a checkpoint
     and stops ``fit``; ``lit-grpo fit`` then exits with :data:`EXIT_INTERRUPTED` (75): interrupted, resumable.
 
-    The checkpoint is written between steps, so it is as clean as a scheduled one and a run resumed from
-    it (``ckpt_path=last``) goes on exactly. After a signal no further validation runs: not the one Lightning
-    runs when a run is told to stop, nor one due at that step. A signal during a validation pass lets that
-    pass finish (its metrics cover the whole validation set), then writes the checkpoint and stops: no new
-    training step. A signal during a checkpoint write lets the write finish and takes effect at the end of the
-    next training step. A second Ctrl-C interrupts at once (no new checkpoint; exit status 1). A second
-    SIGTERM within ``repeat_window_s`` of the first is the same request (a wrapper that passes the signal on
-    and a scheduler that signals the whole process group both send it): the run still writes its checkpoint
-    and exits 75; a SIGTERM later than that ends the process at once (status 143). Either way the checkpoints
-    already on disk, the interrupt's own among them if its write had finished, stay whole
-    (:class:`AtomicCheckpointIO`). Signals that arrive before training starts (while the model loads) have
-    their default effect. With several processes the ranks agree to stop after the same step. The handlers are
-    installed for ``fit`` only and the previous ones restored after it; they replace Lightning's own SIGTERM
-    handling (which stops without a checkpoint and exits 0) and its Slurm auto-requeue on SIGUSR1 (requeue on
-    exit status 75 instead). Writes no metrics. ``lit-grpo fit`` adds one with the defaults; one listed in
-    ``trainer.callbacks`` takes its place (to set the options below).
+    The checkpoint is written between steps, so a run resumed from it (``ckpt_path=last``) goes on exactly.
+    After a signal no further validation runs (neither Lightning's stopping one nor one due at that step); a
+    signal during a validation pass lets that pass finish, then writes the checkpoint and stops; one during a
+    checkpoint write lets the write finish and takes effect after the next step. A second Ctrl-C aborts at
+    once (exit status 1), a late second SIGTERM too (143; ``repeat_window_s``); the checkpoints on disk stay
+    whole (:class:`AtomicCheckpointIO`). A write that fails at the stop still exits 75 where an earlier
+    checkpoint is there to resume from (:meth:`_resume_from_earlier`). Signals before training starts have
+    their default effect. The ranks stop after the same step. The handlers are installed for ``fit`` only;
+    they replace Lightning's SIGTERM handling (a stop without a checkpoint, exit 0) and its Slurm requeue on
+    SIGUSR1 (requeue on 75 instead). Writes no metrics. ``lit-grpo fit`` adds one with the defaults; one
+    listed in ``trainer.callbacks`` takes its place.
 
     Args:
         dirpath: Where ``last.ckpt`` is written; null: the folder of the trainer's ``ModelCheckpoint``,
             else ``<default_root_dir>/checkpoints``.
         filename: File name of the checkpoint.
         signals: Names of the signals that stop the run this way.
-        repeat_window_s: Seconds after the first SIGTERM in which another is the same request; 0: every
-            second SIGTERM ends the process at once.
+        repeat_window_s: Seconds after the first SIGTERM in which another is the same request (a wrapper
+            that passes the signal on and a scheduler that signals the whole process group both send one):
+            the run still writes its checkpoint and exits 75. A SIGTERM after it ends the process at once
+            (status 143, no new checkpoint); 0: every second SIGTERM does.
     """
 
     def __init__(
