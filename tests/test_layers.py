@@ -51,7 +51,7 @@ LAYERS = [
     ["__main__"], ["commands"], ["cli", "lab"], ["callbacks"], ["module", "sft"],
     ["step_metrics", "checkpoint", "batching"], ["policy", "data"], ["settings"], ["diagnostics", "envs"],
     ["rollout", "rewards"], ["losses", "estimators"], ["logprobs"], ["models", "parallel"],
-    ["lora", "perf", "types", "resources", "components", "figure", "precision"], ["extras"], ["checks"],
+    ["lora", "perf", "types", "resources", "components", "figure", "precision", "console"], ["extras"], ["checks"],
 ]
 RANK = {part: len(LAYERS) - i for i, parts in enumerate(LAYERS) for part in parts}
 #: What the lab may import of lit_grpo besides itself: the light shared helpers (the argument check, the shipped

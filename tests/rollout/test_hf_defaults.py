@@ -44,6 +44,7 @@ SCRIPTS = {
     "bench/real_quickstart_time.py": "the real quickstart as users run it: the defaults, its figures rerun at them",
     "bench/agent_budget.py": "pinned",  # EPISODE_DRAWS_ARG in every stage (tests/bench)
     "bench/agent_step.py": "names every setting it measures (ARMS)",
+    "bench/provenance.py": "samples nothing: resolves the settings a command runs with",
 }
 
 
