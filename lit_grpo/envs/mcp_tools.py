@@ -7,11 +7,24 @@ system message), calls are read from each turn in the same formats, checked agai
 with one ``tool`` message each; a turn without a call is the final answer.
 
 MCP clients are asynchronous; the environment runs them on an event loop of its own, in a daemon thread, so it
-is called from synchronous code (the episode loop) and from any thread. A call that runs past ``timeout_s``, a
-server that exits or a call the server fails is an error observation, counted on the episode
-(``tool_timeouts``, ``tool_errors``), and never stops the run: after a timeout or an exit the server process
-is stopped (killed if it must be) and started again for the next call. Sessions are closed when the episode
+is called from synchronous code (the episode loop) and from any thread. Sessions are closed when the episode
 ends (``session: episode``), when the environment is closed or collected, and at interpreter exit.
+
+Servers that fail: the rule of this module and of :class:`~lit_grpo.envs.OpenEnvEnvironment`. A server
+that fails a call never stops the run by itself: the call is an error observation, counted on its episode
+(``tool_timeouts`` for a call that ran past ``timeout_s``, ``tool_errors`` otherwise), the server process is
+stopped (killed if it must be), and a new one serves the next call. A server fails a call when the call runs
+past ``timeout_s``, when the process exits during it, when it sends a malformed reply (a line that is not
+JSON-RPC but names a request id: the call fails at once, not at its time limit; a line without an id is
+noise, skipped as the MCP client skips it), or when its reply cannot be used. The calls of other episodes in
+flight on a shared server that went down are not failed with it: each is asked once more, on the new server,
+one such call at a time, so that a call which brings the server down again does so alone. (When several
+calls were in flight as the process exited or sent a malformed reply, which of them caused it is not known:
+each is asked again, and the one that causes it again, alone, is counted.) Restarts are bounded: a server
+started again that fails again before answering any call counts once, an answered call clears the count,
+and when ``max_restarts`` such restarts in a row have failed, the next one is an :class:`MCPServerError`
+naming the server and its last failure, which stops the run. A server that does not start is an
+:class:`MCPServerError` too.
 
 Install the extra: ``pip install 'lit-grpo[mcp]'``.
 """
@@ -22,6 +35,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import json
+import re
 import sys
 import threading
 import weakref
@@ -67,6 +81,8 @@ class MCPToolEnvironment(Environment):
         timeout_s: Wall-clock seconds one tool call may take; then the call is an error observation and the
             server is restarted.
         start_timeout_s: Seconds the server may take to start and list its tools.
+        max_restarts: Restarts in a row that may fail again before answering a call (the module docstring);
+            past them the run stops with an MCPServerError.
         max_calls_per_turn: Calls run per turn; further calls in the same turn get an error observation.
         max_result_chars: Longest observation; longer results are cut, saying so.
     """
@@ -76,14 +92,17 @@ class MCPToolEnvironment(Environment):
                  session: Literal["shared", "episode"] = "shared", system_prompt: str | None = None,
                  call_format: Literal["auto", "tags", "json"] = "auto",
                  call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"), timeout_s: float = 30.0,
-                 start_timeout_s: float = 60.0, max_calls_per_turn: int = 4,
+                 start_timeout_s: float = 60.0, max_restarts: int = 3, max_calls_per_turn: int = 4,
                  max_result_chars: int = 2000) -> None:
         require(bool(command),
                 "MCPToolEnvironment: command is empty; give the server's executable, e.g. python")
         require(session in ("shared", "episode"), f"session={session!r}; use shared or episode")
         check_call_options(call_format, max_calls_per_turn, max_result_chars)
         require(timeout_s > 0 and start_timeout_s > 0, "timeout_s and start_timeout_s must be > 0")
+        require(isinstance(max_restarts, int) and max_restarts >= 0,
+                f"max_restarts={max_restarts!r} must be an integer >= 0")
         self.command, self.args, self.env, self.cwd = command, list(args or []), env, cwd
+        self.max_restarts = max_restarts
         self.tool_names = None if tools is None else list(tools)
         self.session, self.system_prompt = session, system_prompt
         self.call_format, self.call_tags = call_format, tuple(call_tags)
@@ -111,8 +130,8 @@ class MCPToolEnvironment(Environment):
             schemas = self._shared_schemas()
         episode = Episode(record=record, messages=messages, tools=schemas,
                           tool_instructions=describe_tools(schemas, self.call_tags), state=state)
-        if self.session == "episode":
-            finalizer = weakref.finalize(episode, in_background, self._runtime.stop, state["server"])
+        if self.session == "episode":  # stops the episode's server, the one it started again included
+            finalizer = weakref.finalize(episode, in_background, _stop_served, self._runtime, state)
             finalizer.atexit = False  # at exit the environment's own finalizer stops every server
             episode.state["finalizer"] = finalizer
         return episode
@@ -147,56 +166,110 @@ class MCPToolEnvironment(Environment):
         problem = check_arguments(call.arguments, schema)
         if problem:
             return _error(episode, f"tool {call.name!r}: {problem}")
-        server = episode.state.get("server") if self.session == "episode" else self._runtime.shared
-        try:
-            if server is None or not server.alive:
-                server = self._restart(episode)
-            result = server.call(call.name, call.arguments, self.timeout_s)
-        except TimeoutError:
-            episode.tool_timeouts += 1
-            self._runtime.stop(server)
-            return f"error: tool {call.name!r} ran past its time limit of {self.timeout_s:g} s"
-        except Exception as err:
-            self._runtime.stop(server)
-            cause = _leaf(err)
-            return _error(episode, f"tool {call.name!r} failed: the MCP server stopped answering "
-                                   f"({type(cause).__name__}: {cause}); it is started again for the "
-                                   "next call")
+        result, failure = self._ask(episode, call)
+        if failure is not None:
+            return failure
         text, failed = result_text(result)
         if failed:
             return _error(episode, f"tool {call.name!r} failed: {text}")
         return cut_result(text, self.max_result_chars)
+
+    def _ask(self, episode: Episode, call: ToolCall) -> tuple[Any, str | None]:
+        """(the server's result for ``call``, None), or (None, the error observation) for a call its server
+        failed, counted on ``episode``. A call spared by its server's fall is asked once more, on a new
+        server, one such call at a time (the module docstring)."""
+        try:
+            return self._ask_once(episode, call, spare=True)
+        except _Down:
+            with self._runtime.retrying:
+                return self._ask_once(episode, call, spare=False)
+
+    def _ask_once(self, episode: Episode, call: ToolCall, spare: bool) -> tuple[Any, str | None]:
+        """One try of :meth:`_ask`; with ``spare``, a call spared by its server's fall raises ``_Down``."""
+        server = self._serving(episode)
+        try:
+            result = server.call(call.name, call.arguments, self.timeout_s)
+        except TimeoutError:
+            episode.tool_timeouts += 1
+            why = f"ran past its time limit of {self.timeout_s:g} s"
+            self._failed(server, f"tool {call.name!r} {why}", blame=True)
+            return None, f"error: tool {call.name!r} {why}"
+        except _Down as down:
+            if down.spared and spare:
+                raise
+            why, blame = f"the MCP server {down.why}", False
+        except Exception as err:  # noqa: BLE001  (an answer the client could not use)
+            cause = _leaf(err)
+            why, blame = f"the MCP server's reply could not be used ({type(cause).__name__}: {cause})", True
+        else:
+            self._runtime.answered(server)
+            return result, None
+        self._failed(server, why, blame)
+        return None, _error(episode, f"tool {call.name!r} failed: {why}; a new server serves the next call")
 
     def close(self) -> None:
         """Stops every server process this environment started (the shared one and those of open episodes)."""
         self._runtime.close()
 
     # ---- servers -----------------------------------------------------------------------------------
-    def _start(self) -> _Server:
+    def _start(self, again: bool = False) -> _Server:
+        """A new server process; ``again``: in place of one that went down (bounded by max_restarts)."""
         try:
             from mcp import StdioServerParameters
         except ImportError:
             raise ImportError(INSTALL_HINT) from None
+        runtime = self._runtime
+        if again and runtime.futile >= self.max_restarts:
+            raise MCPServerError(
+                f"the MCP server {self.server!r} failed again after each of its last {runtime.futile} "
+                f"restart(s), before answering any call (the last failure: {runtime.last_failure}); fix the "
+                "server (its stderr says why it stopped) or raise max_restarts"
+            )
         command = sys.executable if self.command in ("python", "python3") else self.command
         params = StdioServerParameters(command=command, args=self.args, env=self.env, cwd=self.cwd)
-        return self._runtime.start(params, self.start_timeout_s, self.server)
+        server = runtime.start(params, self.start_timeout_s, self.server)
+        server.again = again
+        return server
 
     def _shared_schemas(self) -> list[dict]:
+        shared = self._shared()
         with self._runtime.lock:
-            if self._runtime.shared is None or not self._runtime.shared.alive:
-                self._runtime.shared = self._start()
             if self._schemas is None:
-                self._schemas = self._offered(self._runtime.shared.tools)
+                self._schemas = self._offered(shared.tools)
             return self._schemas
 
-    def _restart(self, episode: Episode) -> _Server:
-        if self.session == "episode":
-            episode.state["server"] = server = self._start()
-            return server
-        with self._runtime.lock:
-            if self._runtime.shared is None or not self._runtime.shared.alive:
-                self._runtime.shared = self._start()
-            return self._runtime.shared
+    def _shared(self) -> _Server:
+        """The shared server, started (again) if there is none or it went down."""
+        runtime = self._runtime
+        with runtime.lock:
+            if runtime.shared is None or not runtime.shared.alive:
+                runtime.stop(runtime.shared)
+                runtime.shared = self._start(again=runtime.started)
+                runtime.started = True
+            return runtime.shared
+
+    def _serving(self, episode: Episode) -> _Server:
+        """The server for ``episode``'s next call: its own (``session: episode``) or the shared one, started
+        again if it went down."""
+        if self.session == "shared":
+            return self._shared()
+        server = episode.state.get("server")
+        if server is None or not server.alive:
+            self._runtime.stop(server)
+            episode.state["server"] = server = self._start(again=True)
+        return server
+
+    def _failed(self, server: _Server, why: str, blame: bool = False) -> None:
+        """Stops ``server``, which failed a call (``why``); a restarted server that failed before answering
+        any call counts once toward max_restarts. ``blame``: stopped on account of this call, so the other
+        calls in flight on it are asked again."""
+        runtime = self._runtime
+        with runtime.lock:
+            runtime.last_failure = why
+            if server.again and not server.answered and not server.counted:
+                server.counted = True
+                runtime.futile += 1
+        runtime.stop(server, why if blame else None)
 
     def _offered(self, tools: list[Any]) -> list[dict]:
         schemas = {t.name: tool_schema(t) for t in tools}
@@ -332,6 +405,52 @@ def _error(episode: Episode, message: str) -> str:
     return f"error: {message}"
 
 
+def _stop_served(runtime: _Runtime, state: dict) -> None:
+    """Stops the server an episode holds (``state["server"]``): for the finalizer of a dropped episode."""
+    runtime.stop(state.get("server"))
+
+
+#: a request id in a line the server sent (``"id": 7`` or ``"id": "a"``): what makes a line a reply
+_REQUEST_ID = re.compile(r'"id"\s*:\s*(-?\d|")')
+#: the JSON-RPC error code of a call whose connection closed under it (``mcp.types.CONNECTION_CLOSED``)
+CONNECTION_CLOSED = -32000
+
+
+def _malformed_reply(error: Exception) -> str | None:
+    """What is wrong with the line behind ``error`` (the MCP client's parse error for a line that is not
+    JSON-RPC) when it names a request id, and so is a reply, malformed; None for a line without one, which is
+    noise (a stray print)."""
+    errors = getattr(error, "errors", None)
+    try:
+        items = errors() if callable(errors) else []
+    except Exception:  # noqa: BLE001  (not pydantic's: nothing to read)
+        return None
+    for item in items:
+        line = item.get("input")
+        if (isinstance(line, dict) and "id" in line) or (isinstance(line, str) and _REQUEST_ID.search(line)):
+            shown = line if isinstance(line, str) else json.dumps(line, default=str)
+            return f"{item.get('msg', type(error).__name__)}: {shown[:120]!r}"
+    return None
+
+
+def _connection_closed(call: asyncio.Future) -> bool:
+    """Whether a finished ``session.call_tool`` ended because the connection closed under it."""
+    if call.cancelled():
+        return True
+    error = call.exception()
+    return getattr(getattr(error, "error", None), "code", None) == CONNECTION_CLOSED
+
+
+class _Down(Exception):
+    """A call lost because its server went down under it: ``why`` (in words, after "the MCP server"), and
+    whether the call is ``spared`` (asked again on a new server: the environment stopped the server on
+    account of another call, or several calls were in flight, or the call never reached the server)."""
+
+    def __init__(self, why: str, spared: bool) -> None:
+        super().__init__(why)
+        self.why, self.spared = why, spared
+
+
 # ---- the event loop thread and the server sessions on it ------------------------------------------------
 class _Runtime:
     """An event loop in a daemon thread (started on first use) and the servers running on it."""
@@ -339,7 +458,11 @@ class _Runtime:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.shared: _Server | None = None
+        self.started = False  # a shared server was started once: the next one is a restart
         self.servers: set[_Server] = set()
+        self.futile = 0  # restarted servers in a row that failed before answering a call
+        self.last_failure = ""
+        self.retrying = threading.Lock()  # held by a call asked again after its server went down
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -367,14 +490,19 @@ class _Runtime:
             raise
         return server
 
-    def stop(self, server: _Server | None) -> None:
+    def stop(self, server: _Server | None, blame: str | None = None) -> None:
+        """Stops ``server``; ``blame``: on account of a call that failed so (its other calls are spared)."""
         if server is None:
             return
         with self.lock:
             self.servers.discard(server)
             if self.shared is server:
                 self.shared = None
-        server.close()
+        server.close(blame)
+
+    def answered(self, server: _Server) -> None:
+        with self.lock:
+            server.answered, self.futile = True, 0
 
     def close(self) -> None:
         with self.lock:
@@ -407,12 +535,15 @@ class _Server:
         self.session = None
         self.tools: list[Any] = []
         self.closed = False
+        self.again = self.answered = self.counted = False  # the environment's, for max_restarts
+        self.in_flight = 0  # calls waiting for their answer (read and written on the loop only)
+        self.down: tuple[str, bool] | None = None  # how it went down under its calls: (why, spared)
         self._stop: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
     @property
     def alive(self) -> bool:
-        return (not self.closed and self.session is not None and self._task is not None
+        return (not self.closed and self.down is None and self.session is not None and self._task is not None
                 and not self._task.done())
 
     def open(self, timeout: float) -> None:
@@ -428,20 +559,39 @@ class _Server:
     def call(self, name: str, arguments: dict, timeout: float):
         return self.runtime.run(self._call(name, arguments, timeout), timeout + 5)
 
-    def close(self) -> None:
+    def close(self, blame: str | None = None) -> None:
+        """Stops the process; ``blame``: on account of a call that failed so, which spares the others."""
         if self.closed:
             return
         self.closed = True
         loop = self.runtime._loop
         if self._task is None or loop is None:
             return
+        down = (f"was stopped as another call {blame}", True) if blame else ("was stopped", False)
         if threading.current_thread() is self.runtime._thread:  # e.g. a finalizer the loop's thread ran
-            loop.call_soon(lambda: asyncio.ensure_future(self._close()))
+            loop.call_soon(lambda: asyncio.ensure_future(self._close(down)))
             return
         try:
-            self.runtime.run(self._close(), 15)
+            self.runtime.run(self._close(down), 15)
         except Exception:  # the loop is gone or the server would not stop: nothing more to do here
             pass
+
+    def _went_down(self, why: str, spared: bool) -> tuple[str, bool]:
+        """How the server went down under its calls: the first account given stays (on the loop only)."""
+        if self.down is None:
+            self.down = (why, spared)
+        return self.down
+
+    async def _on_message(self, message: Any) -> None:
+        """The client's handler of what the server sends besides answers: a malformed reply (a line that is
+        not JSON-RPC but names a request id) takes the server down at once, failing the calls in flight now
+        rather than at their time limit (which of them it answered cannot be read: with several, each is
+        spared)."""
+        wrong = _malformed_reply(message) if isinstance(message, Exception) and self.in_flight else None
+        if wrong is not None:
+            self._went_down(f"sent a malformed reply ({wrong})", self.in_flight > 1)
+            if self._stop is not None:
+                self._stop.set()
 
     async def _open(self, timeout: float) -> list[Any]:
         from mcp import ClientSession, stdio_client
@@ -451,7 +601,8 @@ class _Server:
 
         async def own() -> None:
             try:
-                async with stdio_client(self.params) as (read, write), ClientSession(read, write) as session:
+                async with (stdio_client(self.params) as (read, write),
+                            ClientSession(read, write, message_handler=self._on_message) as session):
                     await session.initialize()
                     tools = await _list_tools(session)
                     self.session = session
@@ -474,18 +625,24 @@ class _Server:
 
     async def _call(self, name: str, arguments: dict, timeout: float):
         session = self.session
-        if session is None or self._task is None or self._task.done():
-            raise MCPServerError("the server exited")
-        call = asyncio.ensure_future(session.call_tool(name, arguments))
-        done, _ = await asyncio.wait({call, self._task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if call in done:
-            return call.result()
-        call.cancel()
-        if self._task in done:  # the session ended under the call: the server exited
-            raise MCPServerError("the server exited during the call")
-        raise TimeoutError(f"no answer in {timeout:g} s")
+        if session is None or self.down is not None or self._task is None or self._task.done():
+            raise _Down((self.down or ("had exited",))[0], spared=True)  # the call never reached it
+        self.in_flight += 1
+        try:
+            call = asyncio.ensure_future(session.call_tool(name, arguments))
+            done, _ = await asyncio.wait({call, self._task}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if call in done and not _connection_closed(call):
+                return call.result()
+            call.cancel()
+            if call in done or self._task in done:  # the session ended under the call
+                raise _Down(*self._went_down("exited during the call", self.in_flight > 1))
+            raise TimeoutError(f"no answer in {timeout:g} s")
+        finally:
+            self.in_flight -= 1
 
-    async def _close(self) -> None:
+    async def _close(self, down: tuple[str, bool] = ("was stopped", False)) -> None:
+        self._went_down(*down)
         if self._stop is not None:
             self._stop.set()
         task = self._task

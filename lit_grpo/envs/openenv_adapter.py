@@ -18,6 +18,19 @@ configured reward (``reward: none``) for every episode: one source per run, neve
 server answered without any reward is an error naming the server, or 0 with ``missing_reward: zero``; an
 episode cut (truncated) before its first turn reached the server scores 0.
 
+Servers that fail follow the rule stated in :mod:`lit_grpo.envs.mcp_tools`, with a session in place of a
+server process: a step the server fails (no answer in ``message_timeout_s``, the connection closed under it,
+the server gone, an answer that cannot be read) does not stop the run. It is an error observation (the turn's
+message, or the tool call's), counted on the episode (``tool_timeouts`` for a step past
+``message_timeout_s``, ``tool_errors`` otherwise); its session is closed, and the episode's next step opens a
+new one and resets it (the server's state for the episode starts over; the reset's reward counts as the
+first one's does). A new session that fails before answering a step counts once toward ``max_restarts``, an
+answered step clears the count, and when ``max_restarts`` such sessions in a row have failed, the next one is
+an :class:`OpenEnvError` naming the server and its last failure, which stops the run. A session that cannot
+be opened or reset (the server unreachable, at its session limit) and a step the server answers with an error
+of its own (its action refused, its environment raised: a mismatch of configuration, not a passing fault)
+stop the run with an :class:`OpenEnvError` naming the server and the cause.
+
 Sessions are closed when the episode ends, when its reward is read, when any call to the server fails (reset
 included), when the episode object is garbage-collected, and by :meth:`OpenEnvEnvironment.close`.
 
@@ -75,7 +88,10 @@ class OpenEnvEnvironment(Environment):
         max_calls_per_turn: Calls sent per turn; further calls in the same turn get an error observation.
         max_result_chars: Longest tool result (``tools`` actions); longer ones are cut, saying so.
         connect_timeout_s: Seconds to open a session.
-        message_timeout_s: Seconds to wait for the server's answer to a reset or a step.
+        message_timeout_s: Seconds to wait for the server's answer to a reset or a step; a step past it is a
+            timeout observation and the episode goes on in a new session.
+        max_restarts: New sessions in a row that may fail again before answering a step (the module
+            docstring); past them the run stops with an OpenEnvError.
     """
 
     def __init__(self, base_url: str, actions: Literal["text", "tools"] = "text",
@@ -87,7 +103,7 @@ class OpenEnvEnvironment(Environment):
                  call_format: Literal["auto", "tags", "json"] = "auto",
                  call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"), max_calls_per_turn: int = 4,
                  max_result_chars: int = 2000, connect_timeout_s: float = 10.0,
-                 message_timeout_s: float = 60.0) -> None:
+                 message_timeout_s: float = 60.0, max_restarts: int = 3) -> None:
         require(base_url.startswith(("http://", "https://", "ws://", "wss://")),
                 f"OpenEnvEnvironment: base_url={base_url!r} must start with http://, https://, "
                 "ws:// or wss://")
@@ -101,6 +117,8 @@ class OpenEnvEnvironment(Environment):
         check_call_options(call_format, max_calls_per_turn, max_result_chars)
         require(connect_timeout_s > 0 and message_timeout_s > 0,
                 "connect_timeout_s and message_timeout_s must be > 0")
+        require(isinstance(max_restarts, int) and max_restarts >= 0,
+                f"max_restarts={max_restarts!r} must be an integer >= 0")
         self.base_url, self.actions = base_url, actions
         self.action_field, self.observation_field = action_field, observation_field
         self.opening, self.observation_role, self.reward_mode = opening, observation_role, reward
@@ -108,8 +126,11 @@ class OpenEnvEnvironment(Environment):
         self.call_format, self.call_tags = call_format, tuple(call_tags)
         self.max_calls_per_turn, self.max_result_chars = max_calls_per_turn, max_result_chars
         self.connect_timeout_s, self.message_timeout_s = connect_timeout_s, message_timeout_s
+        self.max_restarts = max_restarts
         self._sessions: dict[int, Any] = {}  # id -> open client, for close()
         self._lock = threading.Lock()
+        self._futile = 0  # new sessions in a row that failed before answering a step
+        self._last_failure = ""
 
     # ---- the environment ---------------------------------------------------------------------------
     def reset(self, record: Record) -> Episode:
@@ -117,7 +138,7 @@ class OpenEnvEnvironment(Environment):
         try:
             result = self._call(client, "reset", lambda: client.reset())
             episode = Episode(record=record, messages=user_messages(record, self.system_prompt),
-                              state={"client": client, "rewards": [result.reward], "steps": 0})
+                              state={"rewards": [result.reward], "steps": 0})
             if self.actions == "tools":
                 episode.tools = self._list_tools(client)
                 episode.state["schemas"] = {s["function"]["name"]: s for s in episode.tools}
@@ -126,10 +147,7 @@ class OpenEnvEnvironment(Environment):
         except BaseException:
             self._discard(client)
             raise
-        # the episode owns the session from here: closed at its end, or when it is garbage-collected
-        finalizer = weakref.finalize(episode, in_background, self._discard, client)
-        finalizer.atexit = False  # the process's sockets close with it
-        episode.state["finalizer"] = finalizer
+        self._own(episode, client)
         if self.opening == "observation":
             episode.messages[-1]["content"] = shown
         elif self.opening == "both":
@@ -139,11 +157,13 @@ class OpenEnvEnvironment(Environment):
         return episode
 
     def step(self, episode: Episode, text: str) -> StepResult:
-        client = episode.state.get("client")
-        require(client is not None, "OpenEnvEnvironment.step on an episode whose session has ended")
+        require("client" in episode.state, "OpenEnvEnvironment.step on an episode whose session has ended")
         if self.actions == "tools":
-            return self._tool_step(episode, client, text)
-        result = self._send(episode, client, {self.action_field: text})
+            return self._tool_step(episode, text)
+        result, failure = self._send(episode, {self.action_field: text})
+        if failure is not None:
+            content = f"error: {failure}; a new session, reset, serves the next turn"
+            return StepResult([{"role": self.observation_role, "content": content}], done=False)
         if result.done:
             self._close(episode)
             return StepResult(observations=[], done=True)
@@ -190,7 +210,7 @@ class OpenEnvEnvironment(Environment):
                               "parameters": t.get("input_schema") or _no_arguments()}}
                 for t in tools]
 
-    def _tool_step(self, episode: Episode, client, text: str) -> StepResult:
+    def _tool_step(self, episode: Episode, text: str) -> StepResult:
         calls = parse_tool_calls(text, self.call_format, self.call_tags)
         if not calls:
             self._close(episode)
@@ -213,10 +233,14 @@ class OpenEnvEnvironment(Environment):
                 episode.tool_errors += 1
                 content = f"error: {problem}"
             else:
-                result = self._send(episode, client, {"type": "call_tool", "tool_name": call.name,
-                                                      "arguments": call.arguments})
-                content = self._tool_result(episode, call.name, result.observation)
-                done = bool(result.done)
+                result, failure = self._send(episode, {"type": "call_tool", "tool_name": call.name,
+                                                       "arguments": call.arguments})
+                if failure is not None:
+                    content = (f"error: tool {call.name!r} failed: {failure}; a new session, reset, serves "
+                               "the next call")
+                else:
+                    content = self._tool_result(episode, call.name, result.observation)
+                    done = bool(result.done)
             observations.append({"role": "tool", "name": call.name or "unknown", "content": content})
         if done:  # the server ended the episode: no turn follows, so no observation is shown
             self._close(episode)
@@ -249,32 +273,91 @@ class OpenEnvEnvironment(Environment):
         self._call(client, "connect", client.connect)
         return client
 
-    def _send(self, episode: Episode, client, action: dict):
-        result = self._call(client, "step", lambda: client.step(action))
+    def _own(self, episode: Episode, client, again: bool = False) -> None:
+        """The episode holds ``client`` from here: closed at its end, or when it is garbage-collected;
+        ``again``: a session opened in place of one the server failed (bounded by max_restarts)."""
+        finalizer = episode.state.get("finalizer")
+        if finalizer is not None:
+            finalizer.detach()
+        finalizer = weakref.finalize(episode, in_background, self._discard, client)
+        finalizer.atexit = False  # the process's sockets close with it
+        episode.state.update(client=client, finalizer=finalizer, again=again, answered=False)
+
+    def _session(self, episode: Episode):
+        """The episode's session: a new one, reset, where the server failed the last one (bounded)."""
+        client = episode.state["client"]
+        if client is not None:
+            return client
+        with self._lock:
+            if self._futile >= self.max_restarts:
+                raise OpenEnvError(
+                    f"OpenEnv server {self.base_url} failed each of the last {self._futile} new session(s) "
+                    f"before it answered a step (the last failure: {self._last_failure}); check the server "
+                    "(its log says why), or raise max_restarts"
+                )
+        client = self._connect()
+        try:
+            result = self._call(client, "reset", lambda: client.reset())
+        except BaseException:
+            self._discard(client)
+            raise
+        self._own(episode, client, again=True)
+        episode.state["rewards"].append(result.reward)
+        return client
+
+    def _send(self, episode: Episode, action: dict) -> tuple[Any, str | None]:
+        """(the server's answer to ``action``, None), or (None, how the server failed the step), counted on
+        ``episode``, whose session is closed: its next step opens a new one (the module docstring)."""
+        client = self._session(episode)
+        try:
+            result = client.step(action)
+        except Exception as err:
+            if isinstance(err, RuntimeError) and str(err).startswith("Server error"):
+                raise self._failure(client, "step", err) from err  # the server's own answer: stop the run
+            self._discard(client)
+            if isinstance(err, TimeoutError | asyncio.TimeoutError):
+                episode.tool_timeouts += 1
+                why = f"did not answer the step in {self.message_timeout_s:g} s (message_timeout_s)"
+            else:
+                episode.tool_errors += 1
+                why = f"failed the step ({type(err).__name__}: {err})"
+            with self._lock:
+                self._last_failure = why
+                self._futile += episode.state["again"] and not episode.state["answered"]
+            episode.state["client"] = None
+            return None, f"the OpenEnv server {why}"
+        with self._lock:
+            self._futile = 0
+        episode.state["answered"] = True
         episode.state["rewards"].append(result.reward)
         episode.state["steps"] += 1
-        return result
+        return result, None
 
     def _call(self, client, what: str, call):
         try:
             return call()
         except Exception as err:
-            pending = _pending_error(client)
-            self._discard(client)
-            if "CAPACITY_REACHED" in f"{pending} {err}":
-                raise OpenEnvError(
-                    f"OpenEnv server {self.base_url} is at its session limit ({pending or err}). Each "
-                    "episode holds one session from its reset to its end, so the server must allow as many "
-                    "concurrent sessions as episodes run at once (prompts per step x group size on each "
-                    "rank, and the held-out batch x its samples): raise max_concurrent_envs in the server's "
-                    "create_app(...) (its environment must set SUPPORTS_CONCURRENT_SESSIONS = True), or run "
-                    "fewer episodes at once"
-                ) from err
-            raise OpenEnvError(
-                f"OpenEnv server {self.base_url}: {what} failed ({type(err).__name__}: {err}"
-                f"{'; the server said: ' + pending if pending else ''}); check that the server runs and "
-                "allows as many concurrent sessions as episodes run at once (max_concurrent_envs)"
-            ) from err
+            raise self._failure(client, what, err) from err
+
+    def _failure(self, client, what: str, err: Exception) -> OpenEnvError:
+        """The error that stops the run for a ``what`` of ``client`` that failed with ``err`` (the session is
+        closed)."""
+        pending = _pending_error(client)
+        self._discard(client)
+        if "CAPACITY_REACHED" in f"{pending} {err}":
+            return OpenEnvError(
+                f"OpenEnv server {self.base_url} is at its session limit ({pending or err}). Each "
+                "episode holds one session from its reset to its end, so the server must allow as many "
+                "concurrent sessions as episodes run at once (prompts per step x group size on each "
+                "rank, and the held-out batch x its samples): raise max_concurrent_envs in the server's "
+                "create_app(...) (its environment must set SUPPORTS_CONCURRENT_SESSIONS = True), or run "
+                "fewer episodes at once"
+            )
+        return OpenEnvError(
+            f"OpenEnv server {self.base_url}: {what} failed ({type(err).__name__}: {err}"
+            f"{'; the server said: ' + pending if pending else ''}); check that the server runs and "
+            "allows as many concurrent sessions as episodes run at once (max_concurrent_envs)"
+        )
 
     def _discard(self, client) -> None:
         """Closes ``client`` (once; a broken session's close errors are moot) and forgets it."""

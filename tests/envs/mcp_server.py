@@ -1,7 +1,9 @@
 """A small MCP server over stdio for the MCP tool tests: ``python tests/envs/mcp_server.py``.
 
-Tools: ``multiply(a, b)``, ``shout(text)``, ``fail(message)`` (raises), ``sleep(seconds)`` (blocks the server),
-``die()`` (the process exits mid-call). Each call is appended to the file named by ``MCP_TEST_LOG`` when set.
+Tools: ``multiply(a, b)``, ``shout(text)``, ``fail(message)`` (raises), ``sleep(seconds)`` (blocks the call),
+``die()`` (the process exits mid-call), ``hold(path)`` (answers once a file exists), ``die_when(path)`` (exits
+once a file exists). Each call is appended to the file named by ``MCP_TEST_LOG`` when set. (A malformed reply is
+sent by tests/envs/mcp_raw_server.py: mcp's own servers keep stray output off the wire.)
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def sleep(seconds: float) -> str:
     Args:
         seconds: How long to block.
     """
+    _log(f"sleep {seconds}")
     time.sleep(seconds)
     return "awake"
 
@@ -71,6 +74,35 @@ def sleep(seconds: float) -> str:
 @server.tool()
 def die() -> str:
     """Exit the server process in the middle of the call."""
+    os._exit(3)
+
+
+def _wait_for(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.05)
+
+
+@server.tool()
+def hold(path: str) -> str:
+    """Answer "released" once a file exists.
+
+    Args:
+        path: The file to wait for.
+    """
+    _log(f"hold {path}")
+    _wait_for(path)
+    return "released"
+
+
+@server.tool()
+def die_when(path: str) -> str:
+    """Exit the server process once a file exists, in the middle of the call.
+
+    Args:
+        path: The file to wait for.
+    """
+    _log(f"die_when {path}")
+    _wait_for(path)
     os._exit(3)
 
 

@@ -1,5 +1,6 @@
 """MCP tools as episode tools: a small stdio MCP server (tests/envs/mcp_server.py) listed and called through
-MCPToolEnvironment, from a scripted policy and in two GRPO steps; errors, a dying server and a hung one."""
+MCPToolEnvironment, from a scripted policy and in two GRPO steps; errors, a dying server, a hung one, a malformed
+reply, the calls of other episodes in flight when a shared server goes down, and the bound on restarts."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import copy
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from lit_grpo.types import SamplingParams  # noqa: E402
 from tests.envs.scripted import ScriptedEngine, chat_tokenizer  # noqa: E402
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
+RAW_SERVER = str(Path(__file__).with_name("mcp_raw_server.py"))
 RECORD = {"prompt": "What is 6 * 7?", "reference": "42", "id": "0", "columns": {}}
 
 
@@ -76,13 +79,13 @@ def shared_env():
 def test_the_server_tools_are_episode_tools(shared_env):
     r, ep, tok = episode_of(shared_env, [call("multiply", a=6, b=7), "42"])
     names = [t["function"]["name"] for t in ep.tools]
-    assert names == ["multiply", "shout", "fail", "sleep", "die"]
+    assert names == ["multiply", "shout", "fail", "sleep", "die", "hold", "die_when"]
     multiply = ep.tools[0]
     assert multiply["type"] == "function"
     assert multiply["function"]["description"].startswith("Multiply two integers.")
     parameters = multiply["function"]["parameters"]
     assert parameters["required"] == ["a", "b"] and parameters["properties"]["a"]["type"] == "integer"
-    assert "tools:multiply;shout;fail;sleep;die;" in tok.decode(r.prompt_ids[0])  # the template renders them
+    assert "tools:multiply;shout;fail;sleep;die;hold;" in tok.decode(r.prompt_ids[0])  # the template renders them
     assert ep.messages[2] == {"role": "tool", "name": "multiply", "content": "42"}
     assert ep.done and ep.turns == 2 and ep.tool_calls == 1 and ep.tool_errors == 0 and ep.reward is None
     # without a tool format in the template, the same schemas are described in the system message
@@ -117,7 +120,8 @@ def test_a_server_that_dies_is_an_error_observation_and_is_started_again(tmp_pat
     env = tools_env(log)
     try:
         _, ep, _ = episode_of(env, [call("die"), call("multiply", a=2, b=3), "6"])
-        assert ep.messages[2]["content"].startswith("error: tool 'die' failed: the MCP server stopped answering")
+        assert ep.messages[2]["content"] == ("error: tool 'die' failed: the MCP server exited during the call; a "
+                                             "new server serves the next call")
         assert ep.messages[4]["content"] == "6"  # a new server process answered
         assert ep.tool_errors == 1 and ep.done
         first, second = started(log)
@@ -140,6 +144,127 @@ def test_a_hung_tool_times_out_and_its_server_is_stopped(tmp_path):
     finally:
         env.close()
     assert not running(started(log)[-1])
+
+
+def test_a_malformed_reply_fails_its_call_at_once_and_a_stray_line_is_skipped(tmp_path):
+    log = tmp_path / "calls.log"
+    # a call that waited for its answer would wait 600 s and be a timeout
+    env = MCPToolEnvironment(command=sys.executable, args=[RAW_SERVER], env={"MCP_TEST_LOG": str(log)},
+                             timeout_s=600.0)
+    try:
+        _, ep, _ = episode_of(env, [call("noisy", text="heard") + call("garble"), call("shout", text="on"), "ON"])
+        assert ep.messages[2]["content"] == "heard"  # a line without a request id is noise, not its reply
+        garbled = ep.messages[3]["content"]
+        assert garbled.startswith("error: tool 'garble' failed: the MCP server sent a malformed reply (")
+        assert garbled.endswith("; a new server serves the next call")
+        assert ep.messages[5]["content"] == "ON"  # a new server answered
+        assert ep.tool_errors == 1 and ep.tool_timeouts == 0 and ep.done
+        first, second = started(log)
+        assert first != second and not running(first)  # the server that garbled is gone
+    finally:
+        env.close()
+
+
+def _wait_line(log: Path, line: str, pids: int = 1) -> None:
+    """Until ``line`` is logged by ``pids`` different server processes (a hang guard, not a time limit)."""
+    def logged() -> int:
+        text = log.read_text() if log.exists() else ""
+        return len({row.split()[0] for row in text.splitlines() if row.split(" ", 1)[1] == line})
+
+    assert eventually(lambda: logged() >= pids, 120), f"{line!r} was not logged by {pids} server(s)"
+
+
+def _step_in_thread(env, episode, text: str):
+    """``env.step(episode, text)`` in a thread (as ConcurrentSteps runs a rollout's episodes); its result and
+    the thread."""
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("step", env.step(episode, text)), daemon=True)
+    thread.start()
+    return out, thread
+
+
+def test_a_call_in_flight_when_a_shared_server_exits_is_asked_again_on_the_new_one(tmp_path):
+    log, killer, release = tmp_path / "calls.log", tmp_path / "kill", tmp_path / "release"
+    env = tools_env(log)
+    try:
+        dying, bystander = env.reset(RECORD), env.reset(RECORD)
+        first_out, first = _step_in_thread(env, dying, call("die_when", path=str(killer)))
+        _wait_line(log, f"die_when {killer}")
+        second_out, second = _step_in_thread(env, bystander, call("hold", path=str(release)))
+        _wait_line(log, f"hold {release}")
+        (pid,) = started(log)
+        killer.touch()  # the server exits with both calls in flight: which caused it is not known
+        # each is asked again, one at a time: the bystander's call reaches a new server, whichever goes first
+        _wait_line(log, f"hold {release}", pids=2)
+        release.touch()
+        for thread in (first, second):
+            thread.join(120)
+        assert second_out["step"].observations[0]["content"] == "released"  # not failed with the server
+        assert bystander.tool_errors == 0 and bystander.tool_timeouts == 0
+        # the call that brings the server down again, alone, is the one counted
+        assert first_out["step"].observations[0]["content"].startswith(
+            "error: tool 'die_when' failed: the MCP server exited during the call")
+        assert dying.tool_errors == 1 and not running(pid)
+    finally:
+        env.close()
+
+
+class ThreadTimeouts(MCPToolEnvironment):
+    """``timeout_s`` as each thread sets it in ``limits`` (else the one given): a call can time out while one
+    sent before it, with a longer limit, is still in flight."""
+
+    def __init__(self, **kwargs) -> None:
+        self.limits: dict[int, float] = {}
+        super().__init__(**kwargs)
+
+    @property
+    def timeout_s(self) -> float:
+        return self.limits.get(threading.get_ident(), self._timeout_s)
+
+    @timeout_s.setter
+    def timeout_s(self, value: float) -> None:
+        self._timeout_s = value
+
+
+def test_a_call_in_flight_when_another_times_out_is_asked_again_on_the_new_server(tmp_path):
+    log, release = tmp_path / "calls.log", tmp_path / "release"
+    env = ThreadTimeouts(command=sys.executable, args=[SERVER], env={"MCP_TEST_LOG": str(log)}, timeout_s=600.0)
+    try:
+        bystander, hung = env.reset(RECORD), env.reset(RECORD)
+        waiting_out, waiting = _step_in_thread(env, bystander, call("hold", path=str(release)))
+        _wait_line(log, f"hold {release}")
+        env.limits[threading.get_ident()] = 2.0  # this thread's call runs past its limit: the server is stopped
+        step = env.step(hung, call("sleep", seconds=600))
+        assert step.observations[0]["content"] == "error: tool 'sleep' ran past its time limit of 2 s"
+        assert hung.tool_timeouts == 1
+        _wait_line(log, f"hold {release}", pids=2)  # the call in flight is asked again, on a new server
+        release.touch()
+        waiting.join(120)
+        assert waiting_out["step"].observations[0]["content"] == "released"
+        assert bystander.tool_errors == 0 and bystander.tool_timeouts == 0
+        assert not running(started(log)[0])
+    finally:
+        env.close()
+
+
+def test_restarts_that_fail_again_are_bounded_and_an_answer_clears_the_count(tmp_path):
+    log = tmp_path / "calls.log"
+    env = tools_env(log, max_restarts=1)
+    try:
+        episode = env.reset(RECORD)
+        assert env.step(episode, call("die")).observations[0]["content"].startswith("error: tool 'die' failed")
+        assert env.step(episode, call("shout", text="up")).observations[0]["content"] == "UP"  # restart answered
+        env.step(episode, call("die"))  # the restarted server had answered: no count
+        env.step(episode, call("die"))  # a restart that failed before answering: 1, the bound
+        with pytest.raises(MCPServerError, match=r"failed again after each of its last 1 restart\(s\), before "
+                                                 r"answering any call \(the last failure: the MCP server exited "
+                                                 r"during the call\).*raise max_restarts"):
+            env.step(episode, call("shout", text="again"))
+        assert len(started(log)) == 3  # the first server and two restarts
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="max_restarts=-1 must be an integer >= 0"):
+        tools_env(max_restarts=-1)
 
 
 def test_per_episode_servers_stop_with_their_episode(tmp_path):

@@ -1,15 +1,19 @@
-"""An OpenEnv environment server on the loopback address, driven through OpenEnvEnvironment by a scripted policy."""
+"""An OpenEnv environment server on the loopback address, driven through OpenEnvEnvironment by a scripted policy;
+a server that hangs in a step, one that dies in it, and the bound on the new sessions opened after such failures
+(tests/envs/openenv_server.py, a process of its own)."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
 import json
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +26,7 @@ from openenv.core.env_server.types import Action, Observation, State  # noqa: E4
 from pydantic import Field  # noqa: E402
 
 from lit_grpo.envs import run_episodes  # noqa: E402
-from lit_grpo.envs.openenv_adapter import OpenEnvEnvironment  # noqa: E402
+from lit_grpo.envs.openenv_adapter import OpenEnvEnvironment, OpenEnvError  # noqa: E402
 from lit_grpo.types import SamplingParams  # noqa: E402
 from tests.envs.scripted import ScriptedEngine, chat_tokenizer  # noqa: E402
 
@@ -380,3 +384,96 @@ def test_tools_actions_on_a_text_action_server_is_a_clear_error(echo_url):
     with pytest.raises(RuntimeError, match="list_tools failed|listed no MCP tools"):
         env.reset(RECORD)
     assert not env._sessions
+
+
+# ---- servers that fail: a step that hangs, a server that dies in a step, the bound on new sessions ----------
+FAILING_SERVER = str(Path(__file__).with_name("openenv_server.py"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def failing_server(port: int, log: Path):
+    """tests/envs/openenv_server.py on 127.0.0.1:``port``, a process of its own (killed at the end); yields it."""
+    process = subprocess.Popen([sys.executable, FAILING_SERVER, str(port)],
+                               env={**os.environ, "OPENENV_TEST_LOG": str(log)})
+    try:
+        deadline = time.monotonic() + 120  # a hang guard, not a time limit
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, "the failing server did not start"
+                time.sleep(0.1)
+        yield process
+    finally:
+        process.kill()
+        process.wait(60)
+
+
+def _served(log: Path) -> list[str]:
+    """The resets and steps the server processes logged, in order."""
+    return [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
+
+
+def test_a_step_that_hangs_is_a_timeout_and_the_episode_goes_on_in_a_new_session(tmp_path):
+    port, log = _free_port(), tmp_path / "server.log"
+    with failing_server(port, log):
+        env = OpenEnvEnvironment(base_url=f"http://127.0.0.1:{port}", observation_field="heard",
+                                 message_timeout_s=10)
+        episode = env.reset(RECORD)
+        hung = env.step(episode, "hang")
+        assert hung.observations == [{"role": "user", "content": (
+            "error: the OpenEnv server did not answer the step in 10 s (message_timeout_s); a new session, "
+            "reset, serves the next turn")}]
+        assert not hung.done and episode.tool_timeouts == 1 and episode.tool_errors == 0
+        assert env.step(episode, "hi").observations[0]["content"] == "hi"
+        assert _served(log) == ["reset", "step hang", "reset", "step hi"]  # the new session was reset first
+        assert env.reward(episode) == 1.0  # the two resets' 0 and the answered step's 1
+        assert not env._sessions
+
+
+def test_a_server_that_dies_in_a_step_is_an_error_and_a_new_session_serves_the_next_step(tmp_path):
+    port, log = _free_port(), tmp_path / "server.log"
+    env = OpenEnvEnvironment(base_url=f"http://127.0.0.1:{port}", observation_field="heard")
+    with failing_server(port, log) as server:
+        episode = env.reset(RECORD)
+        died = env.step(episode, "die")
+        assert server.wait(60) == 3  # the server process ended in the middle of the step
+    content = died.observations[0]["content"]
+    assert content.startswith("error: the OpenEnv server failed the step (")
+    assert content.endswith("; a new session, reset, serves the next turn")
+    assert episode.tool_errors == 1 and episode.tool_timeouts == 0 and not died.done
+    with failing_server(port, log):  # the server is back on its address
+        assert env.step(episode, "back").observations[0]["content"] == "back"
+        env.step(episode, "die")
+    assert episode.tool_errors == 2
+    # no server to open a session on: the run stops, naming the server
+    with pytest.raises(OpenEnvError, match=r"OpenEnv server http://127.0.0.1:\d+: connect failed"):
+        env.step(episode, "again")
+
+
+def test_new_sessions_that_fail_again_are_bounded_and_an_answer_clears_the_count(tmp_path):
+    port, log = _free_port(), tmp_path / "server.log"
+    with failing_server(port, log):
+        env = OpenEnvEnvironment(base_url=f"http://127.0.0.1:{port}", observation_field="heard",
+                                 message_timeout_s=10, max_restarts=1)
+        episode = env.reset(RECORD)
+        env.step(episode, "hang")  # the episode's first session: not a restart
+        assert env.step(episode, "hi").observations[0]["content"] == "hi"  # a new session that answered
+        env.step(episode, "hang")  # its session had answered: no count
+        env.step(episode, "hang")  # a new session that failed before answering: 1, the bound
+        with pytest.raises(OpenEnvError, match=r"failed each of the last 1 new session\(s\) before it answered a "
+                                               r"step \(the last failure: did not answer the step in 10 s.*raise "
+                                               r"max_restarts"):
+            env.step(episode, "hi")
+        assert episode.tool_timeouts == 3
+        assert _served(log).count("reset") == 3  # the first session and two new ones
+        env.close()
+    with pytest.raises(ValueError, match="max_restarts=-1 must be an integer >= 0"):
+        OpenEnvEnvironment(base_url="http://127.0.0.1:1", max_restarts=-1)
