@@ -71,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-retries",
         type=int,
         default=2,
-        help="with --executor ray or slurm: times a run is tried again when its worker dies (ray) or it "
-        "exits 75, interrupted (pre-empted, or warned of its time limit), which resumes from its checkpoint",
+        help="with --executor ray or slurm: times a run is tried again when it exits 75 (interrupted: "
+        "pre-empted, or warned of its time limit), is killed by a signal, or its worker (ray) or job (slurm) "
+        "dies; it resumes from its checkpoint",
     )
     p.add_argument("--partition", default=None, help="with --executor slurm: the jobs' Slurm partition")
     p.add_argument("--account", default=None, help="with --executor slurm: the jobs' Slurm account")
