@@ -10,8 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from provenance import doc_block  # noqa: E402
-from quickstart_runs import BEGIN, END, METRICS, RESULTS, STEPS, render  # noqa: E402
+from provenance import changed_settings, doc_block, resolved_settings  # noqa: E402
+from quickstart_runs import BEGIN, END, METRICS, RESULTS, STEPS, USERS_ARGS, render  # noqa: E402
 
 
 def test_the_readme_table_is_the_committed_runs_rendered():
@@ -26,3 +26,18 @@ def test_the_runs_hold_every_column_and_the_repeat_of_the_first_seed():
         assert all(len(run[label]) == 1 + len(STEPS) and all(0 <= v <= 1 for v in run[label]) for label in METRICS)
     greedy_starts = {run["greedy accuracy"][0] for run in data["runs"]}
     assert len(greedy_starts) == 1  # greedy decoding of one starting policy: the same for every seed
+
+
+def test_the_runs_were_measured_at_the_settings_the_readmes_command_resolves_to_today():
+    data = json.loads(RESULTS.read_text())
+    assert "settings" in data, "the runs record no settings: python bench/quickstart_runs.py --seeds 0 1 2 3 4"
+    changed = changed_settings(data["settings"], resolved_settings(USERS_ARGS))
+    assert not changed, ("the README's quickstart command resolves other settings than its published runs had "
+                         f"({'; '.join(changed)}): measure again with python bench/quickstart_runs.py --seeds 0 1 2 3 "
+                         "4, then python bench/quickstart_runs.py --write README.md")
+
+
+def test_a_changed_default_is_named():
+    recorded = {"engine": {"sampler": "multinomial", "shrink": False}, "config": {"seed": 0, "gone": 1}}
+    current = {"engine": {"sampler": "inverse_cdf", "shrink": False, "new": 2}, "config": {"seed": 0}}
+    assert changed_settings(recorded, current) == ["engine.sampler: 'multinomial' -> 'inverse_cdf'", "config.gone (gone)"]
