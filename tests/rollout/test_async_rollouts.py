@@ -270,14 +270,14 @@ def test_the_weights_update_while_batches_are_in_flight():
     done.start()
     done.join(timeout=30)
     assert not done.is_alive(), "sync_weights waited for the batch in flight"
-    assert not engine.pending[-1].done()  # batch 2 still generating
+    assert not engine.pending[-1].future.done()  # batch 2 still generating
     with torch.no_grad():
         policy.weight.add_(1.0)  # the next update has begun: the producer must not see it
     inner.gates[2].set()
     inner.gates[3].set()
     assert engine.rollout_ahead(batch(3), 1, SamplingParams())[0].ids == ["1"]
-    for future in engine.pending:  # batch 2 and batch 3 generated
-        future.result()
+    for item in engine.pending:  # batch 2 and batch 3 generated
+        item.future.result()
     assert torch.equal(inner.seen[2], before)  # batch 2: the weights it started with
     assert torch.equal(inner.seen[3], before + 1)  # batch 3: the first update, as it was handed over
     engine.close()
