@@ -98,7 +98,7 @@ def _component(obj, depth: int = 0) -> dict:
         value = getattr(obj, name)
         if isinstance(value, _PLAIN) or (isinstance(value, list | tuple) and all(isinstance(v, _PLAIN) for v in value)):
             out[name] = list(value) if isinstance(value, tuple) else value
-        elif depth < 3 and hasattr(type(value), "__init__") and not callable(value):
+        elif depth < 3 and type(value).__module__.startswith("lit_grpo."):  # a component it holds
             out[name] = _component(value, depth + 1)
     return out
 

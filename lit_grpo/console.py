@@ -73,10 +73,16 @@ class StepTQDMProgressBar(TQDMProgressBar):
     def total_train_batches(self) -> int | float:
         return _run_steps(self.trainer, super().total_train_batches)
 
+    def on_train_start(self, trainer: Trainer, pl_module: Any) -> None:
+        super().on_train_start(trainer, pl_module)
+        self._run_bar_set = False
+
     def on_train_epoch_start(self, trainer: Trainer, *args: Any) -> None:
-        if trainer.current_epoch == 0 or self._leave:
+        if not self._run_bar_set:  # once per fit: a resumed fit may start past epoch 0
             super().on_train_epoch_start(trainer, *args)
             self.train_progress_bar.set_description("Step")
+            self.train_progress_bar.n = trainer.global_step
+            self._run_bar_set = True
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

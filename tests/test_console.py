@@ -94,3 +94,16 @@ def test_lightnings_tips_are_dropped_and_other_messages_kept(caplog):
     rank_zero_info(TIP + " uploads, try installing something")
     rank_zero_info("GPU available: False, used: False")
     assert "Tip" not in caplog.text and "GPU available" in caplog.text
+
+
+def test_a_resumed_fit_counts_on_from_the_checkpoints_step(tmp_path, monkeypatch):
+    tqdm = "--trainer.callbacks+=lightning.pytorch.callbacks.TQDMProgressBar"
+    first = _fit(tmp_path / "a", monkeypatch, tqdm, "--trainer.max_steps=3")
+    first.save_checkpoint(tmp_path / "step3.ckpt")
+    monkeypatch.chdir(ROOT)
+    cli = LitGRPOCLI(args=[*ARGS, f"--trainer.default_root_dir={tmp_path / 'b'}", tqdm], run=False)
+    cli.before_fit()
+    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=str(tmp_path / "step3.ckpt"))
+    assert cli.trainer.current_epoch >= 1  # resumed past the first pass over the prompts
+    bar = cli.trainer.progress_bar_callback.train_progress_bar
+    assert (bar.total, bar.n) == (5, 5) and bar.desc.startswith("Step")

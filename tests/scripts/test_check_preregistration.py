@@ -147,12 +147,17 @@ def test_renames_are_followed(tmp_path):
 BENCH = '"""A bench."""\n\n#: The rule, fixed before the first run: faster when r < 1.\nRULE = {"level": 0.95}\n'
 
 
-def test_a_benchmark_criterion_is_checked_like_an_experiments(tmp_path, monkeypatch, capsys):
+def _bench_repo(tmp_path, monkeypatch) -> "Repo":
+    """A throwaway repository whose one registered bench criterion is ``RULE`` of bench/b.py."""
     record = check_preregistration.Record(
         "bench part", (check_preregistration.Piece("bench/b.py", "constant", "RULE"),), "docs/results/b.json",
         "docs/perf.md")
     monkeypatch.setattr(check_preregistration, "BENCHES", (record,))
-    repo = Repo(tmp_path)
+    return Repo(tmp_path)
+
+
+def test_a_benchmark_criterion_is_checked_like_an_experiments(tmp_path, monkeypatch, capsys):
+    repo = _bench_repo(tmp_path, monkeypatch)
     doc = "# Perf\n\n`bench/b.py`: its rule was committed before the first run.\n"
     repo.commit(("bench/b.py", BENCH), ("docs/perf.md", doc))
     repo.commit(("docs/results/b.json", "{}"))
@@ -331,11 +336,7 @@ def test_what_the_verdict_does_not_read_may_change_after_the_data(tmp_path, monk
 
 def test_a_second_assignment_of_a_criterion_constant_fails(tmp_path, monkeypatch, capsys):
     """The last assignment is the one the module runs with: a later one further down is a change of the rule."""
-    record = check_preregistration.Record(
-        "bench part", (check_preregistration.Piece("bench/b.py", "constant", "RULE"),), "docs/results/b.json",
-        "docs/perf.md")
-    monkeypatch.setattr(check_preregistration, "BENCHES", (record,))
-    repo = Repo(tmp_path)
+    repo = _bench_repo(tmp_path, monkeypatch)
     repo.commit(("bench/b.py", BENCH), ("docs/perf.md", "# Perf\n\n`bench/b.py`: its rule came first.\n"))
     repo.commit(("docs/results/b.json", "{}"))
     repo.commit(("bench/b.py", BENCH + '\n\ndef f():\n    pass\n\n\nRULE = {"level": 0.5}\n'))
