@@ -264,7 +264,7 @@ def _run(plan, args, cli_class: type, executor) -> bool:
     chosen = None
     if not args.report_only:
         try:
-            run_prepare(exp, args.root, exp.threads_per_run, _echo, executor)
+            run_prepare(exp, args.root, _prepare_threads(exp, args, executor), _echo, executor)
         except RuntimeError as err:
             print(f"lit-grpo compare: {exp.name}: {err}; its runs are skipped", file=sys.stderr)
             return True
@@ -286,6 +286,16 @@ def _run(plan, args, cli_class: type, executor) -> bool:
     elif args.publish:
         print("--publish: quick mode is not published (its numbers answer nothing)", flush=True)
     return any(r.status != "done" for r in records)
+
+
+def _prepare_threads(exp, args, executor) -> int:
+    """Threads for a prepare step: it runs alone, so here it gets every thread the grid's jobs would share
+    (``--jobs`` x ``threads_per_run``); on Ray or Slurm the experiment's ``threads_per_run``."""
+    from lit_grpo.lab.runner import default_jobs
+
+    if executor is not None:
+        return exp.threads_per_run
+    return exp.threads_per_run * (args.jobs or default_jobs(exp.threads_per_run))
 
 
 def _grid(exp, runs, args, executor) -> tuple[int, float, int]:

@@ -253,3 +253,18 @@ def test_a_model_inside_a_prepared_output_is_not_checked_before_the_step_runs(tm
     exp = load_experiment(write_experiment(tmp_path / "f.yaml", args=[f"--model.model={out}x/merged"]))
     with pytest.raises(ValueError, match="is not a directory"):
         check_runs(exp, expand(exp, {"start": out}, tmp_path), {"start": out}, LitGRPOCLI)
+
+
+def test_a_prepare_step_runs_with_every_thread_the_grid_would_share(tmp_path, monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    from lit_grpo.commands import compare as _  # noqa: F401  (the module, not its re-exported function)
+
+    compare = sys.modules["lit_grpo.commands.compare"]
+
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml", threads_per_run=2))
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 8)
+    assert compare._prepare_threads(exp, SimpleNamespace(jobs=None), None) == 8  # 4 jobs x 2 threads
+    assert compare._prepare_threads(exp, SimpleNamespace(jobs=3), None) == 6
+    assert compare._prepare_threads(exp, SimpleNamespace(jobs=None), object()) == 2  # a cluster task: its own
