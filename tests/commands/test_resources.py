@@ -200,7 +200,7 @@ def test_the_console_command_answers_version_and_configs_without_loading_the_tra
         "print(sorted(m for m in set(sys.modules) - before if not m.startswith(('lit_grpo.commands', "
         "'lit_grpo.__main__'))))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith(f"lit-grpo {lit_grpo.__version__} (python ")
     assert "  quickstart " in done.stdout and done.stdout.strip().endswith("[]")
