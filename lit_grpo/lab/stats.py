@@ -176,6 +176,23 @@ def t_test_power(n: int, delta: float, sd: float, alpha: float = 0.05, points: i
     return float(torch.trapezoid(density * reject, u))
 
 
+def detectable_difference(n: int, sd: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true mean difference that the two-sided paired t-test at level ``alpha`` over ``n`` pairs
+    detects with probability ``power``, where the differences' standard deviation is ``sd``: the root of
+    :func:`t_test_power` ``(n, delta, sd, alpha) = power`` in ``delta``, by bisection (power rises with
+    ``delta``), to 1e-6 of ``sd``. The size to compare with an experiment's margin before it runs."""
+    require(0 < power < 1, f"power must lie in (0, 1), got {power}; e.g. 0.8")
+    at_zero = t_test_power(n, 0.0, sd, alpha)
+    require(at_zero < power, f"power {power} is at most alpha {alpha}: any delta has it")
+    low, high = 0.0, sd
+    while t_test_power(n, high, sd, alpha) < power:
+        low, high = high, 2 * high
+    while high - low > 1e-6 * sd:
+        mid = (low + high) / 2
+        low, high = (mid, high) if t_test_power(n, mid, sd, alpha) < power else (low, mid)
+    return high
+
+
 def interquartile_mean(x: Tensor) -> Tensor:
     """Mean of the middle half along the last dim: ``[..., n] -> [...]``.
 

@@ -7,6 +7,7 @@ import torch
 
 from lit_grpo.lab.stats import (
     betainc,
+    detectable_difference,
     interquartile_mean,
     permutation_test,
     summarize,
@@ -192,3 +193,17 @@ def test_t_test_power():
         t_test_power(4, 0.05, 0.0)
     with pytest.raises(ValueError, match="n >= 2"):
         t_test_power(1, 0.05, 0.1)
+
+
+def test_detectable_difference_inverts_the_power():
+    """R's power.t.test(n = 10, sd = 1, power = 0.8030969, type = "one.sample", strict = TRUE) gives delta = 1
+    (the golden value above); the quadrature's 1e-6 error in power moves delta by about that over the power's
+    slope there (about 0.8), so 1e-4 is a safe bound. The size scales with sd and shrinks with n and alpha."""
+    assert detectable_difference(10, 1.0, power=0.8030969) == pytest.approx(1.0, abs=1e-4)
+    five = detectable_difference(5, 0.1, alpha=0.05 / 3)
+    assert detectable_difference(5, 0.2, alpha=0.05 / 3) == pytest.approx(2 * five, rel=1e-4)
+    assert detectable_difference(10, 0.1, alpha=0.05 / 3) < five
+    assert detectable_difference(5, 0.1) < five
+    assert t_test_power(5, five, 0.1, alpha=0.05 / 3) == pytest.approx(0.8, abs=1e-5)
+    with pytest.raises(ValueError, match="at most alpha"):
+        detectable_difference(5, 0.1, power=0.01)
