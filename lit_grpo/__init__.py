@@ -7,7 +7,7 @@ importance correction its package registers is exported under its class name (``
 fails until a newly registered one is listed here.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from lit_grpo.data import (
     GSM8K,

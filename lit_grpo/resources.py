@@ -4,7 +4,7 @@ One copy of each file exists. In a clone they are the repository's top-level ``c
 and ``assets/``; the wheel carries the same folders as package data under ``lit_grpo/_data/`` (pyproject.toml
 maps them there). :func:`root` is the folder that holds the three, whichever way lit-grpo is installed. How
 they are named, and how the paths inside configs and experiments resolve (a file that exists always wins over
-a name), is in the README ("Built-in configs"); ``lit-grpo configs list|show|copy``
+a name), is in docs/getting-started.md ("Built-in configs and paths"); ``lit-grpo configs list|show|copy``
 (:mod:`lit_grpo.commands.configs`) shows and copies these files.
 """
 
@@ -48,7 +48,7 @@ def root() -> Path:
 
 
 def version_line() -> str:
-    """``lit-grpo 0.1.0 (python 3.11.7, torch 2.13.0+cpu, lightning 2.6.6, transformers 5.19.0)``: what
+    """``lit-grpo 0.2.0 (python 3.11.7, torch 2.13.0+cpu, lightning 2.6.6, transformers 5.19.0)``: what
     ``lit-grpo --version`` prints and each run's ``config.yaml`` starts with."""
     found = []
     for dist in ("torch", "lightning", "transformers"):

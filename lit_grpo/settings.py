@@ -50,14 +50,24 @@ class Sampling:
 
 @dataclass(frozen=True)
 class Optim:
-    """AdamW with a linear warm-up, and gradient clipping.
+    """The optimizer (AdamW unless named), its learning-rate schedule (a linear warm-up, then constant, a
+    decay or a scheduler class) and gradient clipping (:mod:`lit_grpo.optim`).
 
     Args:
         lr: Learning rate; > 0.
         weight_decay: Weight decay.
-        betas: Adam's betas.
+        betas: Adam's betas (passed to an optimizer that takes them).
         warmup_steps: Linear learning-rate warm-up, in optimizer steps.
         max_grad_norm: Clip gradients to this global norm (null = off; the norm is logged either way).
+        optimizer: A class of ``torch.optim`` (``AdamW``, ``SGD``, ...) or a class path to an ``Optimizer``.
+        optimizer_args: Its other constructor arguments (``{momentum: 0.9}``); ``lr`` and ``weight_decay``
+            come from the options above.
+        decay: After the warm-up: ``none`` (constant), ``linear`` or ``cosine`` to ``min_lr_ratio`` x ``lr``.
+        decay_steps: Optimizer steps the decay takes (null: ``trainer.max_steps`` minus the warm-up).
+        min_lr_ratio: Where the decay ends, as a share of ``lr``, in [0, 1].
+        scheduler: Instead of ``decay``, a class of ``torch.optim.lr_scheduler`` (or a class path) run after
+            the warm-up, stepped once an optimizer step.
+        scheduler_args: Its constructor arguments (``{T_max: 500}``).
     """
 
     lr: float = 1e-5
@@ -65,6 +75,13 @@ class Optim:
     betas: tuple[float, float] = (0.9, 0.999)
     warmup_steps: int = 0
     max_grad_norm: float | None = 1.0
+    optimizer: str = "AdamW"
+    optimizer_args: dict | None = None
+    decay: Literal["none", "linear", "cosine"] = "none"
+    decay_steps: int | None = None
+    min_lr_ratio: float = 0.0
+    scheduler: str | None = None
+    scheduler_args: dict | None = None
 
     def __post_init__(self) -> None:
         require(self.lr > 0, f"optim.lr={self.lr} must be > 0")
@@ -73,6 +90,22 @@ class Optim:
         require(self.warmup_steps >= 0, f"optim.warmup_steps={self.warmup_steps} must be >= 0")
         require(self.max_grad_norm is None or self.max_grad_norm > 0,
                 f"optim.max_grad_norm={self.max_grad_norm} must be > 0, or null for no clipping")
+        require(self.decay in ("none", "linear", "cosine"),
+                f"optim.decay={self.decay!r} must be none, linear or cosine")
+        require(self.decay_steps is None or self.decay_steps >= 1,
+                f"optim.decay_steps={self.decay_steps} must be >= 1, or null for the rest of the run")
+        require(0 <= self.min_lr_ratio <= 1, f"optim.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        require(self.scheduler is None or self.decay == "none",
+                f"optim.scheduler={self.scheduler!r} and optim.decay={self.decay!r}: choose one schedule "
+                "after the warm-up (set decay: none to use the scheduler)")
+        for name in ("optimizer_args", "scheduler_args"):
+            given = getattr(self, name)
+            require(given is None or isinstance(given, dict), f"optim.{name}={given!r} must be a mapping")
+            object.__setattr__(self, name, dict(given or {}))
+        taken = sorted({"lr", "weight_decay", "params"} & set(self.optimizer_args))
+        require(not taken, f"optim.optimizer_args sets {taken}: use optim.lr and optim.weight_decay instead")
+        require(self.scheduler is not None or not self.scheduler_args,
+                f"optim.scheduler_args={self.scheduler_args} is given without optim.scheduler")
         object.__setattr__(self, "betas", tuple(self.betas))  # YAML gives a list
 
 

@@ -24,7 +24,7 @@ from lit_grpo.types import RolloutStats
 Pairs = dict[str, tuple[float, float]]
 Metrics = dict[str, float]
 
-#: The scalars GRPOModule logs (README, "TensorBoard"); ``lit-grpo compare`` checks the names an experiment
+#: The scalars GRPOModule logs (docs/getting-started.md); ``lit-grpo compare`` checks the names an experiment
 # reads.
 GRPO_METRICS: tuple[str, ...] = (
     "train/loss", "train/grad_norm", "train/entropy", "train/lr", "train/nonfinite_steps", "train/<name>",

@@ -1,14 +1,21 @@
-"""Where a callback writes: scalars to every logger, text and figures to the TensorBoard writer."""
+"""Where a callback writes: scalars and tables to every logger, figures to the TensorBoard writer."""
 
 from __future__ import annotations
 
+import csv
+import logging
 import math
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from lightning import Trainer
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
 from lit_grpo.callbacks._schedule import log_this_step, logging_step
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
 
 
 def tensorboard(trainer: Trainer) -> Any | None:
@@ -45,3 +52,38 @@ def add_figure(writer: Any | None, tag: str, fig: Any | None, step: int) -> None
     """Write ``fig`` (None without matplotlib) to the TensorBoard ``writer`` (None off rank 0) as ``tag``."""
     if writer is not None and fig is not None:
         writer.add_figure(tag, fig, global_step=step)
+
+
+def log_table(trainer: Trainer, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], step: int,
+              markdown: str) -> None:
+    """A table to every logger of the run, on global rank 0, each the way it keeps tables: TensorBoard as the
+    text ``markdown`` under ``key``; Weights & Biases as a ``wandb.Table``; MLflow as a JSON table artifact
+    ``<key>/step_<step>.json``; CSV as rows of ``<log_dir>/<key>.csv`` (``/`` in the key as ``_``) with a
+    ``step`` column. A logger with no tables of its own is told once, in the log, that it gets none."""
+    if not trainer.is_global_zero:
+        return
+    for logger in trainer.loggers:
+        _table(logger, key, list(columns), [list(r) for r in rows], step, markdown)
+
+
+def _table(logger: Logger, key: str, columns: list[str], rows: list[list], step: int, markdown: str) -> None:
+    if isinstance(logger, TensorBoardLogger):
+        logger.experiment.add_text(key, markdown, global_step=step)
+    elif isinstance(logger, WandbLogger):
+        logger.log_table(key=key, columns=columns, data=rows, step=step)
+    elif isinstance(logger, MLFlowLogger):
+        table = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
+        logger.experiment.log_table(logger.run_id, data=table, artifact_file=f"{key}/step_{step}.json")
+    elif isinstance(logger, CSVLogger):
+        path = Path(logger.log_dir) / f"{key.replace('/', '_')}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
+        with path.open("a", newline="") as f:
+            writer = csv.writer(f)
+            if new:
+                writer.writerow(["step", *columns])
+            writer.writerows([step, *r] for r in rows)
+    elif type(logger).__name__ not in _warned:
+        _warned.add(type(logger).__name__)
+        log.warning("%s keeps no tables: %s is not written to it (TensorBoard, W&B, MLflow and CSV loggers "
+                    "get it)", type(logger).__name__, key)

@@ -1,4 +1,4 @@
-"""CompletionSamples: a few prompts, their completions and rewards as TensorBoard text."""
+"""CompletionSamples: a few prompts, their completions and rewards as a table to every logger."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from lightning import Callback, LightningModule, Trainer
 
-from lit_grpo.callbacks._logging import tensorboard
+from lit_grpo.callbacks._logging import log_table
 from lit_grpo.callbacks._requirements import require_logger
 from lit_grpo.callbacks._rollouts import rollout_stats
 from lit_grpo.callbacks._schedule import due_step
@@ -38,6 +38,26 @@ def completion_text(stats: RolloutStats, i: int) -> str:
     return "\n".join(f"[{m['role']}] {m['content']}" for m in messages[first:])
 
 
+#: the columns of the samples table (TensorBoard shows the same as markdown, a table per prompt)
+COLUMNS = ("prompt_id", "prompt", "reference", "completion", "reward", "advantage", "tokens", "truncated")
+
+
+def sample_rows(stats: RolloutStats, num_prompts: int, num_completions: int, max_chars: int) -> list[list]:
+    """The rows of :data:`COLUMNS`: per shown prompt, its first ``num_completions`` completions (whole
+    episodes, with roles), texts cut to ``max_chars``."""
+    def cut(text: str) -> str:
+        return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+    G, rows = stats.group_size, []
+    for p in range(min(num_prompts, len(stats.batch))):
+        for j in range(min(num_completions, G)):
+            i = p * G + j
+            rows.append([stats.batch.ids[p], cut(stats.batch.prompts[p]), cut(stats.batch.references[p]),
+                         cut(completion_text(stats, i)), float(stats.rewards[p, j]),
+                         float(stats.advantages[p, j]), int(stats.lengths[i]), bool(stats.truncated[i])])
+    return rows
+
+
 def format_samples(stats: RolloutStats, num_prompts: int, num_completions: int, max_chars: int) -> str:
     """Markdown: per prompt its id, text and reference, then a table of completions (whole episodes, with
     roles) with reward, advantage, length and whether it was truncated."""
@@ -60,9 +80,10 @@ def format_samples(stats: RolloutStats, num_prompts: int, num_completions: int, 
 
 
 class CompletionSamples(Callback):
-    """Writes a few of the step's prompts with their completions as TensorBoard text.
+    """Writes a few of the step's prompts with their completions as a table, to whichever loggers run.
 
-    Every ``every_n_steps`` (starting at step 0) the text ``samples/completions``: the first
+    Every ``every_n_steps`` (starting at step 0) the table ``samples/completions`` (TensorBoard: markdown
+    text; W&B: a table; MLflow: a JSON table artifact; CSV: ``samples_completions.csv``): the first
     ``num_prompts`` prompts of the step (id, prompt, reference) each with a table of up to
     ``num_completions`` completions, their reward, advantage, token count and truncation. A multi-turn episode
     shows every message after the prompt with its role (``[assistant] ... ⏎ [tool] ...``). Writes no scalars.
@@ -74,7 +95,7 @@ class CompletionSamples(Callback):
         max_chars: Longer texts are cut to this many characters.
     """
 
-    #: Scalars it logs: none (TensorBoard text only).
+    #: Scalars it logs: none (a table only).
     metrics: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
@@ -89,15 +110,14 @@ class CompletionSamples(Callback):
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
-            require_logger(NAME, trainer, writer=True)
+            require_logger(NAME, trainer)
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
     ) -> None:
         stats = rollout_stats(outputs)
-        writer = tensorboard(trainer)
         step = due_step(trainer, self.every_n_steps)
-        if stats is None or writer is None or step is None:
+        if stats is None or step is None or not trainer.is_global_zero:
             return
-        text = format_samples(stats, self.num_prompts, self.num_completions, self.max_chars)
-        writer.add_text("samples/completions", text, global_step=step)
+        shown = (stats, self.num_prompts, self.num_completions, self.max_chars)
+        log_table(trainer, "samples/completions", COLUMNS, sample_rows(*shown), step, format_samples(*shown))

@@ -11,7 +11,10 @@ from lit_grpo.types import RewardOutput
 class RewardFunction(ABC):
     """Scores ``N`` completions against their references.
 
-    ``columns`` holds extra per-completion fields of the data (each a list of length ``N``).
+    ``columns`` holds extra per-completion fields of the data (each a list of length ``N``). A reward that
+    sets ``needs_prompts = True`` also gets ``prompts`` (each completion's prompt text, ``[N]``) and
+    ``conversations`` (``[N]`` chat message lists: the prompt as a user turn and the completion as the
+    assistant's; for a multi-turn episode every message of it); other rewards never see them.
     A completion that cannot be scored gets NaN and is counted in ``RewardOutput.counters``
     (``unscorable``, ``errors``, ``timeouts``), never a silent 0.
     """
@@ -19,6 +22,8 @@ class RewardFunction(ABC):
     #: Whether every score is 0 or 1 (NaN aside): ``True``/``False`` when the reward knows, ``None`` when it
     #: does not say. Diagnostics that need binary rewards refuse a reward that declares ``False``.
     binary: bool | None = None
+    #: Whether the reward reads ``prompts`` and ``conversations`` (see above).
+    needs_prompts: bool = False
 
     @abstractmethod
     def __call__(self, completions: list[str], references: list[str], **columns: Any) -> RewardOutput:
@@ -28,3 +33,7 @@ class RewardFunction(ABC):
     def name(self) -> str:
         """Name under which the reward's term is logged (``reward/<name>``)."""
         return type(self).__name__
+
+
+#: The keyword arguments a reward with ``needs_prompts`` gets beside the data's columns.
+PROMPT_ARGS = ("prompts", "conversations")

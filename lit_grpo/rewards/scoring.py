@@ -30,6 +30,7 @@ from math_verify.errors import TimeoutException
 from torch import Tensor
 
 from lit_grpo.checks import require
+from lit_grpo.rewards.base import PROMPT_ARGS
 from lit_grpo.types import RewardOutput
 
 if TYPE_CHECKING:
@@ -185,7 +186,10 @@ def call_reward(
 
 def _call(reward: RewardFunction, completions: list[str], references: list[str], columns: Mapping[str, Any]
           ) -> tuple[RewardOutput, Exception | None]:
-    """:func:`call_reward`'s output and the exception the call raised, if it did."""
+    """:func:`call_reward`'s output and the exception the call raised, if it did. The prompts and
+    conversations go only to a reward that reads them (``needs_prompts``)."""
+    if not reward.needs_prompts:
+        columns = {k: v for k, v in columns.items() if k not in PROMPT_ARGS}
     try:
         out = reward(completions, references, **columns)
     except Exception as exc:

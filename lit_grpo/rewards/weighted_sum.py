@@ -82,6 +82,11 @@ class WeightedSum(RewardFunction):
         return None
 
     @property
+    def needs_prompts(self) -> bool:  # type: ignore[override]
+        """When a component reads the prompts (each component gets them only if it does)."""
+        return any(r.needs_prompts for r in self.rewards)
+
+    @property
     def component_names(self) -> list[str]:
         """The names the components' scores are logged under."""
         return unique_names([r.name for r in self.rewards], reserved=(self.name,))

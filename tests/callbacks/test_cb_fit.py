@@ -150,7 +150,7 @@ def test_setup_without_a_logger_names_the_callback_and_the_fix(cls):
 
 
 @pytest.mark.parametrize(
-    "cls", [CompletionSamples, WeightCurve, GradientBudget, AdvantageStats], ids=lambda c: c.__name__
+    "cls", [WeightCurve, GradientBudget, AdvantageStats], ids=lambda c: c.__name__
 )
 def test_text_and_figures_need_a_tensorboard_logger(cls, tmp_path):
     trainer = SimpleNamespace(loggers=[CSVLogger(tmp_path)], datamodule=None)

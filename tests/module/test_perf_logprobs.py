@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import lit_grpo.module as module_mod
-import lit_grpo.policy as policy_mod
+import lit_grpo.optim as optim_mod
 from lit_grpo import logprobs as logprobs_mod
 from lit_grpo.logprobs import chunked_head_logprobs, sequence_logprobs, token_entropy, token_logprobs
 from lit_grpo.models.loading import load_policy, load_tokenizer
@@ -143,7 +143,7 @@ def test_fused_adamw_takes_the_default_step(tiny_model_path):
     for fused in (False, True):
         policy = load_policy(tiny_model_path)
         params = list(policy.parameters())
-        assert policy_mod._fused_adamw_ok(params)
+        assert optim_mod._fused_ok(params)
         opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, fused=fused)
         for _ in range(3):
             for i, p in enumerate(params):

@@ -1,0 +1,56 @@
+"""RewardModel on a tiny sequence-classification model built in code and saved to disk: its score is the
+model's logit of the pair as written through the chat template (batched or not), it combines in a WeightedSum,
+and a model that is no reward model is refused before training, naming the problem."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+from lit_grpo.rewards import RewardGuard, RewardModel, WeightedSum
+from lit_grpo.rewards.exact_match import ExactMatch
+
+
+def _save(tmp_path, tiny_model_path, labels: int):
+    config = AutoConfig.from_pretrained(tiny_model_path)
+    config.num_labels = labels
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config)
+    out = tmp_path / f"rm{labels}"
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(out)
+    return str(out), model
+
+
+def test_the_score_is_the_models_logit_of_the_pair_in_any_batch_size(tmp_path, tiny_model_path):
+    path, model = _save(tmp_path, tiny_model_path, labels=1)
+    prompts, completions = ["1+1=", "2+3=", "9+9="], ["2", "5", "18"]
+    columns = {"prompts": prompts, "conversations": [None] * 3}
+    whole = RewardGuard()(RewardModel(path, batch_size=8), completions, ["x"] * 3, **columns).scores
+    single = RewardGuard()(RewardModel(path, batch_size=1), completions, ["x"] * 3, **columns).scores
+    reward = RewardModel(path)
+    with torch.no_grad():
+        expected = torch.stack([model(**reward.tokenizer(reward.text(p, c, None), return_tensors="pt")).logits[0, 0]
+                                for p, c in zip(prompts, completions, strict=True)])
+    # one float32 forward per pair against padded batches: the same sums in another order
+    torch.testing.assert_close(whole, expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(single, expected, rtol=1e-4, atol=1e-5)
+    assert len(set(whole.tolist())) == 3  # the pairs are told apart
+
+
+def test_it_combines_with_other_rewards(tmp_path, tiny_model_path):
+    path, _ = _save(tmp_path, tiny_model_path, labels=1)
+    both = WeightedSum([ExactMatch(), RewardModel(path, scale=0.0)], weights=[1.0, 1.0])
+    out = RewardGuard()(both, ["2", "4"], ["2", "5"], prompts=["a", "b"], conversations=[None, None])
+    assert out.scores.tolist() == [1.0, 0.0] and "RewardModel" in out.terms
+
+
+def test_a_model_that_is_no_reward_model_is_refused_naming_the_fix(tmp_path, tiny_model_path):
+    path, _ = _save(tmp_path, tiny_model_path, labels=3)
+    with pytest.raises(ValueError, match="head has 3 outputs; a reward model has one"):
+        RewardModel(path)
+    with pytest.raises(ValueError, match="is not a directory"):
+        RewardModel(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="dtype='float64' must be one of"):
+        RewardModel(path, dtype="float64")
