@@ -25,10 +25,14 @@ from lit_grpo.checks import require
 
 def subclasses(base: type) -> dict[str, type]:
     """The concrete, public subclasses of ``base`` imported so far, by short name (in the order found); a
-    name that two classes share maps to neither (give their class paths)."""
+    name that two classes share maps to neither (give their class paths). A class made at run time, which no
+    path imports (Lightning wraps each optimizer in one), is not a choice and is left out."""
     found: dict[str, list[type]] = {}
     for path in get_all_subclass_paths(base):
-        cls = import_object(path)
+        try:
+            cls = import_object(path)
+        except (ImportError, AttributeError):
+            continue
         found.setdefault(cls.__name__, [])
         if cls not in found[cls.__name__]:
             found[cls.__name__].append(cls)

@@ -10,7 +10,6 @@ goes on at the rate it stopped at.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from typing import TYPE_CHECKING
@@ -19,31 +18,17 @@ import torch
 from torch import Tensor
 
 from lit_grpo.checks import require
+from lit_grpo.components import resolve
 
 if TYPE_CHECKING:
     from lit_grpo.settings import Optim
-
-
-def resolve_class(name: str, module: str, base: type, option: str) -> type:
-    """``name`` (a class of ``module``, e.g. ``SGD``, or a dotted class path) as a subclass of ``base``."""
-    where, _, attr = name.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(where or module), attr)
-    except (ImportError, AttributeError) as err:
-        example = "SGD" if base is torch.optim.Optimizer else "CosineAnnealingLR"
-        raise ValueError(f"{option}={name!r}: no such class ({err}); give a class of {module} "
-                         f"(e.g. {example}) "
-                         "or a full class path such as my_pkg.MyOptimizer") from None
-    require(isinstance(found, type) and issubclass(found, base),
-            f"{option}={name!r} is not a subclass of {base.__module__}.{base.__qualname__}")
-    return found
 
 
 def build_optimizer(params: list[Tensor], optim: Optim) -> torch.optim.Optimizer:
     """The group's optimizer over ``params``: ``lr`` and ``weight_decay`` always, ``betas`` where the class
     takes them, the fused kernel where the class has one and the parameters allow it, ``optimizer_args`` on
     top."""
-    cls = resolve_class(optim.optimizer, "torch.optim", torch.optim.Optimizer, "optim.optimizer")
+    cls = resolve(torch.optim.Optimizer, optim.optimizer, f"optim.optimizer={optim.optimizer!r}")
     accepted = inspect.signature(cls).parameters
     kwargs = {"lr": optim.lr, "weight_decay": optim.weight_decay}
     if "betas" in accepted:
@@ -66,8 +51,8 @@ def build_schedule(opt: torch.optim.Optimizer, optim: Optim, max_steps: int | No
     if optim.scheduler is None and optim.decay == "none":
         return ramp
     if optim.scheduler is not None:
-        cls = resolve_class(optim.scheduler, "torch.optim.lr_scheduler", torch.optim.lr_scheduler.LRScheduler,
-                            "optim.scheduler")
+        cls = resolve(torch.optim.lr_scheduler.LRScheduler, optim.scheduler,
+                      f"optim.scheduler={optim.scheduler!r}")
         after = cls(opt, **optim.scheduler_args)
     else:
         steps = optim.decay_steps

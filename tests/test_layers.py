@@ -49,7 +49,7 @@ def _imports(path: Path) -> set[str]:
 #: itself imports is held by test_the_lab_imports_only_itself_and_the_shared_helpers.
 LAYERS = [
     ["__main__"], ["commands"], ["cli", "lab"], ["callbacks"], ["module", "sft"],
-    ["step_metrics", "checkpoint", "batching"], ["policy", "data"], ["settings"], ["diagnostics", "envs"],
+    ["step_metrics", "checkpoint", "batching"], ["policy", "data"], ["optim"], ["settings"], ["diagnostics", "envs"],
     ["rollout", "rewards"], ["losses", "estimators"], ["logprobs"], ["models", "parallel"],
     ["lora", "perf", "types", "resources", "components", "figure", "precision", "console"], ["extras"], ["checks"],
 ]

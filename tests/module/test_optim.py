@@ -63,9 +63,17 @@ def test_a_scheduler_class_runs_after_the_warm_up():
     assert _rates(optim, 6) == pytest.approx([1.0, 1.0, 1.0, 0.5, 0.5, 0.25], rel=1e-12)
 
 
+def test_a_class_made_at_run_time_does_not_hide_the_shipped_ones():
+    # Lightning wraps each optimizer of a fit in a class no module path imports (LightningAdamW)
+    made = type("LightningSGD", (torch.optim.SGD,), {"__module__": "lightning.pytorch.core.optimizer"})
+    optim = Optim(lr=0.5, optimizer="SGD")
+    assert type(build_optimizer(_params(), optim)) is torch.optim.SGD and made.__name__ == "LightningSGD"
+
+
 @pytest.mark.parametrize(("options", "match"), [
-    ({"optimizer": "NoSuchOptimizer"}, r"optim.optimizer='NoSuchOptimizer': no such class"),
-    ({"optimizer": "torch.nn.Linear"}, "not a subclass of torch.optim"),
+    ({"optimizer": "NoSuchOptimizer"},
+     r"optim.optimizer='NoSuchOptimizer': unknown Optimizer 'NoSuchOptimizer'; choose one of .*SGD"),
+    ({"optimizer": "torch.nn.Linear"}, "not a concrete Optimizer subclass"),
     ({"optimizer": "SGD", "optimizer_args": {"betas2": 1}}, r"SGD takes no \['betas2'\]"),
     ({"optimizer_args": {"lr": 0.1}}, r"sets \['lr'\]: use optim.lr"),
     ({"decay": "cosine", "scheduler": "StepLR"}, "choose one schedule"),
