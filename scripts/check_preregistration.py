@@ -30,7 +30,10 @@ original text and say what the amendment adds. An amendment that words a change 
 primary metric, family, margin or bound, "instead", "replaces", a comparison with a number: :data:`REWORDS`) is
 refused, whatever else it says.
 
-A record that fails is "criteria written after the data"; the doc that publishes it must say so on a line naming
+An experiment that publishes data and never had a criterion block (not before its data, not at it, not today:
+a pilot that sizes a study) tests nothing: its row of docs/results.md's status table must say "no criterion:
+tests nothing", and that label on any other record is a problem. A record that fails is "criteria written after
+the data"; the doc that publishes it must say so on a line naming
 it (for experiments: a row of docs/results.md's claims or status table). Finally every paragraph of README.md and
 docs/*.md, and every file under bench/ and scripts/, that claims a criterion came first ("fixed before the first
 run", "committed before any run", "pre-registered", ...) must name a record this script checks (a doc's paragraph
@@ -60,6 +63,9 @@ import yaml
 MARKER = re.compile(r"^#\s*SUCCESS CRITERI(ON|A)\b")
 AMENDMENT = re.compile(r"^(#:?)?\s*AMENDMENT\b")
 LABEL = "criteria written after the data"
+#: the label of an experiment that never had a criterion (a pilot that sizes a study, a description): it tests
+#: nothing, so it has nothing to commit first, and its row says so in place of a verdict
+DESCRIPTIVE = "no criterion: tests nothing"
 #: what an amendment may not say: it would change what the original fixed (the primary metric, the family, a
 #: margin, bound or level, the reading) instead of adding to it
 REWORDS = re.compile(
@@ -153,9 +159,11 @@ class Verdict:
     before_data: bool
     why: str = ""
     doc: str = field(default="docs/results.md", repr=False)
+    descriptive: bool = False  # no criterion block before the data, at it, or today: it tests nothing
 
     def line(self) -> str:
-        state = "criterion before the data" if self.before_data else f"{LABEL} ({self.why})"
+        state = ("criterion before the data" if self.before_data else DESCRIPTIVE if self.descriptive
+                 else f"{LABEL} ({self.why})")
         return f"{self.experiment}: {state} (criterion {self.criterion_commit[:10]}, data {self.data_commit[:10]})"
 
 
@@ -414,6 +422,8 @@ def check_record(repo: Path, record: Record) -> Verdict | None:
         today = repo / piece.path
         now.append(read(piece, today.read_text() if today.is_file() else None))
     where = parent[0] if parent else data_commit
+    if record.pieces[0].kind == "yaml" and before[0] is None and at_data[0] is None and now[0] is None:
+        return Verdict(record.name, where, data_commit, False, DESCRIPTIVE, record.doc, descriptive=True)
     if any(n is None for n in now):
         return Verdict(record.name, where, data_commit, False, "no criterion in the working tree", record.doc)
     if any(b is None for b in before):
@@ -475,23 +485,23 @@ def check(repo: Path, name: str) -> Verdict | None:
     return check_record(repo, experiment(name))
 
 
-def labelled_after(results_md: str) -> set[str]:
-    """Experiments the claims document labels ``criteria written after the data``: table rows with the label that
-    name the experiment (`` `name` ``) or its data (`` `results/name/runs.csv` ``)."""
-    rows = [row for row in results_md.splitlines() if row.startswith("|") and LABEL in row]
+def labelled_after(results_md: str, label: str = LABEL) -> set[str]:
+    """Experiments the claims document labels ``label`` (``criteria written after the data``): table rows with the
+    label that name the experiment (`` `name` ``) or its data (`` `results/name/runs.csv` ``)."""
+    rows = [row for row in results_md.splitlines() if row.startswith("|") and label in row]
     return {m for row in rows for m in re.findall(r"`(?:results/)?([a-z_]+)[`/]", row)}
 
 
-def labelled(repo: Path, record: Record) -> bool:
-    """Whether the record's doc labels it: for an experiment a table row of docs/results.md, for a benchmark a line
-    of its doc holding the label and the record's data file."""
+def labelled(repo: Path, record: Record, label: str = LABEL) -> bool:
+    """Whether the record's doc labels it ``label``: for an experiment a table row of docs/results.md, for a
+    benchmark a line of its doc holding the label and the record's data file."""
     doc = repo / record.doc
     if not doc.is_file():
         return False
     text = doc.read_text()
     if record.pieces[0].kind == "yaml":
-        return record.name in labelled_after(text)
-    return any(LABEL in line and record.data.removeprefix("docs/") in line for line in text.splitlines())
+        return record.name in labelled_after(text, label)
+    return any(label in line and record.data.removeprefix("docs/") in line for line in text.splitlines())
 
 
 def paragraphs(text: str) -> list[str]:
@@ -555,7 +565,15 @@ def main(argv: list[str] | None = None) -> int:
     problems = []
     for record, verdict in checked:
         is_labelled = labelled(args.repo, record)
-        failed = verdict is not None and not verdict.before_data
+        descriptive = verdict is not None and verdict.descriptive
+        if descriptive != labelled(args.repo, record, DESCRIPTIVE):
+            problems.append(
+                f"{record.name}: publishes data and never had a criterion; label its row of the status table "
+                f"'{DESCRIPTIVE}' (it gives no verdict), or register a criterion and run it again" if descriptive
+                else f"{record.doc} labels {record.name} '{DESCRIPTIVE}', but it has a criterion block or no "
+                     "published data: remove the label")
+            continue
+        failed = verdict is not None and not verdict.before_data and not descriptive
         if failed and not is_labelled:
             problems.append(f"{record.name}: {verdict.why}; label it '{LABEL}' in {record.doc} (for an experiment "
                             f"its row of the status table), or restore the criterion the data was judged by")

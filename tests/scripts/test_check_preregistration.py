@@ -212,6 +212,30 @@ def test_deleting_a_criterion_after_the_data_does_not_hide_it(tmp_path, capsys):
     assert "exp: no criterion in the working tree" in capsys.readouterr().err
 
 
+def test_an_experiment_that_never_had_a_criterion_is_labelled_as_testing_nothing(tmp_path, capsys):
+    (tmp_path / "pilot").mkdir()
+    (tmp_path / "registered").mkdir()
+    repo = Repo(tmp_path / "pilot")
+    pilot = ("experiments/exp.yaml", "# exp: a pilot that sizes a study\nname: exp\n")
+    repo.commit(pilot, _docs(False))
+    repo.commit(DATA)
+    assert check_preregistration.check(repo.path, "exp") is None  # no block: no verdict of its own
+    assert check_preregistration.main(["--repo", str(repo.path)]) == 1
+    assert "never had a criterion" in capsys.readouterr().err
+    descriptive = ("docs/results.md", TABLE.format(label="; no criterion: tests nothing"))
+    repo.commit(descriptive)
+    assert check_preregistration.main(["--repo", str(repo.path)]) == 0
+    assert "exp: no criterion: tests nothing" in capsys.readouterr().out
+    # the other label is refused for it, and this label for an experiment that had a criterion
+    repo.commit(_docs(True))
+    assert check_preregistration.main(["--repo", str(repo.path)]) == 1
+    registered = Repo(tmp_path / "registered")
+    registered.commit(_exp(CRITERION), descriptive)
+    registered.commit(DATA)
+    assert check_preregistration.main(["--repo", str(tmp_path / "registered")]) == 1
+    assert "remove the label" in capsys.readouterr().err
+
+
 def test_every_published_part_of_the_benchmarks_with_criteria_has_a_record():
     """The async and soak benchmarks and the compile rule say their criteria came first: each file they publish is
     checked (a record dropped from BENCHES would otherwise go unchecked while its doc still names the script)."""
