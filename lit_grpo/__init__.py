@@ -14,6 +14,7 @@ from lit_grpo.data import (
     MATH500,
     FileSource,
     HubSource,
+    MixedSource,
     MultipleChoice,
     PromptCurriculum,
     PromptDataModule,
@@ -78,9 +79,9 @@ __all__ = [
     # rollouts
     "AsyncRollouts", "RolloutEngine", "HFGenerateEngine",
     # data
-    "PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "PromptDataModule", "GSM8K", "MATH500",
-    "MultipleChoice", "ReferenceText", "SyntheticChoice", "SyntheticResidue", "PromptCurriculum",
-    "WordProblems", "ReasoningGymSource", "ReasoningGymScore",
+    "PromptSource", "SyntheticArithmetic", "FileSource", "HubSource", "MixedSource", "PromptDataModule",
+    "GSM8K", "MATH500", "MultipleChoice", "ReferenceText", "SyntheticChoice", "SyntheticResidue",
+    "PromptCurriculum", "WordProblems", "ReasoningGymSource", "ReasoningGymScore",
     # what passes between the parts
     "PromptBatch", "Rollouts", "RolloutStats", "RewardOutput", "SamplingParams",
 ]  # fmt: skip

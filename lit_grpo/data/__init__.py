@@ -2,6 +2,7 @@
 
 from lit_grpo.data.curriculum import PromptCurriculum
 from lit_grpo.data.datamodule import PromptDataModule
+from lit_grpo.data.mixture import MixedSource
 from lit_grpo.data.multiple_choice import MultipleChoice
 from lit_grpo.data.reasoning_gym import ReasoningGymScore, ReasoningGymSource  # noqa: F401 (extra: reasoning)
 from lit_grpo.data.records import BadRowError
@@ -14,7 +15,7 @@ from lit_grpo.data.templates import THINK_TEMPLATE, PromptStyle
 from lit_grpo.data.word_problems import WordProblems
 
 __all__ = [
-    "PromptSource", "RowSource", "FileSource", "HubSource",
+    "PromptSource", "RowSource", "FileSource", "HubSource", "MixedSource",
     "SyntheticArithmetic", "SyntheticChoice", "SyntheticResidue", "GSM8K", "MATH500", "MultipleChoice",
     "ReferenceText", "WordProblems", "SearchQuestions",
     "PromptDataModule", "PromptStream", "BadRowError", "PromptStyle", "THINK_TEMPLATE", "PromptCurriculum",

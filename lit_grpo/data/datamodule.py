@@ -92,6 +92,9 @@ class PromptDataModule(L.LightningDataModule):
             ``data/skipped_rows`` every step; otherwise the first one raises an error naming the file,
             line and field. A streamed split counts its bad rows again in every epoch that reads it
             (with ``num_workers > 0``, in the workers, so they do not reach the metric).
+        system_prompt: The system prompt of every prompt ("" for none): the system message in the ``chat``
+            style, a paragraph before the prompt in ``plain`` and ``think``; records with chat messages that
+            hold a system message of their own keep theirs.
     """
 
     def __init__(
@@ -105,8 +108,14 @@ class PromptDataModule(L.LightningDataModule):
         streaming: bool = False,
         shuffle_buffer: int = 10_000,
         skip_bad_rows: bool = False,
+        system_prompt: str = "",
     ) -> None:
         super().__init__()
+        require(isinstance(system_prompt, str),
+                f"PromptDataModule: system_prompt must be a text, got {type(system_prompt).__name__}")
+        if system_prompt:
+            source.bind_system_prompt(system_prompt)
+        self.system_prompt = system_prompt
         require_at_least(
             "PromptDataModule", 1, prompts_per_step=prompts_per_step, val_batch_size=val_batch_size,
             shuffle_buffer=shuffle_buffer,

@@ -2,6 +2,9 @@
 
 A record is ``{"prompt": str, "reference": str, "id": str, "columns": {name: value}}``.
 
+A field of a row is named by its key or, inside nested objects, by a dotted path
+(``reward_model.ground_truth``, the layout of verl's data files); :func:`field_value` reads either.
+
 Rows are checked as they are read; a bad row raises :class:`BadRowError`, whose message names the file
 (or dataset), the line (or row) and the field, or, where the caller passes ``on_bad_row``, is handed to
 that callback and skipped.
@@ -46,12 +49,52 @@ def collate_prompts(records: Sequence[Record]) -> PromptBatch:
     )
 
 
+#: the roles a chat message may have
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def field_value(row: dict[str, Any], name: str) -> Any:
+    """The value of field ``name`` of ``row``: the key itself, else a dotted path into nested objects
+    (``reward_model.ground_truth``); None where either is missing."""
+    if name in row:
+        return row[name]
+    value: Any = row
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def chat_messages(value: Any, where: str, field: str, option: str) -> list[dict[str, str]]:
+    """``value`` as a prompt of chat messages: a non-empty list of ``{"role", "content"}`` objects (roles of
+    :data:`ROLES`, text content), that ends with a user turn; else a :class:`BadRowError` naming the turn."""
+    if not isinstance(value, list) or not value:
+        raise BadRowTypeError(f"{where}: field {field!r} ({option}) must be a prompt text or a non-empty "
+                              f"list of chat messages, got {type(value).__name__} {value!r:.60}")
+    messages = []
+    for i, turn in enumerate(value):
+        at = f"{where}: field {field!r} ({option}), message {i + 1}"
+        content = turn.get("content") if isinstance(turn, dict) else None
+        if not (isinstance(content, str) and turn.get("role") in ROLES):
+            raise BadRowTypeError(f"{at} must be an object with a role ({', '.join(ROLES)}) and a text "
+                                  f"content, got {turn!r:.80}")
+        messages.append({"role": turn["role"], "content": turn["content"]})
+    if messages[-1]["role"] != "user":
+        raise BadRowError(f"{where}: field {field!r} ({option}) ends with a {messages[-1]['role']!r} turn; a "
+                          "prompt ends with the user's turn (put the expected answer in the answer_field)")
+    if not any(m["content"].strip() for m in messages if m["role"] == "user"):
+        raise BadRowError(f"{where}: field {field!r} ({option}) has no user turn with text: an empty prompt")
+    return messages
+
+
 def require_fields(row: Any, where: str, fields: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """Checks that ``row`` is a mapping holding every ``(option, field)`` of ``fields`` (not null)."""
+    """Checks that ``row`` is a mapping holding every ``(option, field)`` of ``fields`` (not null; a field may
+    be a dotted path into nested objects)."""
     if not isinstance(row, dict):
         raise BadRowError(f"{where}: expected an object with fields, got {type(row).__name__}")
     for option, name in fields:
-        if row.get(name) is None:
+        if field_value(row, name) is None:
             raise BadRowError(
                 f"{where}: field {name!r} ({option}) is missing or null; the row has fields {list(row)}. "
                 f"Set {option} to one of them or fix the data."
@@ -163,3 +206,31 @@ def read_parquet(path: Path, batch_size: int = 1024) -> Iterator[tuple[str, Any]
         for row in batch.to_pylist():
             row_no += 1
             yield f"{path}, row {row_no}", row
+
+
+def read_csv(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(where, row)`` for each row of a CSV file with a header line, ``where`` naming the file and the
+    1-based line (the header is line 1); every value is text. A row with more or fewer values than the header
+    comes as ``(where, BadRowError)``."""
+    import csv
+
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        for row in reader:
+            where = f"{path}, line {reader.line_num}"
+            if None in row or None in row.values():
+                yield where, BadRowError(f"{where}: {len(row.get(None, []))} value(s) more or "
+                                         f"{sum(v is None for v in row.values())} fewer than the header's "
+                                         f"{len(reader.fieldnames or [])} columns; fix the line (quote a "
+                                         "value that holds a comma)")
+                continue
+            yield where, row
+
+
+def read_saved_dataset(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(where, row)`` for each row of a directory written by ``datasets.Dataset.save_to_disk``, read from
+    its memory-mapped Arrow files."""
+    import datasets
+
+    for i, row in enumerate(datasets.load_from_disk(str(path))):
+        yield f"{path}, row {i + 1}", row

@@ -22,15 +22,21 @@ from lit_grpo.data.records import (
     answer_text,
     bad_field,
     build_records,
+    chat_messages,
     check_text,
+    field_value,
     format_template,
+    read_csv,
     read_jsonl,
     read_parquet,
+    read_saved_dataset,
     require_fields,
 )
 from lit_grpo.data.templates import PromptRenderer, PromptStyle, check_style
 
 Split = Literal["train", "val", "test"]
+#: how FileSource reads a file, by suffix
+READERS = {".jsonl": read_jsonl, ".json": read_jsonl, ".parquet": read_parquet, ".csv": read_csv}
 
 
 def split_range(split: Split, num_val: int, num_test: int, num_train: int) -> range:
@@ -62,6 +68,13 @@ class PromptSource(ABC):
         when their own ``tokenizer`` option is unset. Other sources ignore it."""
         return None
 
+    def bind_system_prompt(self, text: str) -> None:
+        """Sets the system prompt of every prompt (``data.system_prompt``); a source that does not render its
+        prompts (it has no prompt style) refuses one."""
+        require(not text, f"{type(self).__name__} does not render its prompts in a style, so "
+                          "data.system_prompt cannot reach them; put the system prompt in the data or drop "
+                          "it")
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({args})"
@@ -79,12 +92,16 @@ class StyledSource(PromptSource):
         self._bound_tokenizer = name
         self._renderer = None
 
-    def render(self, question: str) -> str:
-        """The prompt for ``question`` in this source's style."""
+    def bind_system_prompt(self, text: str) -> None:
+        self._system_prompt = text
+
+    def render(self, question: str | list[dict[str, str]]) -> str:
+        """The prompt for ``question`` (a text, or chat messages) in this source's style, with the system
+        prompt."""
         if getattr(self, "_renderer", None) is None:
             tokenizer = self.tokenizer or getattr(self, "_bound_tokenizer", None)
             self._renderer = PromptRenderer(self.style, tokenizer)
-        return self._renderer(question, self.instruction)
+        return self._renderer(question, self.instruction, getattr(self, "_system_prompt", ""))
 
 
 class RowSource(StyledSource):
@@ -92,7 +109,11 @@ class RowSource(StyledSource):
 
     A row becomes a record in three steps, each a method a task may override: :meth:`question`
     (the ``template`` over the row's fields), :meth:`reference` (the answer field as text) and
-    :meth:`columns` (the ``extra_fields``); the question is then rendered in the prompt ``style``.
+    :meth:`columns` (the ``extra_fields``); the question is then rendered in the prompt ``style``. A
+    prompt field that holds a list of chat messages (``[{"role": "system", "content": ...}, {"role":
+    "user", ...}]``, TRL's conversational format) is the prompt as it is: the template does not apply and
+    the chat template renders it. Every field option may name a nested field by a dotted path
+    (``reward_model.ground_truth``).
     """
 
     def __init__(
@@ -121,22 +142,25 @@ class RowSource(StyledSource):
     def stream(self, split: Split, on_bad_row: OnBadRow | None = None) -> Iterator[Record]:
         """The records of ``split`` read row by row (see :meth:`PromptSource.stream`)."""
 
-    def question(self, row: dict[str, Any], where: str) -> str:
-        """The question text of a row (before the prompt style is applied)."""
-        check_text(row[self.prompt_field], where, self.prompt_field, "prompt_field", "prompt")
+    def question(self, row: dict[str, Any], where: str) -> str | list[dict[str, str]]:
+        """The question text of a row (before the prompt style is applied), or its chat messages."""
+        value = field_value(row, self.prompt_field)
+        if isinstance(value, list):
+            return chat_messages(value, where, self.prompt_field, "prompt_field")
+        check_text(value, where, self.prompt_field, "prompt_field", "prompt")
         return format_template(self.template, row, where)
 
     def reference(self, row: dict[str, Any], where: str) -> str:
         """The reference answer of a row (a number as its canonical text, see
         :func:`~lit_grpo.data.records.answer_text`); a blank one is a bad row."""
-        reference = answer_text(row[self.answer_field], where, self.answer_field, "answer_field")
+        reference = answer_text(field_value(row, self.answer_field), where, self.answer_field, "answer_field")
         if not reference.strip():
             raise bad_field(where, self.answer_field, "answer_field", "is an empty reference")
         return reference
 
     def columns(self, row: dict[str, Any], where: str) -> dict[str, Any]:
         """Per-prompt values passed to the reward as keyword arguments."""
-        return {f: row[f] for f in self.extra_fields}
+        return {f: field_value(row, f) for f in self.extra_fields}
 
     def required_fields(self) -> list[tuple[str, str]]:
         """``(option, field)`` pairs every row must hold (not null)."""
@@ -157,15 +181,17 @@ class RowSource(StyledSource):
 
 
 class FileSource(RowSource):
-    """Prompts from local JSON-lines (``.jsonl``/``.json``) or Parquet (``.parquet``) files.
+    """Prompts from local JSON-lines (``.jsonl``/``.json``), Parquet (``.parquet``) or CSV (``.csv``, with a
+    header line) files, or a directory written by ``datasets.Dataset.save_to_disk``.
 
-    Files are read row by row (Parquet in batches), so :meth:`stream` works on files larger than memory.
+    Files are read row by row (Parquet in batches, a saved dataset from its memory-mapped Arrow files), so
+    :meth:`stream` works on files larger than memory.
 
     Args:
-        train: File of the training split.
+        train: File (or saved dataset directory) of the training split.
         val: File of the validation split.
         test: File of the test split.
-        prompt_field: Field that holds the prompt (checked to be a non-empty string).
+        prompt_field: Field that holds the prompt (checked to be a non-empty string), or its chat messages.
         answer_field: Field that holds the reference answer (checked to be non-blank).
         template: ``str.format`` template over the row's fields that makes the question text,
             e.g. ``"Question: {question}\\nAnswer:"``.
@@ -202,7 +228,8 @@ class FileSource(RowSource):
 
     def stream(self, split: Split, on_bad_row: OnBadRow | None = None) -> Iterator[Record]:
         path = self._path(split)
-        rows = read_parquet(path) if path.suffix == ".parquet" else read_jsonl(path)
+        read = read_saved_dataset if path.is_dir() else READERS[path.suffix]
+        rows = read(path)
         numbered = ((where, f"{split}-{i}", row) for i, (where, row) in enumerate(rows))
         yield from build_records(numbered, self.record, on_bad_row)
 
@@ -212,15 +239,19 @@ class FileSource(RowSource):
                                   "file path")
         path = Path(file)
         if path.is_dir():
+            if (path / "state.json").is_file():  # Dataset.save_to_disk
+                return path
+            hint = (" (a DatasetDict: read it with HubSource(path=..., train_split=...))"
+                    if (path / "dataset_dict.json").is_file() else "")
             raise IsADirectoryError(
-                f"FileSource: {split}={file!r} is a directory; give the data file in it (.jsonl, .json or "
-                ".parquet)"
+                f"FileSource: {split}={file!r} is a directory that Dataset.save_to_disk did not write{hint}; "
+                "give the data file in it (.jsonl, .json, .parquet or .csv)"
             )
         if not path.is_file():
             raise FileNotFoundError(f"FileSource: {split}={file!r}: no such file")
-        require(path.suffix in (".jsonl", ".json", ".parquet"),
-                f"FileSource: {split}={file!r} has suffix {path.suffix!r}; use .jsonl, .json (JSON lines) or "
-                ".parquet")
+        require(path.suffix in READERS,
+                f"FileSource: {split}={file!r} has suffix {path.suffix!r}; use .jsonl, .json (JSON lines), "
+                ".parquet or .csv, or a directory written by Dataset.save_to_disk")
         return path
 
 

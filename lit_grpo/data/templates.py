@@ -9,6 +9,11 @@
   ``<think> </think>`` and the final answer inside ``<answer> </answer>``; the
   :class:`~lit_grpo.rewards.Format` reward checks that shape and the task rewards read the answer
   from the ``<answer>`` tag.
+
+A system prompt (``data.system_prompt``) is the chat's system message in ``chat``, and a paragraph before
+the prompt in ``plain`` and ``think``. A record whose prompt is a list of chat messages (TRL's conversational
+format) is rendered by the chat template in ``plain`` and ``chat`` alike, the instruction appended to its last
+user turn; a system prompt is added only where the record has no system message of its own.
 """
 
 from __future__ import annotations
@@ -52,24 +57,46 @@ class PromptRenderer:
         self.tokenizer = tokenizer
         self._tok: Any = None
 
-    def __call__(self, question: str, instruction: str = "") -> str:
-        """The prompt for ``question``; ``instruction`` (how to give the answer) is appended for
-        ``plain`` and ``chat``; ``think`` asks for the answer in its own way."""
+    def __call__(self, question: str | list[dict[str, str]], instruction: str = "", system: str = "") -> str:
+        """The prompt for ``question`` (a text, or chat messages ending with the user's turn);
+        ``instruction`` (how to give the answer) is appended for ``plain`` and ``chat``; ``think`` asks for
+        the answer in its own way. ``system`` is the system prompt ("" for none)."""
+        if isinstance(question, list):
+            return self._messages(question, instruction, system)
         if self.style == "think":
-            return THINK_TEMPLATE.format(question=question)
+            prompt = THINK_TEMPLATE.format(question=question)
+            return f"{system}\n\n{prompt}" if system else prompt
         text = f"{question}\n{instruction}" if instruction else question
         if self.style == "chat":
-            return self._chat(text)
-        return text
+            return self._chat(text, system)
+        return f"{system}\n\n{text}" if system else text
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_tok": None}  # the tokenizer is reloaded where needed
 
-    def _chat(self, text: str) -> str:
+    def _chat(self, text: str, system: str = "") -> str:
         tok = self._load()
         if tok is False:
-            return text
-        messages = [{"role": "user", "content": text}]
+            return f"{system}\n\n{text}" if system else text
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": text})
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def _messages(self, messages: list[dict[str, str]], instruction: str, system: str) -> str:
+        require(self.style != "think",
+                "style='think' wraps one question in its template, and these records hold chat messages; use "
+                "style: chat (or plain) for them")
+        tok = self._load()
+        require(tok is not False,
+                f"the records hold chat messages, which only a chat template renders, and the tokenizer of "
+                f"{self.tokenizer!r} has none; use a tokenizer with a chat template (the source's "
+                "`tokenizer`)")
+        messages = [dict(m) for m in messages]
+        if instruction:
+            last = messages[-1]
+            last["content"] = f"{last['content']}\n{instruction}"
+        if system and not any(m["role"] == "system" for m in messages):
+            messages.insert(0, {"role": "system", "content": system})
         return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def _load(self) -> Any:

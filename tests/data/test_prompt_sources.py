@@ -187,7 +187,7 @@ def test_missing_file_names_the_path_and_the_option(tmp_path):
 
 
 def test_a_directory_for_a_data_file_is_named_as_one(tmp_path):
-    with pytest.raises(IsADirectoryError, match=re.escape(f"val={str(tmp_path)!r} is a directory; give the data file")):
+    with pytest.raises(IsADirectoryError, match=re.escape(f"val={str(tmp_path)!r} is a directory that Dataset.save_to_disk did not write; give the data file")):
         FileSource(val=str(tmp_path)).load("val")
 
 
@@ -207,9 +207,9 @@ def test_unconfigured_split_names_the_option(tmp_path):
 
 
 def test_unknown_suffix_is_refused(tmp_path):
-    path = tmp_path / "train.csv"
-    path.write_text("prompt,answer\n")
-    with pytest.raises(ValueError, match="'.csv'; use .jsonl"):
+    path = tmp_path / "train.tsv"
+    path.write_text("prompt\tanswer\n")
+    with pytest.raises(ValueError, match="'.tsv'; use .jsonl, .json \\(JSON lines\\), .parquet or .csv"):
         FileSource(train=str(path)).load("train")
 
 
