@@ -296,9 +296,22 @@ def status() -> dict[str, list]:
                              *timed("passk_crossing")],
         "`rg_sign_vs_drgrpo`": _rg_status(),
         "`real_sign_vs_drgrpo_lr`": _lr_status(),
+        "`search_agent_pilot`": _pilot_status(),
         "`lit-grpo fidelity`": [len({r["prompt"] for r in _fidelity("fidelity")[1]}),
                                 len({r["prompt"] for r in _fidelity("fidelity_real")[1]}), None],
     }
+
+
+def _pilot_status() -> list:
+    """The pilot's per-seed SignBalance − GRPO differences, their sd, its runs and their mean seconds."""
+    with (RESULTS / "search_agent_pilot" / "runs.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["status"] == "done"]
+    acc = "greedy validation accuracy after training (100 questions)"
+    by = {(r["arm"], r["seed"]): float(r[acc]) for r in rows}
+    seeds = sorted({r["seed"] for r in rows})
+    diffs = [by["SignBalance", s] - by["GRPO", s] for s in seeds]
+    return [None, *diffs, len(seeds), statistics.stdev(diffs), len(rows),
+            statistics.mean(float(r["seconds"]) for r in rows), None]
 
 
 def _rg_status() -> list:
