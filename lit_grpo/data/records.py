@@ -219,8 +219,9 @@ def read_csv(path: Path) -> Iterator[tuple[str, Any]]:
         for row in reader:
             where = f"{path}, line {reader.line_num}"
             if None in row or None in row.values():
-                yield where, BadRowError(f"{where}: {len(row.get(None, []))} value(s) more or "
-                                         f"{sum(v is None for v in row.values())} fewer than the header's "
+                extra = row.pop(None, [])
+                values = sum(v is not None for v in row.values()) + len(extra)
+                yield where, BadRowError(f"{where}: {values} value(s) where the header has "
                                          f"{len(reader.fieldnames or [])} columns; fix the line (quote a "
                                          "value that holds a comma)")
                 continue

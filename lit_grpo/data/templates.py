@@ -64,12 +64,11 @@ class PromptRenderer:
         if isinstance(question, list):
             return self._messages(question, instruction, system)
         if self.style == "think":
-            prompt = THINK_TEMPLATE.format(question=question)
-            return f"{system}\n\n{prompt}" if system else prompt
+            return _before(system, THINK_TEMPLATE.format(question=question))
         text = f"{question}\n{instruction}" if instruction else question
         if self.style == "chat":
             return self._chat(text, system)
-        return f"{system}\n\n{text}" if system else text
+        return _before(system, text)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_tok": None}  # the tokenizer is reloaded where needed
@@ -77,7 +76,7 @@ class PromptRenderer:
     def _chat(self, text: str, system: str = "") -> str:
         tok = self._load()
         if tok is False:
-            return f"{system}\n\n{text}" if system else text
+            return _before(system, text)
         messages = [{"role": "system", "content": system}] if system else []
         messages.append({"role": "user", "content": text})
         return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -118,6 +117,11 @@ class PromptRenderer:
                 )
                 self._tok = False
         return self._tok
+
+
+def _before(system: str, text: str) -> str:
+    """``text`` with the system prompt as a paragraph before it (the styles without a system message)."""
+    return f"{system}\n\n{text}" if system else text
 
 
 def format_options(options: list[str]) -> str:

@@ -122,7 +122,7 @@ def test_csv_files_are_read_with_their_header_and_bad_lines_named(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text('question,answer,level\n"What is 1,000 + 1?",1001,2\nshort line\n')
     source = FileSource(train=str(path), prompt_field="question", template="{question}", extra_fields=["level"])
-    with pytest.raises(ValueError, match=re.escape(f"{path}, line 3: ") + ".*fewer than the header's 3 columns"):
+    with pytest.raises(ValueError, match=re.escape(f"{path}, line 3: ") + ".*1 value\\(s\\) where the header has 3 columns"):
         source.load("train")
     path.write_text('question,answer,level\n"What is 1,000 + 1?",1001,2\n')
     record = source.load("train")[0]
