@@ -82,7 +82,8 @@ def test_a_missing_data_file_names_the_option_and_path(run_dir):
 
 def test_a_data_path_that_is_a_folder_says_so(run_dir):
     outcome = fit(config(run_dir, **_file_data(str(run_dir))), run_dir)
-    assert outcome.status == 1 and f"train={str(run_dir)!r} is a directory; give the data file in it" in outcome.message
+    assert outcome.status == 1 and f"train={str(run_dir)!r} is a directory that Dataset.save_to_disk did not write" in outcome.message \
+        and "give the data file in it" in outcome.message
 
 
 def test_every_row_bad_and_skipped_says_they_were_skipped(run_dir):
