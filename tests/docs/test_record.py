@@ -5,6 +5,7 @@ criterion ("differs" where the criterion says "inconclusive", "not worse" where 
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -217,9 +218,10 @@ def test_the_compute_summary_counts_every_experiment():
 
     text = _flat(DOC[DOC.index("The whole suite:"):DOC.index("## 1.")])
     _, rows = table(DOC, "experiment | claim")
-    measured = [r[0].strip("`") for r in rows if r[0].strip("`") in EXPERIMENTS]
-    assert sorted(measured) == sorted(EXPERIMENTS)
-    problems = _says(text, r"the (\d+) experiments of the table", len(EXPERIMENTS))
+    suite = (*EXPERIMENTS, "search_agent_pilot")  # the pilot's status row is its own (it tests nothing)
+    measured = [r[0].strip("`") for r in rows if r[0].strip("`") in suite]
+    assert sorted(measured) == sorted(suite)
+    problems = _says(text, r"the (\d+) experiments of the table", len(suite))
     walls = {n: data(n).runtime()[2] for n in ("degeneracy", "gradient_rank", "softmax_budget", "passk_crossing",
                                                "real_sign_vs_drgrpo", "sign_balance_skill")}  # fmt: skip
     printed = [float(x) for x in re.search(r"\(([\d. +]+) minutes\)", text).group(1).split(" + ")]
@@ -227,14 +229,20 @@ def test_the_compute_summary_counts_every_experiment():
     problems += _says(text, r"about ([\d.]+) hours for seven", sum(printed) / 60)
     rg = data("rg_sign_vs_drgrpo")
     problems += _says(text, r"rg_sign_vs_drgrpo's ([\d.]+) run-minutes", sum(rg.seconds()) / 60)
-    runs = 0
-    for name in EXPERIMENTS:
+    agent = data("search_agent_estimators")
+    select = [float(r["seconds"]) for r in csv.DictReader(open(RESULTS / "search_agent_estimators" / "select.csv"))]
+    problems += _says(text, r"search_agent_estimators' ([\d.]+) \+ ([\d.]+) run-minutes",
+                      sum(agent.seconds()) / 60, sum(select) / 60)
+    runs, prepare = 0, set()
+    for name in suite:
         exp = load_experiment(ROOT / "experiments" / f"{name}.yaml", quick=True)
         prepared = prepared_outputs(exp, str(ROOT / "runs-never-written"))
         selection = expand_selection(exp, prepared, str(ROOT / "runs-never-written"))
         runs += len(selection) + len(expand(exp, prepared, str(ROOT / "runs-never-written"),
                                             standin_choice(exp, selection)))  # fmt: skip
-    problems += _says(text, r"plans (\d+) runs for the (\d+)", runs, len(EXPERIMENTS))
+        prepare |= set(prepared.values())  # one output per distinct prepare command: a shared one runs once
+    problems += _says(text, r"plans (\d+) runs for the (\d+)", runs, len(suite))
+    assert re.search(r"and three prepare steps", text) and len(prepare) == 3, prepare
     assert not problems, problems
 
 
@@ -298,4 +306,26 @@ def test_the_fp32_ratios_are_quoted_with_their_paired_intervals():
               for v in (gm, *ci)]  # fmt: skip
     problems = _says(_flat(PERF), r"\(paired over the A/B pairs: ([\d.]+)x \[([\d.]+), ([\d.]+)\] and ([\d.]+)x "
                      r"\[([\d.]+), ([\d.]+)\]", *values)  # fmt: skip
+    assert not problems, problems
+
+
+def test_the_readme_states_each_studys_power_from_its_data():
+    """The README's power figures: the three SmolLM2 Sign − Dr. GRPO studies' (after the data: the paired t at
+    0.05 against a true +0.05, at the sd of their seeds' sampled-accuracy differences) and the search-agent
+    study's (before it: the pilot's sd at its 5 seeds and Holm's first step)."""
+    from lit_grpo.lab.stats import summarize, t_test_power
+    from tests.docs.doc_tables import Pct
+    from tests.docs.test_results_tables import _pilot_sd
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    powers = []
+    for name in ("real_sign_vs_drgrpo", "rg_sign_vs_drgrpo", "real_sign_vs_drgrpo_lr"):
+        d = data(name)
+        diffs = [a - b for a, b in zip(d.values("sampled test", "Sign"), d.values("sampled test", "DrGRPO"),
+                                       strict=True)]
+        powers.append(Pct(t_test_power(len(diffs), 0.05, summarize(diffs)["sd"], 0.05)))
+    problems = _says(readme, r"studies had (\d+)%, (\d+)% and (\d+)% power", *powers)
+    agent = data("search_agent_estimators")
+    problems += _says(readme, r"inconclusive: (\d+) seeds, (\d+)% power at its \+0.05 margin",
+                      len(agent.values("greedy test", "GRPO")), Pct(t_test_power(5, 0.05, _pilot_sd(), 0.05 / agent.family)))
     assert not problems, problems

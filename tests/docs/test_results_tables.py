@@ -34,7 +34,8 @@ DOC = (ROOT / "docs" / "results.md").read_text()
 
 #: the experiments docs/results.md quotes (each with runs.csv and report.md under docs/results/<name>/)
 EXPERIMENTS = ("degeneracy", "sign_vs_drgrpo", "sign_starvation", "real_sign_vs_drgrpo", "softmax_budget",
-               "gradient_rank", "passk_crossing", "sign_balance_skill", "rg_sign_vs_drgrpo", "real_sign_vs_drgrpo_lr")
+               "gradient_rank", "passk_crossing", "sign_balance_skill", "rg_sign_vs_drgrpo", "real_sign_vs_drgrpo_lr",
+               "search_agent_estimators")
 
 
 class Data:
@@ -80,7 +81,8 @@ class Data:
         else:
             raise AssertionError(f"{self.name}: no pair {a} - {b} of {key!r} at {setting}")
         va, vb = (y, x) if flip else (x, y)
-        d = summarize([u - v for u, v in zip(va.values, vb.values, strict=True)])
+        by = dict(zip(vb.seeds, vb.values, strict=True))  # paired by seed: a failed run leaves its pair out
+        d = summarize([u - by[seed] for seed, u in zip(va.seeds, va.values, strict=True) if seed in by])
         return {**test, "diff": d["mean"], "lo": d["ci_low"], "hi": d["ci_high"],
                 "ahead": test["n"] - test["ahead"] if flip else test["ahead"]}  # fmt: skip
 
@@ -196,6 +198,7 @@ def claims() -> dict[str, list]:
             Pct(sb.s("share of the most common", "SignBalance")["mean"]), Pct(sb.s("share of the most common", "GRPO")["mean"]),
             skill["n"], None, sb.family, skill["holm"], entropy["holm"],
             None],  # the criterion's +0.03
+        "SignBalance above GRPO, Dr. GRPO and Sign on a search agent": _agent_claim(),
         "each estimator's mean update": [
             _within(tiny), _within(real7, 8), len({r["prompt"] for r in real7 if int(r["correct"]) >= 8}),
             len({r["prompt"] for r in real7}),
@@ -297,6 +300,7 @@ def status() -> dict[str, list]:
         "`rg_sign_vs_drgrpo`": _rg_status(),
         "`real_sign_vs_drgrpo_lr`": _lr_status(),
         "`search_agent_pilot`": _pilot_status(),
+        "`search_agent_estimators`": _agent_status(),
         "`lit-grpo fidelity`": [len({r["prompt"] for r in _fidelity("fidelity")[1]}),
                                 len({r["prompt"] for r in _fidelity("fidelity_real")[1]}), None],
     }
@@ -312,6 +316,150 @@ def _pilot_status() -> list:
     diffs = [by["SignBalance", s] - by["GRPO", s] for s in seeds]
     return [None, *diffs, len(seeds), statistics.stdev(diffs), len(rows),
             statistics.mean(float(r["seconds"]) for r in rows), None]
+
+
+# ---- section 9: the search-agent study --------------------------------------------------------------------------
+
+AGENT, AGENT_ACC = "search_agent_estimators", "greedy test accuracy"
+AGENT_ARMS = {"GRPO": "GRPO", "Dr. GRPO": "DrGRPO", "Sign": "Sign", "SignBalance": "SignBalance"}  # doc -> arm
+
+
+def _pilot_sd() -> float:
+    """The sd of the pilot's SignBalance − GRPO differences, which the study's registered power came from."""
+    return _pilot_status()[5]
+
+
+def _agent_pairs() -> dict[str, dict[str, float]]:
+    d = data(AGENT)
+    return {doc: d.pair(AGENT_ACC, "SignBalance", arm) for doc, arm in AGENT_ARMS.items() if arm != "SignBalance"}
+
+
+def _agent_selection() -> dict[tuple[str, str], float | None]:
+    """The selection runs' validation accuracy per (arm, rate); None where the run failed."""
+    rows = csv.DictReader(open(RESULTS / AGENT / "select.csv"))
+    return {(r["arm"], r["setting"].split("=")[1]): float(r["val/accuracy (last)"]) if r["status"] == "done" else None
+            for r in rows}
+
+
+def _guess_share() -> float:
+    d = data(AGENT)
+    return max(d.s("share of episodes answered correctly by a guess", a)["mean"] for a in AGENT_ARMS.values())
+
+
+def _agent_claim() -> list:
+    from lit_grpo.lab.stats import t_test_power
+
+    d, pairs = data(AGENT), _agent_pairs()
+    ours = [v for p in pairs.values() for v in (p["diff"], p["lo"], p["hi"])]
+    power = t_test_power(5, 0.05, _pilot_sd(), 0.05 / d.family)  # as registered: the pilot's sd at 5 seeds
+    collapsed = sum(v == 0 for v in d.values(AGENT_ACC, "GRPO"))
+    return [*ours, None, Pct(_guess_share()),  # None: the 150 test questions
+            pairs["GRPO"]["n"], pairs["Sign"]["n"], d.family, max(p["holm"] for p in pairs.values()),
+            Pct(power), None, collapsed, len(d.values(AGENT_ACC, "GRPO"))]  # None: the criterion's +0.05
+
+
+def _agent_status() -> list:
+    d, p = data(AGENT), _agent_pairs()["GRPO"]
+    runs, timed, wall = d.runtime()
+    select = [float(r["seconds"]) for r in csv.DictReader(open(RESULTS / AGENT / "select.csv"))]
+    significant = sum(q["holm"] < 0.05 for q in _agent_pairs().values())
+    return [None, p["diff"], p["lo"], p["hi"], p["holm"], significant, d.family, len(select), runs,  # "section 9"
+            sum(d.seconds()) / 60, min(d.seconds()), max(d.seconds()), None, timed, wall, sum(select) / 60]
+
+
+def agent_selection() -> dict[str, list]:
+    sel, d = _agent_selection(), data(AGENT)
+    return {doc: [v for lr in ("3e-4", "1e-3") if (v := sel[arm, lr]) is not None] + [d.chosen_lr(arm)]
+            for doc, arm in AGENT_ARMS.items()}
+
+
+def agent_final() -> dict[str, list]:
+    d = data(AGENT)
+    out = {}
+    for doc, arm in AGENT_ARMS.items():
+        s = d.s(AGENT_ACC, arm)
+        out[doc] = [d.chosen_lr(arm), *d.values(AGENT_ACC, arm), s["mean"], s["sd"]]
+    return out
+
+
+def agent_pairs() -> dict[str, list]:
+    return {doc: [p["n"], p["diff"], p["lo"], p["hi"], p["ahead"], p["p_t"], p["holm"]]
+            for doc, p in _agent_pairs().items()}
+
+
+AGENT_SECONDARY = {  # the doc's row -> the metric's label in the experiment
+    "tool calls per episode": "tool calls per episode",
+    "share of episodes answered correctly by a guess": "share of episodes answered correctly by a guess",
+    "share of correct answers that were guesses": "share of correct answers that were guesses",
+    "mean advantage of a correct found answer": "mean advantage of a correct found answer",
+    "share of episodes whose searches returned": "share of episodes whose searches returned",
+    "policy tokens per episode": "policy tokens per episode",
+    "training reward over the 8 steps": "training reward over the 8 steps",
+}
+
+
+def agent_secondary() -> dict[str, list]:
+    d = data(AGENT)
+    out = {}
+    for doc, key in AGENT_SECONDARY.items():
+        p = d.pair(key, "SignBalance", "GRPO")
+        out[doc] = [*[d.s(key, arm)["mean"] for arm in AGENT_ARMS.values()], p["diff"], p["p_t"]]
+    return out
+
+
+def test_the_search_agent_section_reads_its_prose_from_the_data():
+    d = data(AGENT)
+    section = " ".join(DOC[DOC.index("## 9."):].replace("−", "-").split())
+
+    def says(pattern: str, *values) -> list[str]:
+        found = re.search(pattern, section)
+        return [f"no {pattern!r}"] if found is None else mismatches(list(found.groups()), list(values), pattern)
+
+    sel, pairs, arms = _agent_selection(), _agent_pairs(), list(AGENT_ARMS.values())
+    assert sel["DrGRPO", "1e-3"] is None and d.chosen_lr("DrGRPO") == 3e-4, "Dr. GRPO's run at 1e-3 failed"
+    problems = says(r"GRPO's \(([\d.]+) against ([\d.]+)\)", sel["GRPO", "1e-3"], sel["GRPO", "3e-4"])
+    grpo = dict(zip(d.cell(AGENT_ACC, "GRPO").seeds, d.values(AGENT_ACC, "GRPO"), strict=True))
+    runs = {(r.run.arm, r.run.seed): r for r in d.records}
+    assert grpo[1] == 0 and runs["GRPO", 1].values[d.metric("greedy validation").metric.key] == 0
+    assert runs["Sign", 1].status != "done" and len(d.values(AGENT_ACC, "Sign")) == 4
+    problems += says(r"mean training reward of ([\d.]+) over its 8 steps",
+                     runs["GRPO", 1].values[d.metric("training reward over").metric.key])
+    ses = [s for c in d.metric(AGENT_ACC).cells for s in c.se]
+    problems += says(r"prompt-sampling SE on 150 questions is at most ([\d.]+)", max(ses))
+    assert all(p["holm"] >= 0.05 for p in pairs.values()), "the section reads every comparison as inconclusive"
+    problems += says(r"Holm-adjusted p ([\d.]+) for each; the smallest unadjusted p is ([\d.]+)",
+                     max(p["holm"] for p in pairs.values()), min(p["p_t"] for p in pairs.values()))
+
+    def sd(arm: str) -> float:
+        other = dict(zip(d.cell(AGENT_ACC, arm).seeds, d.values(AGENT_ACC, arm), strict=True))
+        sb = zip(d.cell(AGENT_ACC, "SignBalance").seeds, d.values(AGENT_ACC, "SignBalance"), strict=True)
+        return statistics.stdev(v - other[seed] for seed, v in sb if seed in other)
+
+    problems += says(r"differences is ([\d.]+) \(the pilot's ([\d.]+)\), most of it GRPO's collapsed seed, against "
+                     r"([\d.]+) for Dr. GRPO and ([\d.]+) for Sign", sd("GRPO"), _pilot_sd(), sd("DrGRPO"), sd("Sign"))
+    turns, calls = d.metric("assistant turns").metric.key, d.metric("tool calls").metric.key
+    assert all(r.values[turns] == 1 + r.values[calls] for r in d.records if r.status == "done")
+    guess = [d.s("share of correct answers that were guesses", a)["mean"] for a in arms]
+    problems += says(r"at most ([\d.]+)% of an arm's training episodes and ([\d.]+)% of its correct answers",
+                     Pct(_guess_share()), Pct(max(guess)))
+    assert all(v == 0 for a in arms for v in d.values("share of episodes correct with no search", a))
+    with_guess = {a: len(d.values("mean advantage of a correct guess", a)) for a in arms}
+    problems += says(r"exists only in the (\d+) final runs that had one \((\d+) GRPO, (\d+) Dr. GRPO, (\d+) "
+                     r"SignBalance\)", sum(with_guess.values()), with_guess["GRPO"], with_guess["DrGRPO"],
+                     with_guess["SignBalance"])
+    assert with_guess["Sign"] == 0 and set(d.values("mean advantage of a correct found answer", "Sign")) == {1.0}
+    select = [float(r["seconds"]) for r in csv.DictReader(open(RESULTS / AGENT / "select.csv"))]
+    done = [s for s, r in zip(select, csv.DictReader(open(RESULTS / AGENT / "select.csv")), strict=True)
+            if r["status"] == "done"]
+    _, timed, wall = d.runtime()
+    problems += says(r"the (\d+) finished final runs took ([\d.]+) run-minutes \((\d+) to (\d+) s a run",
+                     len(d.seconds()), sum(d.seconds()) / 60, min(d.seconds()), max(d.seconds()))
+    problems += says(r"the last (\d+) of them in ([\d.]+) min wall; the (\d+) selection runs took ([\d.]+) "
+                     r"run-minutes as recorded \((\d+) to (\d+) s a finished run\)", timed, wall, len(select),
+                     sum(select) / 60, min(done), max(done))
+    total = (sum(d.seconds()) + sum(select)) / 60
+    problems += says(r"its (\d+) run-minutes at 2 at a time are about ([\d.]+) hours", total, total / 2 / 60)
+    assert not problems, "docs/results.md section 9 differs from its data:\n" + "\n".join(problems)
 
 
 def _rg_status() -> list:
@@ -632,6 +780,10 @@ TABLES = {  # header start -> (label columns, the mapping)
     "per seed (0 to 5)": (0, lambda: sign_against_drgrpo_six("rg_sign_vs_drgrpo")),
     "per seed, each arm at its chosen rate (0 to 5)": (0, lambda: sign_against_drgrpo_six("real_sign_vs_drgrpo_lr")),
     "selection seeds 100, 101 (mean)": (1, lr_selection),
+    "selection seed 100": (1, agent_selection),
+    "greedy test accuracy, seeds 0 to 4": (1, agent_final),
+    "SignBalance − (greedy test accuracy)": (1, agent_pairs),
+    "training episodes (secondary)": (1, agent_secondary),
     "mean over steps, then seeds (n = 5)": (0, softmax_budget),
     "setting | erank": (0, gradient_rank),
     "n = 5 | gain in pass@1": (1, passk_crossing),
