@@ -7,8 +7,6 @@ importance correction its package registers is exported under its class name (``
 fails until a newly registered one is listed here.
 """
 
-__version__ = "0.2.0"
-
 from lit_grpo.data import (
     GSM8K,
     MATH500,
@@ -63,6 +61,7 @@ from lit_grpo.rewards import (
 from lit_grpo.rollout import AsyncRollouts, HFGenerateEngine, RolloutEngine
 from lit_grpo.sft import SFTModule
 from lit_grpo.types import PromptBatch, RewardOutput, Rollouts, RolloutStats, SamplingParams
+from lit_grpo.version import __version__ as __version__  # lit_grpo/version.py: readable without this file
 
 __all__ = [
     # the modules

@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-import lit_grpo
+from lit_grpo.version import __version__
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: Where the wheel puts the shipped folders (absent in a clone).
@@ -56,7 +56,7 @@ def version_line() -> str:
             found.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             continue
-    return f"lit-grpo {lit_grpo.__version__} (python {platform.python_version()}, {', '.join(found)})"
+    return f"lit-grpo {__version__} (python {platform.python_version()}, {', '.join(found)})"
 
 
 def asset(name: str) -> Path:

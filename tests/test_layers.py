@@ -51,13 +51,14 @@ LAYERS = [
     ["__main__"], ["commands"], ["cli", "lab"], ["callbacks"], ["module", "sft"],
     ["step_metrics", "checkpoint", "batching"], ["policy", "data"], ["optim"], ["settings"], ["diagnostics", "envs"],
     ["rollout", "rewards"], ["losses", "estimators"], ["logprobs"], ["models", "parallel"],
-    ["lora", "perf", "types", "resources", "components", "figure", "precision", "console"], ["extras"], ["checks"],
+    ["lora", "perf", "types", "resources", "components", "figure", "precision", "console"], ["extras"],
+    ["checks", "version"],
 ]
 RANK = {part: len(LAYERS) - i for i, parts in enumerate(LAYERS) for part in parts}
 #: What the lab may import of lit_grpo besides itself: the light shared helpers (the argument check, the shipped
 #: files, the optional extras, the name-to-class lookup, the figure canvas). It reads the trainer's classes by
 #: the class paths its configs name (lit_grpo.lab.registry, lit_grpo.lab.loader), never by an import.
-LAB_SHARED = ("checks", "resources", "extras", "components", "figure")
+LAB_SHARED = ("checks", "resources", "extras", "components", "figure", "version")
 #: Packages of the trainer the lab never imports; torch is the numerics of the lab's statistics alone.
 TRAINER_PACKAGES = ("lightning", "transformers", "peft", "torchmetrics", "vllm")
 LAB_TORCH = {"stats.py"}
@@ -67,6 +68,92 @@ def _part(module: str) -> str | None:
     """The top-level part of ``lit_grpo`` a module name belongs to (``lit_grpo.rollout.hf`` -> ``rollout``)."""
     names = module.split(".")
     return names[1] if names[0] == "lit_grpo" and len(names) > 1 else None
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements of a module at any depth (lazy ones included), less those under
+    ``if TYPE_CHECKING:``, which never run."""
+    found = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and getattr(child.test, "id", None) == "TYPE_CHECKING":
+                for rest in child.orelse:
+                    visit(rest)
+                continue
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                found.append(child)
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the lit_grpo modules it imports when it runs. ``from pkg import name`` imports the module
+    ``pkg.name`` where that is a module, else ``pkg`` itself (its ``__init__``)."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in _runtime_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name in modules)
+            elif node.level == 0 and node.module in modules:
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                targets.update(m for m in subs if m in modules)
+                if any(m not in modules for m in subs):
+                    targets.add(node.module)
+        graph[name] = targets - {name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    """No modules import each other in a loop, lazy imports included: a loop is a design that hides behind a
+    function-local import. (A module that imports the top-level package ``lit_grpo``, whose ``__init__``
+    imports every public name, is in a loop with it.)"""
+    assert _cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]] and _cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_every_file_sits_in_a_layer():

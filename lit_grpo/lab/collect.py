@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lit_grpo.checks import require
+from lit_grpo.lab.child import read_status
 from lit_grpo.lab.grid import Run
-from lit_grpo.lab.runner import read_status
 from lit_grpo.lab.spec import X_METRICS, Experiment, Metric
 
 Series = list[tuple[int, float]]  # (step, value), steps increasing, one value per step

@@ -105,8 +105,7 @@ def matched_section(exp: Experiment, curve: Curve, records: list[RunRecord]) -> 
     the step at which the runs reached it) and the paired differences between arms by seed (descriptive:
     not in the report's family of tests)."""
     from lit_grpo.lab.pairing import arm_pairs
-    from lit_grpo.lab.stats import summarize
-    from lit_grpo.lab.tables import paired
+    from lit_grpo.lab.stats import paired, summarize
 
     what = X_LABELS[curve.x]
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from lit_grpo.checks import require
+from lit_grpo.lab import child
 from lit_grpo.lab.spec import Resources
 
 #: Seconds between the progress lines of the ray and slurm executors while no run finishes.
@@ -206,10 +207,8 @@ def _srun_variables(env) -> dict[str, str]:
 def _pass_on(signum: int, frame: Any) -> None:
     """The signal submitit's jobs get ahead of their time limit (USR2), passed on to the ``lit-grpo fit``
     child, which finishes its step, writes its checkpoint and exits 75 (the grid submits the run again)."""
-    from lit_grpo.lab import runner
-
-    for child in list(runner.CHILDREN):
-        child.send_signal(signum)
+    for process in list(child.CHILDREN):
+        process.send_signal(signum)
 
 
 def _task(cwd: str, fn: Callable, *args: Any) -> Any:
@@ -220,8 +219,6 @@ def _task(cwd: str, fn: Callable, *args: Any) -> Any:
     submitit answers its time-limit signal (USR2) by requeueing the job and exiting, which kills the child
     without a checkpoint: here the signal is passed on to the child instead (``SaveOnInterrupt`` handles it).
     SIGTERM (pre-emption, ``scancel``) reaches the child from Slurm itself; submitit's task ignores it."""
-    from lit_grpo.lab import runner
-
     submitit = _import("submitit", "slurm")
 
     os.chdir(cwd)
@@ -231,7 +228,7 @@ def _task(cwd: str, fn: Callable, *args: Any) -> Any:
     restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
     command = env.paths.folder / f"{env.job_id}_{restarts}_command.json"
     if env.global_rank == 0:
-        runner.announce_to = command
+        child.announce_to = command
         return fn(*args)
     first = submitit.core.utils.JobPaths(env.paths.folder, env.job_id, task_id=0).result_pickle
     return _follow(command, first)
@@ -241,20 +238,18 @@ def _follow(command: Path, first: Path) -> int | str | None:
     """A task other than the first: run the ``lit-grpo`` command the first task wrote to ``command`` (None
     when the first task ended, its ``first`` result written, without writing one), output to this task's log;
     its child is ended :data:`FOLLOW_GRACE` seconds after the first task ended, if still running."""
-    from lit_grpo.lab import runner
-
     while not command.exists():
         if first.exists():
             return None
         time.sleep(1)
     spec = json.loads(command.read_text())
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        call = pool.submit(runner._call, tuple(spec["args"]), None, spec["threads"], spec["timeout"])
+        call = pool.submit(child.call, tuple(spec["args"]), None, spec["threads"], spec["timeout"])
         while not call.done():
             if first.exists():  # the first task has ended: this rank ends with it
                 if not concurrent.futures.wait([call], FOLLOW_GRACE).done:
-                    for child in list(runner.CHILDREN):
-                        child.kill()
+                    for process in list(child.CHILDREN):
+                        process.kill()
                 break
             time.sleep(1)
         return call.result()[0]

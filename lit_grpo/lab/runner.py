@@ -13,18 +13,17 @@ states the retry rule).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from lit_grpo.lab import child
+from lit_grpo.lab.child import STATUS_FILE, read_status
 from lit_grpo.lab.executors import Executor, LocalExecutor, WorkerLost
 from lit_grpo.lab.grid import Run, prepare_args, prepare_output, shell_command, substitute
 from lit_grpo.lab.spec import Experiment, Prepare, Resources
@@ -33,34 +32,13 @@ from lit_grpo.lab.spec import Experiment, Prepare, Resources
 #: resumable): the trainer's ``lit_grpo.checkpoint.EXIT_INTERRUPTED``, which the lab reads from the child's
 #: exit status and does not import (tests/lab/test_exp_executors.py holds the two equal).
 EXIT_INTERRUPTED = 75
-STATUS_FILE = "status.json"
 ATTEMPT_FILE = "attempt.json"
 PREPARED_FILE = ".prepared.json"
-#: Starts ``python -m lit_grpo ARGS`` so that Linux kills it when the process that started it dies
-#: (``PR_SET_PDEATHSIG``, kept across exec): a run whose Ray worker or Slurm job dies leaves no orphan writing
-#: the run directory while the run is tried again. argv: the parent's pid, then the lit-grpo arguments.
-_LAUNCH = """import ctypes, os, signal, sys
-try:
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-except AttributeError:  # not Linux
-    pass
-if os.getppid() != int(sys.argv[1]):
-    sys.exit("the process that started this run has died")
-os.execv(sys.executable, [sys.executable, "-m", "lit_grpo", *sys.argv[2:]])
-"""
 
 
 def default_jobs(threads_per_run: int) -> int:
     """Parallel runs that fit the machine: CPU cores // threads per run (at least 1)."""
     return max(1, (os.cpu_count() or 1) // threads_per_run)
-
-
-def read_status(run_dir: Path) -> dict | None:
-    path = Path(run_dir) / STATUS_FILE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def needs_run(run: Run, retry_failed: bool = True) -> bool:
@@ -69,45 +47,6 @@ def needs_run(run: Run, retry_failed: bool = True) -> bool:
     if status is None or status.get("args") != list(run.args):
         return True
     return status.get("status") != "done" and retry_failed
-
-
-#: The ``lit-grpo`` children running now in this process (a Slurm job's task passes signals on to them).
-CHILDREN: set[subprocess.Popen] = set()
-#: Where :func:`_call` writes the command it runs, for the other tasks of a Slurm job of several tasks
-#: (:mod:`lit_grpo.lab.executors` sets it in the job's first task); None: nowhere.
-announce_to: Path | None = None
-
-
-def _env(threads: int) -> dict[str, str]:
-    threads_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    return {**os.environ, **threads_env, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-
-
-def _call(args: tuple[str, ...], log: Path | None, threads: int, timeout: float | None,
-          append: bool = False) -> tuple[int | str, float]:
-    """Run ``lit-grpo <args>`` in a child process, output to ``log`` (after what it holds, with ``append``;
-    None: this process's output); (return code or "timeout", seconds)."""
-    if announce_to is not None:  # written whole (renamed into place): the other tasks start the same command
-        announce_to.with_suffix(".tmp").write_text(json.dumps({"args": list(args), "threads": threads,
-                                                               "timeout": timeout}))
-        announce_to.with_suffix(".tmp").rename(announce_to)
-    start = time.monotonic()
-    output = contextlib.nullcontext() if log is None else open(log, "a" if append else "w")
-    with output as out:
-        command = [sys.executable, "-c", _LAUNCH, str(os.getpid()), *args]
-        with subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_env(threads)) as child:
-            CHILDREN.add(child)
-            try:
-                rc: int | str = child.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                rc = "timeout"
-            except BaseException:  # as subprocess.run: the child does not outlive an error here
-                child.kill()
-                raise
-            finally:
-                CHILDREN.discard(child)
-    return rc, time.monotonic() - start
 
 
 def interruption(returncode: int | str | None) -> str | None:
@@ -168,7 +107,7 @@ def run_one(run: Run, threads: int, timeout: float | None = None, token: str = "
     if checkpoint is not None:
         with open(run.log_path, "a") as log:
             log.write(f"\n[lit-grpo compare] attempt {attempt}: resuming from {checkpoint}\n")
-    rc, seconds = _call(args, run.log_path, threads, timeout, append=checkpoint is not None)
+    rc, seconds = child.call(args, run.log_path, threads, timeout, append=checkpoint is not None)
     if checkpoint is not None:  # the run's time is that of all its attempts
         return _record(run, rc, seconds + earlier.get("seconds", 0), attempt, checkpoint)
     return _record(run, rc, seconds, attempt)
@@ -220,9 +159,9 @@ def _prepare(name: str, output: Path, call: tuple, resources: Resources, executo
         shutil.rmtree(output, ignore_errors=True)
         shutil.rmtree(f"{output}-logs", ignore_errors=True)  # the requirement reads this step's log alone
         if executor is None:
-            return _call(*call)
+            return child.call(*call)
         try:
-            rc, seconds = executor.result(executor.submit(resources, _call, *call))
+            rc, seconds = executor.result(executor.submit(resources, child.call, *call))
         except WorkerLost as err:
             rc, seconds = f"lost: {err}", 0.0
         why = interruption(rc)

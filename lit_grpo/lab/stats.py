@@ -720,3 +720,30 @@ def prompt_se(per_prompt: Sequence[float] | Tensor) -> float:
     values are equal up to rounding, :func:`zero_tolerance`)."""
     x = _values(per_prompt, "prompt_se", 2)
     return _spread(x, zero_tolerance(x)) / math.sqrt(x.numel())
+
+
+def pairwise(a: list[float], b: list[float]) -> dict[str, float]:
+    """Unpaired: mean difference (0 within rounding), Welch t, df and p, and the permutation p (NaN where
+    undefined)."""
+    out = {"diff": math.nan, "t": math.nan, "df": math.nan, "p_welch": math.nan, "p_perm": math.nan}
+    if a and b:
+        out["diff"] = mean_difference(a, b)
+        out["p_perm"] = permutation_test(a, b)
+    if len(a) >= 2 and len(b) >= 2:
+        out["t"], out["df"], out["p_welch"] = welch_t_test(a, b)
+    out["p"] = out["p_welch"] if not math.isnan(out["p_welch"]) else out["p_perm"]
+    return out
+
+
+def paired(a: list[float], b: list[float]) -> dict[str, float]:
+    """Paired (same seeds): the mean difference ``a - b``, the paired t and sign-flip tests and Wilcoxon's
+    signed-rank test of the differences, and the pairs where a is ahead; a difference within rounding of
+    the values (:func:`~lit_grpo.lab.stats.zero_tolerance`) is a tie, neither ahead."""
+    d = tied_differences(a, b)
+    out = {"n": float(len(d)), "ahead": float(sum(x > 0 for x in d))}
+    out["diff"] = snap(sum(d) / len(d), zero_tolerance(a, b))
+    out["t"], out["df"], out["p_t"] = paired_t_test(a, b)
+    out["p_flip"] = paired_sign_flip_test(a, b)
+    out["p"] = out["p_t"] if not math.isnan(out["p_t"]) else out["p_flip"]
+    out["p_wilcoxon"] = wilcoxon_signed_rank_test(a, b)[1]
+    return out

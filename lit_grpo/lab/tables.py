@@ -22,9 +22,8 @@ from lit_grpo.lab.stats import (
     holm_adjust,
     mean_difference,
     one_sample_t_test,
-    paired_sign_flip_test,
-    paired_t_test,
-    permutation_test,
+    paired,
+    pairwise,
     sign_flip_test,
     snap,
     stratified_permutation_test,
@@ -33,8 +32,6 @@ from lit_grpo.lab.stats import (
     tied_differences,
     tost_test,
     two_way_anova,
-    welch_t_test,
-    wilcoxon_signed_rank_test,
     zero_tolerance,
 )
 
@@ -114,33 +111,6 @@ def paired_values(a: Cell, b: Cell) -> tuple[list[float], list[float]]:
     common = [s for s in a.seeds if s in vb]
     va = dict(zip(a.seeds, a.values, strict=True))
     return [va[s] for s in common], [vb[s] for s in common]
-
-
-def pairwise(a: list[float], b: list[float]) -> dict[str, float]:
-    """Unpaired: mean difference (0 within rounding), Welch t, df and p, and the permutation p (NaN where
-    undefined)."""
-    out = {"diff": math.nan, "t": math.nan, "df": math.nan, "p_welch": math.nan, "p_perm": math.nan}
-    if a and b:
-        out["diff"] = mean_difference(a, b)
-        out["p_perm"] = permutation_test(a, b)
-    if len(a) >= 2 and len(b) >= 2:
-        out["t"], out["df"], out["p_welch"] = welch_t_test(a, b)
-    out["p"] = out["p_welch"] if not math.isnan(out["p_welch"]) else out["p_perm"]
-    return out
-
-
-def paired(a: list[float], b: list[float]) -> dict[str, float]:
-    """Paired (same seeds): the mean difference ``a - b``, the paired t and sign-flip tests and Wilcoxon's
-    signed-rank test of the differences, and the pairs where a is ahead; a difference within rounding of
-    the values (:func:`~lit_grpo.lab.stats.zero_tolerance`) is a tie, neither ahead."""
-    d = tied_differences(a, b)
-    out = {"n": float(len(d)), "ahead": float(sum(x > 0 for x in d))}
-    out["diff"] = snap(sum(d) / len(d), zero_tolerance(a, b))
-    out["t"], out["df"], out["p_t"] = paired_t_test(a, b)
-    out["p_flip"] = paired_sign_flip_test(a, b)
-    out["p"] = out["p_t"] if not math.isnan(out["p_t"]) else out["p_flip"]
-    out["p_wilcoxon"] = wilcoxon_signed_rank_test(a, b)[1]
-    return out
 
 
 def _pairs(exp: Experiment, cell_list: list[Cell]) -> list[tuple[Cell, Cell]]:

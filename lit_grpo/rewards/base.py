@@ -37,3 +37,18 @@ class RewardFunction(ABC):
 
 #: The keyword arguments a reward with ``needs_prompts`` gets beside the data's columns.
 PROMPT_ARGS = ("prompts", "conversations")
+
+
+class Unscorable(Exception):
+    """Raised by an item scorer when the item cannot be scored: NaN, counted under ``counter``.
+
+    An expected outcome (a reference that does not parse, say), so it is counted but not logged.
+    """
+
+    def __init__(self, counter: str = "unscorable", reason: str = "") -> None:
+        super().__init__(reason or counter)
+        self.counter = counter
+        self.reason = reason
+
+    def __reduce__(self):  # pickles through worker processes with its counter
+        return (type(self), (self.counter, self.reason))

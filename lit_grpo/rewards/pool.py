@@ -21,7 +21,7 @@ from typing import Any, Literal
 from math_verify.errors import TimeoutException
 
 from lit_grpo.checks import require
-from lit_grpo.rewards.scoring import Unscorable
+from lit_grpo.rewards.base import Unscorable
 
 StartMethod = Literal["forkserver", "spawn"]
 _STARTUP_S = 600

@@ -30,7 +30,7 @@ from math_verify.errors import TimeoutException
 from torch import Tensor
 
 from lit_grpo.checks import require
-from lit_grpo.rewards.base import PROMPT_ARGS
+from lit_grpo.rewards.base import PROMPT_ARGS, Unscorable
 from lit_grpo.types import RewardOutput
 
 if TYPE_CHECKING:
@@ -45,21 +45,6 @@ STANDARD_COUNTERS = ("errors", "timeouts", "unscorable")
 # (reward name, kind) pairs already logged: each kind of failure is logged once per reward and
 # process; the counters carry the rate from then on.
 _logged: set[tuple[str, str]] = set()
-
-
-class Unscorable(Exception):
-    """Raised by an item scorer when the item cannot be scored: NaN, counted under ``counter``.
-
-    An expected outcome (a reference that does not parse, say), so it is counted but not logged.
-    """
-
-    def __init__(self, counter: str = "unscorable", reason: str = "") -> None:
-        super().__init__(reason or counter)
-        self.counter = counter
-        self.reason = reason
-
-    def __reduce__(self):  # pickles through worker processes with its counter
-        return (type(self), (self.counter, self.reason))
 
 
 @dataclass(frozen=True)

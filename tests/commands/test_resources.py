@@ -45,7 +45,7 @@ def test_the_wheel_is_told_to_ship_every_package_and_no_other_top_level_name():
 def test_the_version_has_one_source():
     project = _pyproject()
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "lit_grpo.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "lit_grpo.version.__version__"}
     assert f"## {lit_grpo.__version__} " in (ROOT / "CHANGELOG.md").read_text()
 
 

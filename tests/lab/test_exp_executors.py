@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lit_grpo.commands.compare import compare
-from lit_grpo.lab import runner
+from lit_grpo.lab import child, runner
 from lit_grpo.lab.executors import (
     CLUSTER_ENV,
     Executor,
@@ -283,7 +283,7 @@ def test_run_grid_requeues_exit_75_resumes_it_and_records_a_task_that_raised(tmp
             return 75, 0.1
         return 0, 0.1
 
-    monkeypatch.setattr(runner, "_call", call)
+    monkeypatch.setattr(child, "call", call)
     runs = [Run(name, (), 0, ("fit", name), tmp_path / name) for name in "ab"]
     lines = []
     assert run_grid(runs, 1, 1, echo=lines.append, executor=_Retrying(1))[0] == 2
@@ -335,7 +335,7 @@ def test_run_grid_retries_a_run_killed_by_a_signal_or_lost_with_its_worker_but_n
             return 1, 0.1
         return (-9, 0.1) if name == "always" or (name == "killed" and attempt == 1) else (0, 0.1)
 
-    monkeypatch.setattr(runner, "_call", call)
+    monkeypatch.setattr(child, "call", call)
     names = ("killed", "lost", "failed", "always")
     runs = [Run(name, (), 0, ("fit", name), tmp_path / name) for name in names]
     lines = []
@@ -359,7 +359,7 @@ def test_a_prepare_step_lost_with_its_worker_is_submitted_again_from_an_empty_ou
 
     exp = _prepared_experiment(tmp_path, {"name": "val/accuracy", "reduce": "max", "min": 0.35})
     _fake_step(monkeypatch, [0.4])
-    step, tries = runner._call, []
+    step, tries = child.call, []
 
     def call(args, log, threads, timeout):  # the first attempt leaves part of its output, then its worker dies
         tries.append(args)
@@ -369,7 +369,7 @@ def test_a_prepare_step_lost_with_its_worker_is_submitted_again_from_an_empty_ou
             raise _Died
         return step(args, log, threads, timeout)  # it makes the output directory: none may be left over
 
-    monkeypatch.setattr(runner, "_call", call)
+    monkeypatch.setattr(child, "call", call)
     lines = []
     executor = _Losing(1)
     try:

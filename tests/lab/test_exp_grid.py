@@ -7,7 +7,7 @@ import pytest
 
 from lit_grpo.cli import LitGRPOCLI
 from lit_grpo.commands.compare_check import check_runs
-from lit_grpo.lab import runner
+from lit_grpo.lab import child, runner
 from lit_grpo.lab.grid import expand, out_dir, prepare_output, substitute
 from lit_grpo.lab.loader import load_experiment
 from lit_grpo.lab.runner import STATUS_FILE, needs_run, prepared_outputs
@@ -198,7 +198,7 @@ def _fake_step(monkeypatch, accuracies):
         log.write_text("fit done\n")
         return 0, 1.0
 
-    monkeypatch.setattr(runner, "_call", call)
+    monkeypatch.setattr(child, "call", call)
 
 
 def test_prepare_requirement_is_parsed_and_checked_in_the_config(tmp_path):
