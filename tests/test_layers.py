@@ -151,6 +151,12 @@ def test_no_import_cycles():
     assert _cycles(import_graph()) == []
 
 
+def test_no_module_imports_the_package_face():
+    """``lit_grpo/__init__.py`` imports every public name (torch and Lightning with them): a module that
+    imports it would load the whole package and sit above all of it."""
+    assert sorted(m for m, targets in import_graph().items() if "lit_grpo" in targets and m != "lit_grpo") == []
+
+
 def test_the_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]] and _cycles({"a": {"b"}, "b": set()}) == []
