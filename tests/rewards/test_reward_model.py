@@ -54,3 +54,41 @@ def test_a_model_that_is_no_reward_model_is_refused_naming_the_fix(tmp_path, tin
         RewardModel(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="dtype='float64' must be one of"):
         RewardModel(path, dtype="float64")
+
+
+def _save_value_head(tmp_path, tiny_model_path, rows: int = 1, shard: str | None = None):
+    """A causal LM saved as TRL's AutoModelForCausalLMWithValueHead saves one: its weights and
+    ``v_head.summary.*`` in the same checkpoint."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    head = torch.nn.Linear(model.config.hidden_size, rows)
+    state = {**model.state_dict(), "v_head.summary.weight": head.weight.detach().clone(),
+             "v_head.summary.bias": head.bias.detach().clone()}
+    out = tmp_path / f"vh{rows}-{shard}"
+    model.save_pretrained(out, state_dict=state, **({"max_shard_size": shard} if shard else {}))
+    AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(out)
+    return str(out), model, head
+
+
+@pytest.mark.parametrize("shard", [None, "200KB"])
+def test_a_causal_lm_with_a_value_head_scores_with_the_head_at_the_last_token(tmp_path, tiny_model_path, shard):
+    path, model, head = _save_value_head(tmp_path, tiny_model_path, shard=shard)
+    prompts, completions = ["1+1=", "2+3=", "9+9="], ["2", "5", "18"]
+    columns = {"prompts": prompts, "conversations": [None] * 3}
+    reward = RewardModel(path, batch_size=2)  # a padded batch and a batch of one
+    assert reward.head is not None
+    out = RewardGuard()(reward, completions, ["x"] * 3, **columns).scores
+    with torch.no_grad():
+        expected = torch.stack([
+            head(model(**reward.tokenizer(reward.text(p, c, None), return_tensors="pt"), output_hidden_states=True)
+                 .hidden_states[-1][0, -1])[0] for p, c in zip(prompts, completions, strict=True)])
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)  # the same sums in another order
+    assert len(set(out.tolist())) == 3
+
+
+def test_a_value_head_of_the_wrong_shape_is_refused_before_training(tmp_path, tiny_model_path):
+    path, _, _ = _save_value_head(tmp_path, tiny_model_path, rows=2)
+    with pytest.raises(ValueError, match=r"value head v_head.summary.weight has shape \(2, \d+\); a value head maps"):
+        RewardModel(path)
