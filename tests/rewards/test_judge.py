@@ -10,7 +10,6 @@ import json
 import math
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -36,8 +35,8 @@ class Judge(BaseHTTPRequestHandler):
         prompt = body["messages"][-1]["content"]
         answer = prompt.split("Answer to grade:\n")[1].split("\n")[0]
         Judge.seen.append(answer)
-        if answer == "slow":
-            time.sleep(5)
+        if answer == "slow" and self.server.stopping.wait(5):  # the test ended first: no reply
+            return
         if answer in ("500", "always500"):
             count = Judge.failures.get(prompt, 0)
             Judge.failures[prompt] = count + 1
@@ -63,9 +62,13 @@ class Judge(BaseHTTPRequestHandler):
 def server():
     Judge.seen, Judge.failures = [], {}
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+    # the handler threads are joined when the server closes, the slow one told to stop first: none outlives the
+    # test (a later test that counts threads would see it)
+    httpd.daemon_threads, httpd.stopping = False, threading.Event()
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.stopping.set()
     httpd.shutdown()
     httpd.server_close()
 
