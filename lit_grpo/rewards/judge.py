@@ -8,13 +8,14 @@ expression (its first group, a number) and divided by ``scale``. The requests of
 ``item_timeout_s``); a connection error, a timeout of the request, a rate limit or a server error (5xx) is
 retried ``retries`` times with exponential back-off from ``backoff_s``; a reply that cannot be parsed is
 unscorable (counted under ``unparsed``), never a silent 0; an item still failing after its retries is NaN
-counted in ``errors``. Replies are cached by request (the model, the messages, the sampling settings), so the
-same completion of the same prompt is asked once a run.
+counted in ``errors``. Replies are cached by request (the model, the messages, the sampling settings,
+``extra_body``), so the same completion of the same prompt is asked once a run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from typing import Any
@@ -51,6 +52,8 @@ class JudgeReward(AsyncReward):
         max_concurrency: Requests in flight at once.
         item_timeout_s: Wall-clock limit of one item, its retries included.
         request_timeout_s: Limit of one request.
+        extra_body: More fields of each request, as the endpoint reads them (vLLM's structured outputs, e.g.
+            ``{"structured_outputs": {"regex": "Score: (10|[0-9])"}}``, which makes every reply parse).
     """
 
     binary = False
@@ -71,6 +74,7 @@ class JudgeReward(AsyncReward):
         max_concurrency: int = 16,
         item_timeout_s: float | None = 120.0,
         request_timeout_s: float = 60.0,
+        extra_body: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(max_concurrency=max_concurrency, item_timeout_s=item_timeout_s)
         require(base_url.startswith(("http://", "https://")),
@@ -90,7 +94,12 @@ class JudgeReward(AsyncReward):
         self.scale, self.api_key_env = scale, api_key_env
         self.temperature, self.max_tokens = temperature, max_tokens
         self.retries, self.backoff_s, self.request_timeout_s = retries, backoff_s, request_timeout_s
+        require(extra_body is None or isinstance(extra_body, dict),
+                "JudgeReward: extra_body must be a mapping of request fields, got "
+                f"{type(extra_body).__name__}")
+        self.extra_body = dict(extra_body or {})
         self.cache: dict[tuple, str] = {}
+        self._inflight: dict[tuple, asyncio.Future] = {}
         self.requests = 0  # requests sent, retries included
 
     async def score(self, completion: str, reference: str, prompt: str = "", conversation: Any = None,
@@ -102,9 +111,18 @@ class JudgeReward(AsyncReward):
                              ) from None
         messages = ({"role": "user", "content": text},)
         asked = tuple(tuple(sorted(m.items())) for m in messages)
-        key = (self.model, asked, self.temperature, self.max_tokens)
+        extra = json.dumps(self.extra_body, sort_keys=True)
+        key = (self.model, asked, self.temperature, self.max_tokens, extra)
         if key not in self.cache:
-            self.cache[key] = await self._ask([dict(m) for m in messages])
+            # concurrent items of the same request share one request: the first asks, the others await it
+            task = self._inflight.get(key)
+            if task is None or task.get_loop() is not asyncio.get_running_loop():
+                task = self._inflight[key] = asyncio.ensure_future(self._ask([dict(m) for m in messages]))
+            try:
+                self.cache[key] = await asyncio.shield(task)  # one item's timeout leaves the others' request
+            finally:
+                if self._inflight.get(key) is task:
+                    del self._inflight[key]
         found = self.pattern.findall(self.cache[key])
         if not found:
             raise Unscorable("unparsed", f"no score in the judge's reply: {self.cache[key][:200]!r}")
@@ -125,7 +143,7 @@ class JudgeReward(AsyncReward):
                 try:
                     reply = await client.chat.completions.create(
                         model=self.model, messages=messages, temperature=self.temperature,
-                        max_tokens=self.max_tokens)
+                        max_tokens=self.max_tokens, extra_body=self.extra_body or None)
                     return reply.choices[0].message.content or ""
                 except retriable:
                     if attempt == self.retries:

@@ -94,7 +94,7 @@ def test_the_same_request_is_asked_once(server):
     reward = _judge(server)
     _score(reward, ["right", "right"])
     _score(reward, ["right"])
-    assert Judge.seen.count("right") <= 2 and reward.requests == len(Judge.seen)
+    assert Judge.seen.count("right") == 1 and reward.requests == 1  # concurrent duplicates share the request
     assert len(reward.cache) == 1
 
 
