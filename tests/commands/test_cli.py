@@ -38,8 +38,24 @@ def _run_from_repo_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
+def _reward_model(request, tmp_path) -> list[str]:
+    """A tiny sequence-classification reward model saved to disk, for the config whose first line asks for one."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    tiny = request.getfixturevalue("tiny_model_path")
+    config = AutoConfig.from_pretrained(tiny)
+    config.num_labels = 1
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(tmp_path / "rm")
+    AutoTokenizer.from_pretrained(tiny).save_pretrained(tmp_path / "rm")
+    return [f"--model.reward.init_args.path={tmp_path / 'rm'}"]
+
+
+#: Configs whose first line gives a folder of the user's own (``<folder>``): what the test makes for it
+USER_FILES = {"configs/rewards/reward_model.yaml": _reward_model}
+
+
 @pytest.mark.parametrize("config", CONFIGS)
-def test_every_config_parses_and_instantiates(config):
+def test_every_config_parses_and_instantiates(config, request, tmp_path):
     missing = _needs(config)
     if missing:
         pytest.skip(f"{config} needs {missing}")
@@ -50,6 +66,8 @@ def test_every_config_parses_and_instantiates(config):
     configs = [a for prev, a in zip(first_command, first_command[1:], strict=False) if prev == "--config"]
     args = [x for c in (configs or [config]) for x in ("--config", c)]
     assert config in configs or not configs, f"{config}: its first line must show the command that uses it"
+    assert ("<folder>" in first) == (config in USER_FILES), f"{config}: add what it needs to USER_FILES"
+    args += USER_FILES[config](request, tmp_path) if config in USER_FILES else []
     cli = LitGRPOCLI(args=args, run=False)
     assert cli.model is not None and cli.datamodule is not None and cli.trainer is not None
     engine = cli.model.engine
