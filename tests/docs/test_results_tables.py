@@ -407,6 +407,19 @@ def agent_secondary() -> dict[str, list]:
     return out
 
 
+def test_the_agents_guide_quotes_the_turn_shares_of_the_search_agent_study():
+    d = data(AGENT)
+    text = " ".join((ROOT / "docs" / "agents.md").read_text().split())
+    found = re.search(r"([\d.]+) to ([\d.]+) of the advantage mass landed on the first turn and ([\d.]+) to "
+                      r"([\d.]+) on the final one", text)
+    assert found, "docs/agents.md quotes the search agent's turn shares"
+    means = {k: [d.s(k, arm)["mean"] for arm in AGENT_ARMS.values()]
+             for k in ("share of the advantage mass on the first", "share of the advantage mass on the final")}
+    expected = [f(v) for v in means.values() for f in (min, max)]
+    problems = mismatches(list(found.groups()), expected, "docs/agents.md turn shares")
+    assert not problems, problems
+
+
 def test_the_search_agent_section_reads_its_prose_from_the_data():
     d = data(AGENT)
     section = " ".join(DOC[DOC.index("## 9."):].replace("−", "-").split())
