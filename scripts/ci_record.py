@@ -78,11 +78,12 @@ def _counts(p: dict) -> str:
 
 def render(record: dict) -> str:
     """The README's sentences on the last recorded ``.ci/run`` (of the commit it ran, where recorded: later commits
-    may have added or removed tests)."""
+    may have added or removed tests); ``beside``, where the record has it, says what else ran on the machine."""
     return (
         f"\nOn a clean clone{' of ' + record['commit'] if record.get('commit') else ''} ({record['date']}, "
         f"{record['cpus']} cores, load average {record['load_at_start']:.1f} "
-        f"at the start, a warm package cache): the whole suite {_counts(record['suite'])} in "
+        f"at the start, a warm package cache{', ' + record['beside'] if record.get('beside') else ''}): the whole "
+        f"suite {_counts(record['suite'])} in "
         f"{minutes(record['suite']['seconds'])}; the {record['extras_rerun']} tests and modules that skipped for want "
         f"of an optional extra, rerun after installing every extra and vLLM's CPU build: {_counts(record['extras'])} "
         f"in {minutes(record['extras']['seconds'])}; `scripts/check_wheel.sh` {minutes(record['wheel_check_s'])}, most of "
