@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from lit_grpo.checks import require
-from lit_grpo.parallel import seed_step, step_seed
+from lit_grpo.parallel import is_fsdp1, seed_step, step_seed
 from lit_grpo.rollout.base import RolloutEngine
 from lit_grpo.rollout.decode import own_stream
 from lit_grpo.rollout.hf import HFGenerateEngine
@@ -131,10 +131,10 @@ class AsyncRollouts(RolloutEngine):
                 f"the automatic limit ({AUTOMATIC_FACTOR:g} x the producer's slowest job, at least "
                 f"{AUTOMATIC_FLOOR_S:g} s)")
         self.engine = engine if engine is not None else HFGenerateEngine()
-        require(not any(c.__name__ == "VLLMEngine" for c in type(self.engine).__mro__),
-                "AsyncRollouts does not run VLLMEngine: vLLM keeps its own copy of the weights and its own "
-                "workers, and a producer around it is not tested. Use VLLMEngine as the module's engine "
-                "(synchronous), or HFGenerateEngine inside AsyncRollouts")
+        require(not self.engine.owns_weights,
+                f"AsyncRollouts does not run {type(self.engine).__name__}: it keeps its own copy of the "
+                "weights (vLLM's workers), and a producer around it is not tested. Use it as the module's "
+                "engine (synchronous), or HFGenerateEngine inside AsyncRollouts")
         require(producer == "thread" or isinstance(self.engine, HFGenerateEngine),
                 f"AsyncRollouts(producer='process') runs the Hugging Face engine in its own process; "
                 f"{type(self.engine).__name__} runs in a thread (producer: thread)")
@@ -178,8 +178,7 @@ class AsyncRollouts(RolloutEngine):
 
     # ---- the engine interface ---------------------------------------------------------------------------
     def bind(self, policy: nn.Module, tokenizer) -> None:
-        sharded = (any(hasattr(p, "full_tensor") for p in policy.parameters())
-                   or "FullySharded" in type(policy).__name__)
+        sharded = any(hasattr(p, "full_tensor") for p in policy.parameters()) or is_fsdp1(policy)  # FSDP2, 1
         require(not sharded, "AsyncRollouts needs the whole policy in each process for its producer's copy; "
                 "a sharded (FSDP) policy cannot be copied. Use the DDP strategy, or the synchronous engine")
         self.copy = copy.deepcopy(policy).requires_grad_(False)

@@ -22,6 +22,11 @@ class RolloutEngine(ABC):
     engines' ``generate`` calls after encoding, so both take one path.
     """
 
+    #: Whether the engine holds weights of its own, loaded from the policy by :meth:`sync_weights` (vLLM's
+    #: workers), rather than sampling from the policy it is bound to: an asynchronous producer, which samples
+    #: from a copy of the policy, cannot run it.
+    owns_weights: bool = False
+
     @abstractmethod
     def bind(self, policy: nn.Module, tokenizer) -> None:
         """Attach the trained policy and its tokenizer (called in ``configure_model``/``setup``)."""

@@ -63,6 +63,8 @@ class VLLMEngine(RolloutEngine):
         seed: Seed of vLLM's sampler (offset by the engine's rank); ``SamplingParams.seed`` seeds requests.
     """
 
+    owns_weights = True  # vLLM's workers hold their own copy, loaded each step
+
     def __init__(
         self,
         dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto",

@@ -288,6 +288,12 @@ def test_vllm_is_refused_and_episodes_train(tmp_path, sft_model_path):
 
     with pytest.raises(ValueError, match="AsyncRollouts does not run VLLMEngine"):
         AsyncRollouts(VLLMEngine.__new__(VLLMEngine))
+
+    class OwnCopy(HFGenerateEngine):  # any engine that holds weights of its own, whatever its name
+        owns_weights = True
+
+    with pytest.raises(ValueError, match="AsyncRollouts does not run OwnCopy: it keeps its own copy"):
+        AsyncRollouts(OwnCopy())
     L.seed_everything(0)
     record = Record()
     model = chat_policy(sft_model_path, tmp_path / "chat")
