@@ -49,7 +49,7 @@ def value_head(path: str | Path) -> nn.Linear | None:
             with safe_open(str(file), framework="pt") as f:
                 found.update({k: f.get_tensor(k) for k in VALUE_HEAD if k in f.keys()})
         else:
-            state = torch.load(file, map_location="cpu", weights_only=True)
+            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)  # read two tensors
             found.update({k: state[k] for k in VALUE_HEAD if k in state})
     if VALUE_HEAD[0] not in found:
         return None
@@ -93,9 +93,10 @@ class RewardModel(RewardFunction):
         require(batch_size >= 1 and max_length >= 2, "RewardModel: batch_size >= 1 and max_length >= 2")
         self.head = value_head(path)  # [1, hidden] or None: a sequence classifier
         if self.head is not None:
-            from transformers import AutoModelForCausalLM
+            from transformers import AutoModel
 
-            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtypes[dtype])
+            # the transformer alone: the head reads its last hidden state, the language-model head is not used
+            self.model = AutoModel.from_pretrained(path, dtype=dtypes[dtype])
             hidden = self.model.config.get_text_config().hidden_size
             require(self.head.in_features == hidden,
                     f"RewardModel: {path}'s value head reads {self.head.in_features} features, its model's "
@@ -135,7 +136,7 @@ class RewardModel(RewardFunction):
         last token."""
         if self.head is None:
             return self.model(**enc).logits[:, 0]
-        hidden = self.model(**enc, output_hidden_states=True).hidden_states[-1]  # [b, T, H]
+        hidden = self.model(**enc).last_hidden_state  # [b, T, H]
         last = enc["attention_mask"].sum(-1) - 1  # [b]: right padding
         return self.head(hidden[torch.arange(hidden.shape[0]), last].float())[:, 0]
 

@@ -56,7 +56,7 @@ def test_a_model_that_is_no_reward_model_is_refused_naming_the_fix(tmp_path, tin
         RewardModel(path, dtype="float64")
 
 
-def _save_value_head(tmp_path, tiny_model_path, rows: int = 1, shard: str | None = None):
+def _save_value_head(tmp_path, tiny_model_path, rows: int = 1, shard: str | None = None, safe: bool = True):
     """A causal LM saved as TRL's AutoModelForCausalLMWithValueHead saves one: its weights and
     ``v_head.summary.*`` in the same checkpoint."""
     from transformers import AutoModelForCausalLM
@@ -66,15 +66,18 @@ def _save_value_head(tmp_path, tiny_model_path, rows: int = 1, shard: str | None
     head = torch.nn.Linear(model.config.hidden_size, rows)
     state = {**model.state_dict(), "v_head.summary.weight": head.weight.detach().clone(),
              "v_head.summary.bias": head.bias.detach().clone()}
-    out = tmp_path / f"vh{rows}-{shard}"
+    out = tmp_path / f"vh{rows}-{shard}-{safe}"
     model.save_pretrained(out, state_dict=state, **({"max_shard_size": shard} if shard else {}))
+    if not safe:  # the older format, as TRL's save of a PEFT value-head model still writes it
+        (out / "model.safetensors").unlink()
+        torch.save(state, out / "pytorch_model.bin")
     AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(out)
     return str(out), model, head
 
 
-@pytest.mark.parametrize("shard", [None, "200KB"])
-def test_a_causal_lm_with_a_value_head_scores_with_the_head_at_the_last_token(tmp_path, tiny_model_path, shard):
-    path, model, head = _save_value_head(tmp_path, tiny_model_path, shard=shard)
+@pytest.mark.parametrize(("shard", "safe"), [(None, True), ("200KB", True), (None, False)])
+def test_a_causal_lm_with_a_value_head_scores_with_the_head_at_the_last_token(tmp_path, tiny_model_path, shard, safe):
+    path, model, head = _save_value_head(tmp_path, tiny_model_path, shard=shard, safe=safe)
     prompts, completions = ["1+1=", "2+3=", "9+9="], ["2", "5", "18"]
     columns = {"prompts": prompts, "conversations": [None] * 3}
     reward = RewardModel(path, batch_size=2)  # a padded batch and a batch of one
