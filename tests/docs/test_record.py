@@ -5,7 +5,6 @@ criterion ("differs" where the criterion says "inconclusive", "not worse" where 
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.doc_tables import mismatches, table
-from tests.docs.test_results_tables import DOC, EXPERIMENTS, _crossing, data
+from tests.docs.test_results_tables import DOC, EXPERIMENTS, _crossing, _select_rows, data
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
@@ -230,7 +229,7 @@ def test_the_compute_summary_counts_every_experiment():
     rg = data("rg_sign_vs_drgrpo")
     problems += _says(text, r"rg_sign_vs_drgrpo's ([\d.]+) run-minutes", sum(rg.seconds()) / 60)
     agent = data("search_agent_estimators")
-    select = [float(r["seconds"]) for r in csv.DictReader(open(RESULTS / "search_agent_estimators" / "select.csv"))]
+    select = [float(r["seconds"]) for r in _select_rows("search_agent_estimators", all_done=False)]
     problems += _says(text, r"search_agent_estimators' ([\d.]+) \+ ([\d.]+) run-minutes",
                       sum(agent.seconds()) / 60, sum(select) / 60)
     runs, prepare = 0, set()

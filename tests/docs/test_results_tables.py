@@ -336,7 +336,7 @@ def _agent_pairs() -> dict[str, dict[str, float]]:
 
 def _agent_selection() -> dict[tuple[str, str], float | None]:
     """The selection runs' validation accuracy per (arm, rate); None where the run failed."""
-    rows = csv.DictReader(open(RESULTS / AGENT / "select.csv"))
+    rows = _select_rows(AGENT, all_done=False)  # Dr. GRPO's run at 1e-3 failed
     return {(r["arm"], r["setting"].split("=")[1]): float(r["val/accuracy (last)"]) if r["status"] == "done" else None
             for r in rows}
 
@@ -361,7 +361,7 @@ def _agent_claim() -> list:
 def _agent_status() -> list:
     d, p = data(AGENT), _agent_pairs()["GRPO"]
     runs, timed, wall = d.runtime()
-    select = [float(r["seconds"]) for r in csv.DictReader(open(RESULTS / AGENT / "select.csv"))]
+    select = [float(r["seconds"]) for r in _select_rows(AGENT, all_done=False)]
     significant = sum(q["holm"] < 0.05 for q in _agent_pairs().values())
     return [None, p["diff"], p["lo"], p["hi"], p["holm"], significant, d.family, len(select), runs,  # "section 9"
             sum(d.seconds()) / 60, min(d.seconds()), max(d.seconds()), None, timed, wall, sum(select) / 60]
@@ -387,23 +387,19 @@ def agent_pairs() -> dict[str, list]:
             for doc, p in _agent_pairs().items()}
 
 
-AGENT_SECONDARY = {  # the doc's row -> the metric's label in the experiment
-    "tool calls per episode": "tool calls per episode",
-    "share of episodes answered correctly by a guess": "share of episodes answered correctly by a guess",
-    "share of correct answers that were guesses": "share of correct answers that were guesses",
-    "mean advantage of a correct found answer": "mean advantage of a correct found answer",
-    "share of episodes whose searches returned": "share of episodes whose searches returned",
-    "policy tokens per episode": "policy tokens per episode",
-    "training reward over the 8 steps": "training reward over the 8 steps",
-}
+#: The secondary table's rows, each the start of its metric's label in the experiment
+AGENT_SECONDARY = ("tool calls per episode", "share of episodes answered correctly by a guess",
+                   "share of correct answers that were guesses", "mean advantage of a correct found answer",
+                   "share of episodes whose searches returned", "policy tokens per episode",
+                   "training reward over the 8 steps")
 
 
 def agent_secondary() -> dict[str, list]:
     d = data(AGENT)
     out = {}
-    for doc, key in AGENT_SECONDARY.items():
+    for key in AGENT_SECONDARY:
         p = d.pair(key, "SignBalance", "GRPO")
-        out[doc] = [*[d.s(key, arm)["mean"] for arm in AGENT_ARMS.values()], p["diff"], p["p_t"]]
+        out[key] = [*[d.s(key, arm)["mean"] for arm in AGENT_ARMS.values()], p["diff"], p["p_t"]]
     return out
 
 
@@ -420,7 +416,33 @@ def test_the_agents_guide_quotes_the_turn_shares_of_the_search_agent_study():
     assert not problems, problems
 
 
+def test_the_rft_registration_is_sized_from_the_search_agent_studys_data():
+    """Section 10 and experiments/search_agent_rft.yaml: the power at the pilot's spread (one test, 5 seeds) and
+    the compute budget from section 9's finished runs (4 selection runs and 10 final runs, 2 at a time)."""
+    from lit_grpo.lab.stats import t_test_power
+
+    d = data(AGENT)
+    select = [float(r["seconds"]) for r in _select_rows(AGENT, all_done=False) if r["status"] == "done"]
+    final = d.seconds()
+    minutes = (4 * statistics.mean(select) + 10 * statistics.mean(final)) / 60
+    section = " ".join(DOC[DOC.index("## 10."):].split())
+    header = " ".join(line.lstrip("# ") for line in (ROOT / "experiments" / "search_agent_rft.yaml").read_text().splitlines())
+    problems = []
+    for text, where in ((section, "section 10"), (header, "search_agent_rft.yaml")):
+        found = re.search(r"(\d+%) at the \+0.05 margin", text) or re.search(r"has (\d+%) power at the \+0.05", text)
+        budget = re.search(r"about (\d+) run-minutes, ([\d.]+) hours wall", text)
+        assert found and budget, where
+        problems += mismatches([*found.groups(), *budget.groups()],
+                               [Pct(t_test_power(5, 0.05, _pilot_sd(), 0.05)), minutes, minutes / 2 / 60], where)
+    for found in re.finditer(r"(\d+) s a selection run, (\d+) s a final run on average", header):  # header, runtime
+        problems += mismatches(list(found.groups()), [statistics.mean(select), statistics.mean(final)], "header")
+    assert len(re.findall(r"s a final run on average", header)) == 2
+    assert not problems, problems
+
+
 def test_the_search_agent_section_reads_its_prose_from_the_data():
+    from lit_grpo.lab.stats import t_test_power
+
     d = data(AGENT)
     section = " ".join(DOC[DOC.index("## 9."):].replace("−", "-").split())
 
@@ -440,6 +462,8 @@ def test_the_search_agent_section_reads_its_prose_from_the_data():
     ses = [s for c in d.metric(AGENT_ACC).cells for s in c.se]
     problems += says(r"prompt-sampling SE on 150 questions is at most ([\d.]+)", max(ses))
     assert all(p["holm"] >= 0.05 for p in pairs.values()), "the section reads every comparison as inconclusive"
+    problems += says(r"The study had (\d+)% power at the \+0.05 margin as registered",
+                     Pct(t_test_power(5, 0.05, _pilot_sd(), 0.05 / d.family)))
     problems += says(r"Holm-adjusted p ([\d.]+) for each; the smallest unadjusted p is ([\d.]+)",
                      max(p["holm"] for p in pairs.values()), min(p["p_t"] for p in pairs.values()))
 
@@ -461,9 +485,9 @@ def test_the_search_agent_section_reads_its_prose_from_the_data():
                      r"SignBalance\)", sum(with_guess.values()), with_guess["GRPO"], with_guess["DrGRPO"],
                      with_guess["SignBalance"])
     assert with_guess["Sign"] == 0 and set(d.values("mean advantage of a correct found answer", "Sign")) == {1.0}
-    select = [float(r["seconds"]) for r in csv.DictReader(open(RESULTS / AGENT / "select.csv"))]
-    done = [s for s, r in zip(select, csv.DictReader(open(RESULTS / AGENT / "select.csv")), strict=True)
-            if r["status"] == "done"]
+    rows = _select_rows(AGENT, all_done=False)
+    select = [float(r["seconds"]) for r in rows]
+    done = [float(r["seconds"]) for r in rows if r["status"] == "done"]
     _, timed, wall = d.runtime()
     problems += says(r"the (\d+) finished final runs took ([\d.]+) run-minutes \((\d+) to (\d+) s a run",
                      len(d.seconds()), sum(d.seconds()) / 60, min(d.seconds()), max(d.seconds()))
@@ -518,10 +542,11 @@ def test_the_reasoning_gym_section_reads_its_prose_from_the_data():
     assert not problems, "docs/results.md section 2d differs from its data:\n" + "\n".join(problems)
 
 
-def _select_rows(name: str) -> list[dict[str, str]]:
-    """The selection stage's runs (select.csv), in seed order; every one finished."""
-    rows = sorted(csv.DictReader(open(RESULTS / name / "select.csv")), key=lambda r: int(r["seed"]))
-    assert all(r["status"] == "done" for r in rows), name
+def _select_rows(name: str, all_done: bool = True) -> list[dict[str, str]]:
+    """The selection stage's runs (select.csv), in seed order; with ``all_done``, every one finished."""
+    with open(RESULTS / name / "select.csv") as f:
+        rows = sorted(csv.DictReader(f), key=lambda r: int(r["seed"]))
+    assert not all_done or all(r["status"] == "done" for r in rows), name
     return rows
 
 
