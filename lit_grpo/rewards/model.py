@@ -29,8 +29,14 @@ VALUE_HEAD = ("v_head.summary.weight", "v_head.summary.bias")
 
 def _checkpoint_files(path: Path) -> list[Path]:
     """The weight files of a saved model, sharded or not (safetensors first, as transformers reads them)."""
-    for single, index in (("model.safetensors", "model.safetensors.index.json"),
-                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+    from transformers.utils import (
+        SAFE_WEIGHTS_INDEX_NAME,
+        SAFE_WEIGHTS_NAME,
+        WEIGHTS_INDEX_NAME,
+        WEIGHTS_NAME,
+    )
+
+    for single, index in ((SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME), (WEIGHTS_NAME, WEIGHTS_INDEX_NAME)):
         if (path / index).is_file():
             shards = sorted(set(json.loads((path / index).read_text())["weight_map"].values()))
             return [path / shard for shard in shards]
